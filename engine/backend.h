@@ -1,0 +1,168 @@
+/* backend.h - the interface every compute backend implements.
+ *
+ * A backend is created from a model's weights (qweights: hyperparameters and
+ * tensors that stay owned by the model) and a KV-cache geometry (num_blocks
+ * blocks of block_size tokens, for every layer, K and V).  It then runs
+ * forward passes over batches of sequences.  Each sequence reads and writes
+ * its K/V through a block table: logical block i of the sequence lives in
+ * physical block table[i].  The engine owns the tables (engine/kv.*); the
+ * backend owns the block memory.
+ *
+ * Kernels include this header and nothing else from engine/.
+ */
+#ifndef QUIRE_BACKEND_H
+#define QUIRE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qerr.h"
+
+/* ---- tensors ---------------------------------------------------------- */
+
+typedef enum { QDT_F32 = 0, QDT_F16 = 1, QDT_BF16 = 2 } qdtype;
+
+/* Bytes per element; 0 for an unknown dtype. */
+static inline size_t qdt_size(int dt) { return dt == QDT_F32 ? 4 : (dt == QDT_F16 || dt == QDT_BF16) ? 2 : 0; }
+static inline const char *qdt_name(int dt) { return dt == QDT_F32 ? "F32" : dt == QDT_F16 ? "F16" : dt == QDT_BF16 ? "BF16" : "?"; }
+
+/* A view of a dense row-major tensor.  shape is in PyTorch order: shape[0]
+ * is the outermost (slowest) dimension, so a linear layer's weight is
+ * (out_features, in_features) and each output row is contiguous.  data is
+ * NULL for an absent optional tensor.  The bytes belong to the model. */
+#define QT_MAX_DIMS 4
+typedef struct {
+    const void *data;
+    qdtype dtype;
+    int ndim;
+    int64_t shape[QT_MAX_DIMS];
+} qtensor;
+
+static inline int64_t qt_numel(const qtensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/* ---- model hyperparameters and weights -------------------------------- */
+
+typedef enum { QARCH_LLAMA = 0, QARCH_QWEN2 = 1 } qarch;
+typedef enum { QROPE_SCALE_NONE = 0, QROPE_SCALE_LLAMA3 = 1, QROPE_SCALE_LINEAR = 2 } qrope_scale;
+
+typedef struct {
+    qarch arch;
+    int n_vocab;
+    int dim;           /* hidden size */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;      /* usually dim / n_heads, but may be set explicitly */
+    int ffn_dim;       /* intermediate size of the SwiGLU MLP */
+    int max_ctx;       /* trained context length */
+    float norm_eps;    /* RMSNorm epsilon */
+    float rope_theta;  /* RoPE base frequency */
+    int rope_dim;      /* dimensions rotated per head (normally head_dim) */
+    /* 1: rotate-half pairs (i, i + rope_dim/2), the HF layout and GGUF Qwen2;
+     * 0: adjacent pairs (2i, 2i+1), llama.cpp's permuted Llama GGUF layout. */
+    int rope_neox;
+    qrope_scale rope_scaling;
+    float rope_factor;           /* llama3 / linear */
+    float rope_low_freq_factor;  /* llama3 */
+    float rope_high_freq_factor; /* llama3 */
+    int rope_orig_ctx;           /* llama3: original_max_position_embeddings */
+    /* Round the RoPE inverse frequencies to bf16, as HF transformers does for
+     * a bf16 checkpoint (its inv_freq buffer is cast with the weights). */
+    int rope_freq_bf16;
+    int tied_embeddings;         /* output projection is tok_embd */
+    int attn_bias;               /* q/k/v projections have biases (Qwen2) */
+} qhparams;
+
+typedef struct {
+    qtensor attn_norm;           /* (dim) */
+    qtensor wq, wk, wv;          /* (n_heads*head_dim, dim), (n_kv_heads*head_dim, dim) x2 */
+    qtensor bq, bk, bv;          /* biases, or data == NULL */
+    qtensor wo;                  /* (dim, n_heads*head_dim) */
+    qtensor ffn_norm;            /* (dim) */
+    qtensor w_gate, w_up;        /* (ffn_dim, dim) */
+    qtensor w_down;              /* (dim, ffn_dim) */
+} qlayer;
+
+typedef struct {
+    qhparams hp;
+    qtensor tok_embd;            /* (n_vocab, dim) */
+    qtensor out_norm;            /* (dim) */
+    qtensor output;              /* (n_vocab, dim); same bytes as tok_embd when tied */
+    qtensor rope_freqs;          /* optional (rope_dim/2) frequency divisors (GGUF llama3) */
+    qlayer *layers;              /* n_layers entries */
+} qweights;
+
+/* ---- batches ---------------------------------------------------------- */
+
+/* One sequence's slice of a batch.  Its n_tokens new tokens are
+ * batch->tokens[first .. first+n_tokens) at positions pos0 .. pos0+n_tokens-1;
+ * positions 0 .. pos0-1 are already in the KV cache.  block_table holds at
+ * least ceil((pos0+n_tokens) / block_size) physical block ids. */
+typedef struct {
+    int first;
+    int n_tokens;
+    int pos0;
+    const int32_t *block_table;
+    int n_blocks;
+} qbatch_seq;
+
+/* A forward pass over several sequences at once.  logits_idx lists the
+ * batch token indices whose logits are wanted, in increasing order; the
+ * pass writes n_logits rows of n_vocab floats, row r for logits_idx[r]. */
+typedef struct {
+    int n_tokens;
+    const int32_t *tokens;       /* (n_tokens) */
+    int n_seqs;
+    const qbatch_seq *seqs;      /* (n_seqs), disjoint token ranges */
+    int n_logits;
+    const int32_t *logits_idx;   /* (n_logits) */
+} qbatch;
+
+/* ---- the backend ------------------------------------------------------ */
+
+typedef struct qbackend qbackend;
+
+typedef struct {
+    int n_threads;      /* CPU worker threads (0: all cores) */
+    int num_blocks;     /* KV blocks in the pool */
+    int block_size;     /* tokens per block */
+} qbackend_opts;
+
+typedef struct {
+    const char *name;
+    /* Runs one forward pass; writes (batch->n_logits, n_vocab) floats into
+     * logits.  Returns 0 or a QERR_* code; on error the KV contents of the
+     * batch's new positions are undefined, nothing else changes. */
+    int (*forward)(qbackend *be, const qbatch *batch, float *logits);
+    /* Copies every layer's K and V of block src into block dst. */
+    int (*copy_block)(qbackend *be, int src, int dst);
+    /* Bytes of one block across all layers (K and V). */
+    size_t (*block_bytes)(const qbackend *be);
+    /* Reads / writes one block's bytes (all layers) for the persistent tier. */
+    int (*read_block)(qbackend *be, int block, void *dst);
+    int (*write_block)(qbackend *be, int block, const void *src);
+    void (*destroy)(qbackend *be);
+} qbackend_ops;
+
+struct qbackend {
+    const qbackend_ops *ops;
+    const qweights *w;
+    qbackend_opts opts;
+};
+
+/* The CPU backend (kernels/cpu).  Returns 0 and *out, or a QERR_* code with
+ * a message in err. */
+int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out,
+                       char *err, size_t errlen);
+
+static inline void qbackend_destroy(qbackend *be)
+{
+    if (be) be->ops->destroy(be);
+}
+
+#endif

@@ -1,0 +1,417 @@
+/* model.c - the format-independent half of model loading.
+ *
+ * Loading happens in two steps:
+ *
+ *   1. A format loader (gguf.c or hf.c) fills the qmodel with what the file
+ *      says: hyperparameters, a table of tensors under the file's own names,
+ *      the vocabulary and special ids.  Loaders check the file's structure
+ *      (offsets, sizes, types) but not what the tensors mean.
+ *   2. qmodel_bind() checks the hyperparameters against each other, looks up
+ *      every tensor the architecture needs under the format's naming scheme,
+ *      and checks each one's shape and dtype.  Only then is the qweights
+ *      view handed to a backend, so a backend may trust every shape.
+ *
+ * Invariants after a successful bind:
+ *   - every required qtensor in m->w has data != NULL and the exact shape its
+ *     comment in backend.h gives;
+ *   - optional tensors (biases, rope_freqs) are either absent (data == NULL)
+ *     or have the exact shape;
+ *   - hp.n_heads % hp.n_kv_heads == 0, hp.rope_dim is even and <= head_dim.
+ *
+ * The fingerprint is a 128-bit hash of the architecture, the hyperparameters,
+ * every bound tensor's dtype and shape, and a fixed sample of each tensor's
+ * bytes (head, tail and 16 strided windows).  Hashing every byte of a large
+ * model would cost seconds at start-up; the sample tells apart any two
+ * checkpoints met in practice (fine-tunes change every window).
+ */
+#define _GNU_SOURCE
+#include "model.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+qmodel *qmodel_new(void)
+{
+    qmodel *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->bos_id = m->unk_id = m->pad_id = -1;
+    return m;
+}
+
+int qmodel_add_tensor(qmodel *m, const char *name, size_t name_len, qdtype dt, int ndim,
+                      const int64_t *shape, const void *data, size_t nbytes,
+                      char *err, size_t errlen)
+{
+    if (name_len == 0 || name_len > QMODEL_MAX_NAME)
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor name of %zu bytes (limit %d)", name_len,
+                        QMODEL_MAX_NAME);
+    if (memchr(name, 0, name_len))
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor name contains a NUL byte");
+    if (qdt_size(dt) == 0)
+        return qerr_set(err, errlen, QERR_UNSUPPORTED, "tensor '%.*s': unknown dtype %d", (int)name_len, name, (int)dt);
+    if (ndim < 1 || ndim > QT_MAX_DIMS)
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s': %d dimensions (1..%d supported)",
+                        (int)name_len, name, ndim, QT_MAX_DIMS);
+    size_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40))
+            return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s': dimension %d is %lld",
+                            (int)name_len, name, i, (long long)shape[i]);
+        if (q_mul_overflow(numel, (size_t)shape[i], &numel))
+            return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s': element count overflows", (int)name_len, name);
+    }
+    size_t want;
+    if (q_mul_overflow(numel, qdt_size(dt), &want))
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s': byte size overflows", (int)name_len, name);
+    if (want != nbytes)
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s': %zu bytes of data for %zu elements of %s",
+                        (int)name_len, name, nbytes, numel, qdt_name(dt));
+    if (m->n_tensors >= QMODEL_MAX_TENSORS)
+        return qerr_set(err, errlen, QERR_LIMIT, "more than %d tensors", QMODEL_MAX_TENSORS);
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strlen(m->tensors[i].name) == name_len && !memcmp(m->tensors[i].name, name, name_len))
+            return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s' appears twice", (int)name_len, name);
+    if ((m->n_tensors & (m->n_tensors - 1)) == 0) { /* grow at powers of two */
+        size_t cap = m->n_tensors ? (size_t)m->n_tensors * 2 : 16;
+        qnamed_tensor *nt = q_reallocn(m->tensors, cap, sizeof *nt);
+        if (!nt) return qerr_set(err, errlen, QERR_NOMEM, "out of memory for the tensor table");
+        m->tensors = nt;
+    }
+    qnamed_tensor *t = &m->tensors[m->n_tensors];
+    memset(t, 0, sizeof *t);
+    t->name = q_strndup(name, name_len);
+    if (!t->name) return qerr_set(err, errlen, QERR_NOMEM, "out of memory for a tensor name");
+    t->t.data = data;
+    t->t.dtype = dt;
+    t->t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->t.shape[i] = shape[i];
+    m->n_tensors++;
+    return 0;
+}
+
+const qnamed_tensor *qmodel_find(const qmodel *m, const char *name)
+{
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+int qmodel_take_map(qmodel *m, void *addr, size_t len)
+{
+    if (m->n_maps >= (int)(sizeof m->maps / sizeof m->maps[0])) return QERR_LIMIT;
+    m->maps[m->n_maps].addr = addr;
+    m->maps[m->n_maps].len = len;
+    m->n_maps++;
+    return 0;
+}
+
+int qmodel_take_buffer(qmodel *m, void *buf)
+{
+    void **no = q_reallocn(m->owned, (size_t)m->n_owned + 1, sizeof *no);
+    if (!no) return QERR_NOMEM;
+    m->owned = no;
+    m->owned[m->n_owned++] = buf;
+    return 0;
+}
+
+static void vocab_free(qvocab *v)
+{
+    if (v->tokens)
+        for (int i = 0; i < v->n; i++) free(v->tokens[i]);
+    free(v->tokens);
+    free(v->scores);
+    free(v->types);
+    if (v->merges)
+        for (int i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->merges);
+    free(v->pre);
+    free(v->tokenizer_json);
+    memset(v, 0, sizeof *v);
+}
+
+void qmodel_destroy(qmodel *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->n_tensors; i++) free(m->tensors[i].name);
+    free(m->tensors);
+    free(m->w.layers);
+    vocab_free(&m->vocab);
+    for (int i = 0; i < m->n_maps; i++) munmap(m->maps[i].addr, m->maps[i].len);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->path);
+    free(m->name);
+    free(m);
+}
+
+/* ---- binding ------------------------------------------------------------ */
+
+typedef struct {
+    const char *embd, *norm, *output, *rope_freqs;
+    const char *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *ffn_norm, *gate, *up, *down;
+} naming;
+
+static const naming gguf_names = {
+    "token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight",
+    "blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_k.weight",
+    "blk.%d.attn_v.weight", "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias",
+    "blk.%d.attn_output.weight", "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight",
+    "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight",
+};
+
+static const naming hf_names = {
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", NULL,
+    "model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
+    "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
+    "model.layers.%d.self_attn.q_proj.bias", "model.layers.%d.self_attn.k_proj.bias",
+    "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.o_proj.weight",
+    "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
+    "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
+};
+
+/* Looks up fmt (with %d = layer) and checks its shape: (d0) when d1 == 0,
+ * else (d0, d1).  Absent + optional leaves *out zeroed. */
+static int bind_one(const qmodel *m, const char *fmt, int layer, int64_t d0, int64_t d1,
+                    int optional, qtensor *out, char *err, size_t errlen)
+{
+    char name[QMODEL_MAX_NAME + 32];
+    memset(out, 0, sizeof *out);
+    if (!fmt) return 0;
+    snprintf(name, sizeof name, fmt, layer);
+    const qnamed_tensor *t = qmodel_find(m, name);
+    if (!t) {
+        if (optional) return 0;
+        return qerr_set(err, errlen, QERR_NOTFOUND, "missing tensor '%s'", name);
+    }
+    int want_ndim = d1 ? 2 : 1;
+    /* 1-D vectors are sometimes stored as (1, n); accept any shape with
+     * exactly the right element count and innermost dimension for vectors. */
+    int ok;
+    if (want_ndim == 1)
+        ok = qt_numel(&t->t) == d0 && t->t.shape[t->t.ndim - 1] == d0;
+    else
+        ok = t->t.ndim == 2 && t->t.shape[0] == d0 && t->t.shape[1] == d1;
+    if (!ok) {
+        char got[96] = "", *p = got;
+        for (int i = 0; i < t->t.ndim; i++)
+            p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", i ? ", " : "", (long long)t->t.shape[i]);
+        if (d1)
+            return qerr_set(err, errlen, QERR_FORMAT, "tensor '%s' has shape (%s), expected (%lld, %lld)",
+                            name, got, (long long)d0, (long long)d1);
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%s' has shape (%s), expected (%lld)",
+                        name, got, (long long)d0);
+    }
+    *out = t->t;
+    if (want_ndim == 1) {
+        out->ndim = 1;
+        out->shape[0] = d0;
+    }
+    return 0;
+}
+
+static int check_hparams(qhparams *hp, char *err, size_t errlen)
+{
+#define HP_RANGE(field, lo, hi)                                                             \
+    if (hp->field < (lo) || hp->field > (hi))                                               \
+        return qerr_set(err, errlen, QERR_RANGE, "hyperparameter " #field " = %d (allowed %d..%d)", \
+                        (int)hp->field, (int)(lo), (int)(hi));
+    HP_RANGE(n_layers, 1, QMODEL_MAX_LAYERS);
+    HP_RANGE(dim, 1, QMODEL_MAX_DIM);
+    HP_RANGE(n_heads, 1, 4096);
+    HP_RANGE(n_kv_heads, 1, hp->n_heads);
+    HP_RANGE(head_dim, 2, 4096);
+    HP_RANGE(ffn_dim, 1, QMODEL_MAX_DIM * 8);
+    HP_RANGE(n_vocab, 1, QMODEL_MAX_VOCAB);
+#undef HP_RANGE
+    if (hp->n_heads % hp->n_kv_heads)
+        return qerr_set(err, errlen, QERR_RANGE, "%d attention heads are not a multiple of %d KV heads",
+                        hp->n_heads, hp->n_kv_heads);
+    if (hp->rope_dim <= 0) hp->rope_dim = hp->head_dim;
+    if (hp->rope_dim > hp->head_dim || hp->rope_dim % 2 || hp->head_dim % 2)
+        return qerr_set(err, errlen, QERR_RANGE, "RoPE dimension %d with head dimension %d",
+                        hp->rope_dim, hp->head_dim);
+    if (!(hp->norm_eps > 0 && hp->norm_eps < 1)) hp->norm_eps = 1e-5f;
+    if (!(hp->rope_theta > 0 && hp->rope_theta < 1e12f))
+        return qerr_set(err, errlen, QERR_RANGE, "rope_theta = %g", (double)hp->rope_theta);
+    if (hp->rope_scaling != QROPE_SCALE_NONE && !(hp->rope_factor > 0 && hp->rope_factor < 1e6f))
+        return qerr_set(err, errlen, QERR_RANGE, "rope scaling factor = %g", (double)hp->rope_factor);
+    if (hp->rope_scaling == QROPE_SCALE_LLAMA3 &&
+        (hp->rope_orig_ctx <= 0 || !(hp->rope_low_freq_factor > 0) ||
+         !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)))
+        return qerr_set(err, errlen, QERR_RANGE, "llama3 rope scaling needs original context > 0 and high_freq_factor > low_freq_factor > 0");
+    if (hp->max_ctx <= 0) hp->max_ctx = 2048;
+    return 0;
+}
+
+static void fingerprint_tensor(qhash *h, const qtensor *t)
+{
+    qhash_u64(h, (uint64_t)t->dtype);
+    qhash_u64(h, (uint64_t)t->ndim);
+    for (int i = 0; i < t->ndim; i++) qhash_u64(h, (uint64_t)t->shape[i]);
+    if (!t->data) return;
+    size_t n = (size_t)qt_numel(t) * qdt_size(t->dtype);
+    const unsigned char *p = t->data;
+    const size_t win = 256;
+    if (n <= 64 * win) {
+        qhash_update(h, p, n);
+        return;
+    }
+    qhash_update(h, p, 4 * win);
+    for (int i = 1; i <= 16; i++) qhash_update(h, p + (n / 17) * (size_t)i, win);
+    qhash_update(h, p + n - 4 * win, 4 * win);
+}
+
+int qmodel_bind(qmodel *m, char *err, size_t errlen)
+{
+    const naming *nm = m->format == QFMT_GGUF ? &gguf_names : &hf_names;
+    qhparams *hp = &m->hp;
+    int rc;
+
+    const qnamed_tensor *embd = qmodel_find(m, nm->embd);
+    if (!embd) return qerr_set(err, errlen, QERR_NOTFOUND, "missing tensor '%s'", nm->embd);
+    if (embd->t.ndim != 2)
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%s' has %d dimensions, expected 2", nm->embd, embd->t.ndim);
+    if (hp->n_vocab <= 0 && embd->t.shape[0] <= QMODEL_MAX_VOCAB) hp->n_vocab = (int)embd->t.shape[0];
+    if (hp->head_dim <= 0 && hp->n_heads > 0) hp->head_dim = hp->dim / hp->n_heads;
+    if ((rc = check_hparams(hp, err, errlen))) return rc;
+
+    const int64_t dim = hp->dim, hd = hp->head_dim, V = hp->n_vocab;
+    const int64_t q_out = (int64_t)hp->n_heads * hd, kv_out = (int64_t)hp->n_kv_heads * hd;
+    qweights *w = &m->w;
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+    w->layers = q_callocn((size_t)hp->n_layers, sizeof *w->layers);
+    if (!w->layers) return qerr_set(err, errlen, QERR_NOMEM, "out of memory for %d layers", hp->n_layers);
+
+    if ((rc = bind_one(m, nm->embd, 0, V, dim, 0, &w->tok_embd, err, errlen))) return rc;
+    if ((rc = bind_one(m, nm->norm, 0, dim, 0, 0, &w->out_norm, err, errlen))) return rc;
+    if ((rc = bind_one(m, nm->output, 0, V, dim, 1, &w->output, err, errlen))) return rc;
+    if (!w->output.data || (m->format == QFMT_HF && hp->tied_embeddings)) {
+        w->output = w->tok_embd;
+        hp->tied_embeddings = 1;
+    } else {
+        hp->tied_embeddings = 0;
+    }
+    if ((rc = bind_one(m, nm->rope_freqs, 0, hp->rope_dim / 2, 0, 1, &w->rope_freqs, err, errlen))) return rc;
+    if (w->rope_freqs.data && w->rope_freqs.dtype != QDT_F32)
+        return qerr_set(err, errlen, QERR_UNSUPPORTED, "tensor '%s' must be F32", nm->rope_freqs);
+
+    int any_bias = 0;
+    for (int l = 0; l < hp->n_layers; l++) {
+        qlayer *L = &w->layers[l];
+        if ((rc = bind_one(m, nm->attn_norm, l, dim, 0, 0, &L->attn_norm, err, errlen)) ||
+            (rc = bind_one(m, nm->wq, l, q_out, dim, 0, &L->wq, err, errlen)) ||
+            (rc = bind_one(m, nm->wk, l, kv_out, dim, 0, &L->wk, err, errlen)) ||
+            (rc = bind_one(m, nm->wv, l, kv_out, dim, 0, &L->wv, err, errlen)) ||
+            (rc = bind_one(m, nm->bq, l, q_out, 0, !hp->attn_bias, &L->bq, err, errlen)) ||
+            (rc = bind_one(m, nm->bk, l, kv_out, 0, !hp->attn_bias, &L->bk, err, errlen)) ||
+            (rc = bind_one(m, nm->bv, l, kv_out, 0, !hp->attn_bias, &L->bv, err, errlen)) ||
+            (rc = bind_one(m, nm->wo, l, dim, q_out, 0, &L->wo, err, errlen)) ||
+            (rc = bind_one(m, nm->ffn_norm, l, dim, 0, 0, &L->ffn_norm, err, errlen)) ||
+            (rc = bind_one(m, nm->gate, l, hp->ffn_dim, dim, 0, &L->w_gate, err, errlen)) ||
+            (rc = bind_one(m, nm->up, l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)) ||
+            (rc = bind_one(m, nm->down, l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)))
+            return rc;
+        any_bias |= L->bq.data || L->bk.data || L->bv.data;
+    }
+    hp->attn_bias = any_bias;
+    hp->rope_freq_bf16 = m->format == QFMT_HF && w->tok_embd.dtype == QDT_BF16;
+    w->hp = *hp;
+
+    /* Special ids must index the vocabulary; out-of-range ones are dropped. */
+    if (m->bos_id >= V) m->bos_id = -1;
+    if (m->unk_id >= V) m->unk_id = -1;
+    if (m->pad_id >= V) m->pad_id = -1;
+    int k = 0;
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos_ids[i] >= 0 && m->eos_ids[i] < V) m->eos_ids[k++] = m->eos_ids[i];
+    m->n_eos = k;
+
+    qhash h;
+    qhash_init(&h, 0x71756972u /* "quir" */);
+    int64_t hv[] = { hp->arch, hp->n_vocab, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads,
+                     hp->head_dim, hp->ffn_dim, hp->rope_dim, hp->rope_neox, hp->rope_scaling,
+                     hp->rope_orig_ctx, hp->tied_embeddings };
+    for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) qhash_u64(&h, (uint64_t)hv[i]);
+    float hf[] = { hp->norm_eps, hp->rope_theta, hp->rope_factor, hp->rope_low_freq_factor, hp->rope_high_freq_factor };
+    qhash_update(&h, hf, sizeof hf);
+    fingerprint_tensor(&h, &w->tok_embd);
+    fingerprint_tensor(&h, &w->out_norm);
+    fingerprint_tensor(&h, &w->output);
+    fingerprint_tensor(&h, &w->rope_freqs);
+    for (int l = 0; l < hp->n_layers; l++) {
+        const qtensor *ts = &w->layers[l].attn_norm;
+        for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor); i++) fingerprint_tensor(&h, &ts[i]);
+    }
+    qhash_final(&h, m->fingerprint);
+    q_hex(m->fingerprint, 16, m->fingerprint_hex);
+    return 0;
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+static int load_gguf_file(qmodel *m, const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return qerr_set(err, errlen, QERR_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return qerr_set(err, errlen, QERR_IO, "%s: %s", path, strerror(e));
+    }
+    if (st.st_size < 8) {
+        close(fd);
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: file of %lld bytes is too small to be a model",
+                        path, (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    void *addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (addr == MAP_FAILED) return qerr_set(err, errlen, QERR_IO, "%s: mmap: %s", path, strerror(errno));
+    if (qmodel_take_map(m, addr, len)) {
+        munmap(addr, len);
+        return qerr_set(err, errlen, QERR_LIMIT, "%s: too many mapped files", path);
+    }
+    if (memcmp(addr, "GGUF", 4))
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: not a GGUF file (bad magic) and not a folder", path);
+    return gguf_parse(m, addr, len, err, errlen);
+}
+
+int qmodel_load(const char *path, qmodel **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) < 0) return qerr_set(err, errlen, QERR_IO, "%s: %s", path, strerror(errno));
+    qmodel *m = qmodel_new();
+    if (!m || !(m->path = q_strdup(path))) {
+        qmodel_destroy(m);
+        return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    }
+    int rc;
+    if (S_ISDIR(st.st_mode)) {
+        m->format = QFMT_HF;
+        rc = hf_load_dir(m, path, err, errlen);
+    } else {
+        m->format = QFMT_GGUF;
+        rc = load_gguf_file(m, path, err, errlen);
+    }
+    if (!rc) rc = qmodel_bind(m, err, errlen);
+    if (rc) {
+        qmodel_destroy(m);
+        return rc;
+    }
+    if (!m->name) {
+        const char *b = strrchr(path, '/');
+        m->name = q_strdup(b && b[1] ? b + 1 : path);
+    }
+    *out = m;
+    return 0;
+}

@@ -1,0 +1,136 @@
+/* model.h - one description of a loaded model, whatever file it came from.
+ *
+ * qmodel_load() looks at the path: a regular file is read as GGUF
+ * (engine/gguf.c), a folder as a Hugging Face model folder (engine/hf.c:
+ * config.json, *.safetensors, tokenizer.json, generation_config.json).  A
+ * loader fills a qmodel with hyperparameters, a table of named tensors as
+ * stored in the file, the vocabulary and the special token ids; then
+ * qmodel_bind() (model.c) finds every tensor the architecture needs under the
+ * format's names, checks its dtype and shape against the hyperparameters, and
+ * computes the model fingerprint.
+ *
+ * Tensor bytes stay where the loader put them (an mmap of the file, normally):
+ * weights are used in their stored dtype, never copied to a wider one.
+ *
+ * Every check on file contents returns QERR_FORMAT / QERR_UNSUPPORTED /
+ * QERR_RANGE with a message naming the problem; nothing a file says can make
+ * the loaders crash or attempt an allocation larger than the file itself
+ * justifies.
+ */
+#ifndef QUIRE_MODEL_H
+#define QUIRE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+/* Limits that reject absurd headers before any allocation. */
+#define QMODEL_MAX_LAYERS 1024
+#define QMODEL_MAX_DIM (1 << 20)
+#define QMODEL_MAX_VOCAB (1 << 22)
+#define QMODEL_MAX_TENSORS (1 << 20)
+#define QMODEL_MAX_NAME 256
+
+typedef enum { QFMT_GGUF = 0, QFMT_HF = 1 } qformat;
+
+/* A tensor as named in the file. */
+typedef struct {
+    char *name;                  /* owned */
+    qtensor t;                   /* data points into a mapping or an owned buffer */
+} qnamed_tensor;
+
+typedef enum {
+    QVOCAB_NONE = 0,
+    QVOCAB_SPM = 1,              /* SentencePiece-style pieces, '▁' for space, <0xXX> byte tokens */
+    QVOCAB_BPE = 2               /* GPT-2 byte-level BPE */
+} qvocab_kind;
+
+/* Token types, as GGUF numbers them. */
+enum { QTOK_NORMAL = 1, QTOK_UNKNOWN = 2, QTOK_CONTROL = 3, QTOK_USER = 4, QTOK_UNUSED = 5, QTOK_BYTE = 6 };
+
+typedef struct {
+    qvocab_kind kind;
+    int n;                       /* entries in tokens (may differ from n_vocab) */
+    char **tokens;               /* (n) owned UTF-8 strings; an id absent from the file is NULL */
+    float *scores;               /* (n) or NULL */
+    int32_t *types;              /* (n) QTOK_*, or NULL */
+    char **merges;               /* (n_merges) "a b", owned, or NULL (GGUF gpt2 vocabularies) */
+    int n_merges;
+    char *pre;                   /* GGUF tokenizer.ggml.pre, or NULL */
+    char *tokenizer_json;        /* HF: path of tokenizer.json, or NULL */
+} qvocab;
+
+typedef struct qmodel {
+    qformat format;
+    char *path;                  /* as given to qmodel_load */
+    char *name;                  /* general.name or the folder name */
+    qhparams hp;
+    qweights w;                  /* bound by qmodel_bind */
+
+    int n_tensors;
+    qnamed_tensor *tensors;      /* (n_tensors) as in the file */
+
+    qvocab vocab;
+    int bos_id, unk_id, pad_id;  /* -1 when absent */
+    int n_eos;
+    int eos_ids[8];              /* end-of-sequence ids, n_eos of them */
+    int add_bos;                 /* prepend BOS to prompts */
+
+    uint8_t fingerprint[16];     /* hash of the architecture, shapes and sampled weight bytes */
+    char fingerprint_hex[33];
+
+    /* Storage the tensors point into; released by qmodel_destroy. */
+    int n_maps;
+    struct { void *addr; size_t len; } maps[64];
+    int n_owned;
+    void **owned;                /* heap buffers (e.g. converted tensors) */
+} qmodel;
+
+/* Loads a GGUF file or an HF folder.  On success returns 0 and *out, owned
+ * by the caller (qmodel_destroy).  On failure returns a QERR_* code with a
+ * message in err, and *out is NULL. */
+int qmodel_load(const char *path, qmodel **out, char *err, size_t errlen);
+
+/* Parses a GGUF image already in memory (the caller keeps buf alive for the
+ * model's lifetime, or passes it to qmodel_take_map).  Fills m's
+ * hyperparameters, tensors, vocabulary and special ids; does not bind.
+ * Used by qmodel_load and by the fuzz targets. */
+int gguf_parse(qmodel *m, const void *buf, size_t len, char *err, size_t errlen);
+
+/* Loads an HF folder's config.json, generation_config.json,
+ * tokenizer.json vocabulary and safetensors into m; does not bind. */
+int hf_load_dir(qmodel *m, const char *dir, char *err, size_t errlen);
+
+/* Parses an HF config.json text into m->hp (and bos/eos ids when given). */
+int hf_parse_config(qmodel *m, const char *json, size_t len, char *err, size_t errlen);
+
+/* Parses one safetensors image in memory and appends its tensors to m
+ * (the bytes must outlive m).  Used by hf_load_dir and the fuzz targets. */
+int safetensors_parse(qmodel *m, const void *buf, size_t len, const char *what,
+                      char *err, size_t errlen);
+
+/* Allocates an empty model (all ids -1).  NULL when out of memory. */
+qmodel *qmodel_new(void);
+
+/* Appends a named tensor (name copied).  Checks dtype, ndim and that
+ * numel * dtype size == nbytes without overflow. */
+int qmodel_add_tensor(qmodel *m, const char *name, size_t name_len, qdtype dt, int ndim,
+                      const int64_t *shape, const void *data, size_t nbytes,
+                      char *err, size_t errlen);
+
+/* Returns the named tensor or NULL. */
+const qnamed_tensor *qmodel_find(const qmodel *m, const char *name);
+
+/* Registers storage to release with the model (munmap / free). */
+int qmodel_take_map(qmodel *m, void *addr, size_t len);
+int qmodel_take_buffer(qmodel *m, void *buf);
+
+/* Checks hyperparameters, binds m->w to the tensors under the format's
+ * names, checks every shape and dtype, computes the fingerprint. */
+int qmodel_bind(qmodel *m, char *err, size_t errlen);
+
+/* Releases everything; NULL is a no-op. */
+void qmodel_destroy(qmodel *m);
+
+#endif

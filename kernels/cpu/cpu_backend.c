@@ -1,0 +1,453 @@
+/* cpu_backend.c - the reference backend: a Llama/Qwen2 forward pass in
+ * float32 arithmetic over weights kept in their stored dtype, with K/V in a
+ * paged cache.
+ *
+ * KV layout.  For each layer, K and V each hold num_blocks blocks; a block is
+ * (n_kv_heads, block_size, head_dim) floats, so one head's keys within a
+ * block are contiguous.  Token at position p of a sequence lives in physical
+ * block table[p / block_size], slot p % block_size.
+ *
+ * One forward pass (T tokens from S sequences):
+ *   x = embed(tokens)                                   (T, dim)
+ *   per layer:  xn = rmsnorm(x);  q,k,v = xn W^T (+b);  rope(q, k) at each
+ *               token's position;  k, v -> cache;  a = attention over the
+ *               cache (causal: a token sees positions <= its own);
+ *               x += a Wo^T;  xn = rmsnorm(x);  x += (silu(xn Wg^T) * xn Wu^T) Wd^T
+ *   logits = rmsnorm(x[logits_idx]) Wout^T              (n_logits, n_vocab)
+ *
+ * Work is split over the pool by output rows (projections) and by
+ * (sequence, head) pairs (attention); each output element is computed by the
+ * same instruction sequence whatever the split or batch, so a sequence's
+ * logits do not depend on what else is in the batch.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "util.h"
+#include "cpu/ops.h"
+#include "cpu/pool.h"
+
+typedef struct {
+    qbackend base;
+    qpool *pool;
+    const cpu_kernels *k;
+    int n_threads;
+    size_t block_floats;    /* floats in one block of one layer's K (or V) */
+    float *kc, *vc;         /* (n_layers, num_blocks, n_kv, block_size, head_dim) */
+    float *inv_freq;        /* (rope_dim / 2) */
+    /* Scratch for up to cap tokens. */
+    int cap;
+    float *x, *xn, *q, *kx, *vx, *att, *g, *u, *cs;
+    int cap_ctx;
+    float *scores;          /* (n_threads, cap_ctx) */
+} cpu_be;
+
+/* ---- RoPE frequencies ----------------------------------------------------- */
+
+static void rope_init(const qweights *w, float *inv_freq)
+{
+    const qhparams *hp = &w->hp;
+    int half = hp->rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double f = 1.0 / pow((double)hp->rope_theta, (double)(2 * i) / hp->rope_dim);
+        if (hp->rope_scaling == QROPE_SCALE_LINEAR) {
+            f /= hp->rope_factor;
+        } else if (hp->rope_scaling == QROPE_SCALE_LLAMA3) {
+            /* As in Meta's reference and HF's _compute_llama3_parameters. */
+            double lo_wl = hp->rope_orig_ctx / hp->rope_low_freq_factor;
+            double hi_wl = hp->rope_orig_ctx / hp->rope_high_freq_factor;
+            double wl = 2 * M_PI / f;
+            if (wl > lo_wl) {
+                f = f / hp->rope_factor;
+            } else if (wl >= hi_wl) {
+                double s = (hp->rope_orig_ctx / wl - hp->rope_low_freq_factor) /
+                           (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
+                f = (1 - s) * f / hp->rope_factor + s * f;
+            }
+        }
+        if (w->rope_freqs.data) f /= ((const float *)w->rope_freqs.data)[i];
+        inv_freq[i] = (float)f;
+        if (hp->rope_freq_bf16) inv_freq[i] = q_bf16_to_f32(q_f32_to_bf16(inv_freq[i]));
+    }
+}
+
+/* cs = (cos, sin) pairs for position pos. */
+static void rope_cs(const float *inv_freq, int half, int pos, float *cs)
+{
+    for (int i = 0; i < half; i++) {
+        float a = (float)pos * inv_freq[i];
+        cs[2 * i] = cosf(a);
+        cs[2 * i + 1] = sinf(a);
+    }
+}
+
+static void rope_apply(float *v, int n_heads, int head_dim, int rope_dim, int neox, const float *cs)
+{
+    int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *p = v + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            float c = cs[2 * i], s = cs[2 * i + 1], x0 = p[a], x1 = p[b];
+            p[a] = x0 * c - x1 * s;
+            p[b] = x1 * c + x0 * s;
+        }
+    }
+}
+
+/* ---- parallel projections ------------------------------------------------- */
+
+/* Up to three projections of the same input in one pool run (q/k/v, gate/up). */
+typedef struct {
+    const cpu_kernels *k;
+    const float *x;
+    int T, K;
+    int n_mats;
+    struct { const qtensor *W; float *y; int N; int first_task; } m[3];
+    int rows_per_task;
+} proj_job;
+
+static void proj_task(void *ctx, int task, int tid)
+{
+    proj_job *j = ctx;
+    int i = j->n_mats - 1;
+    while (i > 0 && task < j->m[i].first_task) i--;
+    int o0 = (task - j->m[i].first_task) * j->rows_per_task;
+    int o1 = o0 + j->rows_per_task;
+    if (o1 > j->m[i].N) o1 = j->m[i].N;
+    j->k->matmul(j->m[i].y, j->m[i].N, j->x, j->T, j->m[i].W->data, j->m[i].W->dtype, j->K, o0, o1);
+}
+
+static void project(cpu_be *be, const float *x, int T, int K, int n, const qtensor *const *W,
+                    float *const *y)
+{
+    proj_job j = { .k = be->k, .x = x, .T = T, .K = K, .n_mats = n };
+    int total = 0;
+    for (int i = 0; i < n; i++) total += (int)W[i]->shape[0];
+    /* About 8 tasks per thread so that uneven cores even out; rows in
+     * multiples of 4 to fill the 4-row tiles. */
+    int rpt = total / (be->n_threads * 8);
+    rpt = rpt < 4 ? 4 : (rpt + 3) & ~3;
+    j.rows_per_task = rpt;
+    int tasks = 0;
+    for (int i = 0; i < n; i++) {
+        j.m[i].W = W[i];
+        j.m[i].y = y[i];
+        j.m[i].N = (int)W[i]->shape[0];
+        j.m[i].first_task = tasks;
+        tasks += (j.m[i].N + rpt - 1) / rpt;
+    }
+    qpool_run(be->pool, tasks, proj_task, &j);
+}
+
+/* ---- attention -------------------------------------------------------------- */
+
+typedef struct {
+    cpu_be *be;
+    const qbatch *b;
+    int layer;
+} attn_job;
+
+static void attn_task(void *ctx, int task, int tid)
+{
+    attn_job *j = ctx;
+    cpu_be *be = j->be;
+    const qhparams *hp = &be->base.w->hp;
+    const int H = hp->n_heads, hd = hp->head_dim, bs = be->base.opts.block_size;
+    const int group = H / hp->n_kv_heads;
+    const qbatch_seq *s = &j->b->seqs[task / H];
+    const int h = task % H, g = h / group;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *sc = be->scores + (size_t)tid * be->cap_ctx;
+    const size_t layer_off = (size_t)j->layer * be->base.opts.num_blocks * be->block_floats;
+    const float *kc = be->kc + layer_off, *vc = be->vc + layer_off;
+
+    for (int i = 0; i < s->n_tokens; i++) {
+        const int t = s->first + i, n = s->pos0 + i + 1;
+        const float *q = be->q + ((size_t)t * H + h) * hd;
+        float mx = -INFINITY;
+        for (int p = 0; p < n; p++) {
+            const float *kp = kc + (size_t)s->block_table[p / bs] * be->block_floats +
+                              ((size_t)g * bs + p % bs) * hd;
+            sc[p] = be->k->dot(q, kp, hd) * scale;
+            if (sc[p] > mx) mx = sc[p];
+        }
+        float sum = 0;
+        for (int p = 0; p < n; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float *out = be->att + ((size_t)t * H + h) * hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int p = 0; p < n; p++) {
+            const float *vp = vc + (size_t)s->block_table[p / bs] * be->block_floats +
+                              ((size_t)g * bs + p % bs) * hd;
+            be->k->axpy(out, sc[p], vp, hd);
+        }
+        const float inv = 1.0f / sum;
+        for (int d = 0; d < hd; d++) out[d] *= inv;
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+static int ensure_scratch(cpu_be *be, int T, int ctx)
+{
+    const qhparams *hp = &be->base.w->hp;
+    if (T > be->cap) {
+        int cap = T < 16 ? 16 : T;
+        float **bufs[] = { &be->x, &be->xn, &be->q, &be->kx, &be->vx, &be->att, &be->g, &be->u };
+        size_t widths[] = { (size_t)hp->dim, (size_t)hp->dim, (size_t)hp->n_heads * hp->head_dim,
+                            (size_t)hp->n_kv_heads * hp->head_dim, (size_t)hp->n_kv_heads * hp->head_dim,
+                            (size_t)hp->n_heads * hp->head_dim, (size_t)hp->ffn_dim, (size_t)hp->ffn_dim };
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+            size_t n;
+            if (q_mul_overflow((size_t)cap, widths[i], &n)) return QERR_NOMEM;
+            float *nb = q_malloc_aligned(n * sizeof(float));
+            if (!nb) return QERR_NOMEM;
+            q_free_aligned(*bufs[i]);
+            *bufs[i] = nb;
+        }
+        float *cs = q_mallocn((size_t)cap, (size_t)hp->rope_dim * sizeof(float));
+        if (!cs) return QERR_NOMEM;
+        free(be->cs);
+        be->cs = cs;
+        be->cap = cap;
+    }
+    if (ctx > be->cap_ctx) {
+        float *sc = q_mallocn((size_t)be->n_threads * (size_t)ctx, sizeof(float));
+        if (!sc) return QERR_NOMEM;
+        free(be->scores);
+        be->scores = sc;
+        be->cap_ctx = ctx;
+    }
+    return 0;
+}
+
+static int check_batch(const cpu_be *be, const qbatch *b)
+{
+    const qhparams *hp = &be->base.w->hp;
+    const int bs = be->base.opts.block_size, nb = be->base.opts.num_blocks;
+    if (b->n_tokens <= 0 || b->n_seqs <= 0 || !b->tokens || !b->seqs) return QERR_INVAL;
+    for (int i = 0; i < b->n_tokens; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab) return QERR_RANGE;
+    int covered = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const qbatch_seq *q = &b->seqs[s];
+        if (q->first != covered || q->n_tokens <= 0 || q->pos0 < 0) return QERR_INVAL;
+        covered += q->n_tokens;
+        if (covered > b->n_tokens) return QERR_INVAL;
+        long need = ((long)q->pos0 + q->n_tokens + bs - 1) / bs;
+        if (need > q->n_blocks || !q->block_table) return QERR_RANGE;
+        for (long i = 0; i < need; i++)
+            if (q->block_table[i] < 0 || q->block_table[i] >= nb) return QERR_RANGE;
+    }
+    if (covered != b->n_tokens) return QERR_INVAL;
+    for (int r = 0; r < b->n_logits; r++)
+        if (b->logits_idx[r] < 0 || b->logits_idx[r] >= b->n_tokens || (r && b->logits_idx[r] <= b->logits_idx[r - 1]))
+            return QERR_INVAL;
+    return 0;
+}
+
+static void add_bias(float *y, const qtensor *b, int T, int N, float *tmp)
+{
+    if (!b->data) return;
+    cpu_to_f32(tmp, b->data, b->dtype, 0, N);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < N; i++) y[(size_t)t * N + i] += tmp[i];
+}
+
+static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
+{
+    cpu_be *be = (cpu_be *)base;
+    const qweights *w = base->w;
+    const qhparams *hp = &w->hp;
+    const int T = b->n_tokens, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim;
+    const int qd = H * hd, kvd = KV * hd, bs = base->opts.block_size;
+    int rc = check_batch(be, b);
+    if (rc) return rc;
+    int max_ctx = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->seqs[s].pos0 + b->seqs[s].n_tokens > max_ctx) max_ctx = b->seqs[s].pos0 + b->seqs[s].n_tokens;
+    if ((rc = ensure_scratch(be, T > b->n_logits ? T : b->n_logits, max_ctx))) return rc;
+
+    for (int t = 0; t < T; t++)
+        cpu_to_f32(be->x + (size_t)t * D, w->tok_embd.data, w->tok_embd.dtype, (int64_t)b->tokens[t] * D, D);
+    /* cos/sin per token, shared by every layer and head. */
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int i = 0; i < b->seqs[s].n_tokens; i++)
+            rope_cs(be->inv_freq, hp->rope_dim / 2, b->seqs[s].pos0 + i,
+                    be->cs + (size_t)(b->seqs[s].first + i) * hp->rope_dim);
+
+    for (int l = 0; l < hp->n_layers; l++) {
+        const qlayer *L = &w->layers[l];
+        for (int t = 0; t < T; t++)
+            cpu_rmsnorm(be->xn + (size_t)t * D, be->x + (size_t)t * D, L->attn_norm.data, L->attn_norm.dtype, D, hp->norm_eps);
+        const qtensor *Wqkv[3] = { &L->wq, &L->wk, &L->wv };
+        float *yqkv[3] = { be->q, be->kx, be->vx };
+        project(be, be->xn, T, D, 3, Wqkv, yqkv);
+        add_bias(be->q, &L->bq, T, qd, be->g);
+        add_bias(be->kx, &L->bk, T, kvd, be->g);
+        add_bias(be->vx, &L->bv, T, kvd, be->g);
+
+        const size_t layer_off = (size_t)l * base->opts.num_blocks * be->block_floats;
+        for (int s = 0; s < b->n_seqs; s++) {
+            const qbatch_seq *sq = &b->seqs[s];
+            for (int i = 0; i < sq->n_tokens; i++) {
+                const int t = sq->first + i, pos = sq->pos0 + i;
+                const float *cs = be->cs + (size_t)t * hp->rope_dim;
+                rope_apply(be->q + (size_t)t * qd, H, hd, hp->rope_dim, hp->rope_neox, cs);
+                rope_apply(be->kx + (size_t)t * kvd, KV, hd, hp->rope_dim, hp->rope_neox, cs);
+                const size_t blk = (size_t)sq->block_table[pos / bs] * be->block_floats;
+                for (int g = 0; g < KV; g++) {
+                    size_t off = layer_off + blk + ((size_t)g * bs + pos % bs) * hd;
+                    memcpy(be->kc + off, be->kx + (size_t)t * kvd + (size_t)g * hd, (size_t)hd * sizeof(float));
+                    memcpy(be->vc + off, be->vx + (size_t)t * kvd + (size_t)g * hd, (size_t)hd * sizeof(float));
+                }
+            }
+        }
+        attn_job aj = { be, b, l };
+        qpool_run(be->pool, b->n_seqs * H, attn_task, &aj);
+
+        const qtensor *Wo[1] = { &L->wo };
+        float *yo[1] = { be->xn };
+        project(be, be->att, T, qd, 1, Wo, yo);
+        for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
+
+        for (int t = 0; t < T; t++)
+            cpu_rmsnorm(be->xn + (size_t)t * D, be->x + (size_t)t * D, L->ffn_norm.data, L->ffn_norm.dtype, D, hp->norm_eps);
+        const qtensor *Wgu[2] = { &L->w_gate, &L->w_up };
+        float *ygu[2] = { be->g, be->u };
+        project(be, be->xn, T, D, 2, Wgu, ygu);
+        cpu_swiglu(be->g, be->g, be->u, T * hp->ffn_dim);
+        const qtensor *Wd[1] = { &L->w_down };
+        float *yd[1] = { be->xn };
+        project(be, be->g, T, hp->ffn_dim, 1, Wd, yd);
+        for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
+    }
+
+    if (b->n_logits > 0) {
+        for (int r = 0; r < b->n_logits; r++)
+            cpu_rmsnorm(be->xn + (size_t)r * D, be->x + (size_t)b->logits_idx[r] * D, w->out_norm.data,
+                        w->out_norm.dtype, D, hp->norm_eps);
+        const qtensor *Wout[1] = { &w->output };
+        float *yl[1] = { logits };
+        project(be, be->xn, b->n_logits, D, 1, Wout, yl);
+    }
+    return 0;
+}
+
+/* ---- blocks ------------------------------------------------------------------- */
+
+static size_t cpu_block_bytes(const qbackend *base)
+{
+    const cpu_be *be = (const cpu_be *)base;
+    return 2 * (size_t)base->w->hp.n_layers * be->block_floats * sizeof(float);
+}
+
+static int cpu_copy_block(qbackend *base, int src, int dst)
+{
+    cpu_be *be = (cpu_be *)base;
+    const int nb = base->opts.num_blocks;
+    if (src < 0 || src >= nb || dst < 0 || dst >= nb) return QERR_RANGE;
+    if (src == dst) return 0;
+    for (int l = 0; l < base->w->hp.n_layers; l++) {
+        size_t lo = (size_t)l * nb * be->block_floats, n = be->block_floats * sizeof(float);
+        memcpy(be->kc + lo + (size_t)dst * be->block_floats, be->kc + lo + (size_t)src * be->block_floats, n);
+        memcpy(be->vc + lo + (size_t)dst * be->block_floats, be->vc + lo + (size_t)src * be->block_floats, n);
+    }
+    return 0;
+}
+
+/* Block bytes are laid out as every layer's K, then every layer's V. */
+static int cpu_rw_block(qbackend *base, int block, void *host, int write)
+{
+    cpu_be *be = (cpu_be *)base;
+    const int nb = base->opts.num_blocks, L = base->w->hp.n_layers;
+    if (block < 0 || block >= nb) return QERR_RANGE;
+    size_t n = be->block_floats * sizeof(float);
+    char *h = host;
+    for (int c = 0; c < 2; c++) {
+        float *cache = c ? be->vc : be->kc;
+        for (int l = 0; l < L; l++, h += n) {
+            float *p = cache + ((size_t)l * nb + (size_t)block) * be->block_floats;
+            if (write) memcpy(p, h, n);
+            else memcpy(h, p, n);
+        }
+    }
+    return 0;
+}
+
+static int cpu_read_block(qbackend *base, int block, void *dst) { return cpu_rw_block(base, block, dst, 0); }
+static int cpu_write_block(qbackend *base, int block, const void *src) { return cpu_rw_block(base, block, (void *)src, 1); }
+
+static void cpu_destroy(qbackend *base)
+{
+    cpu_be *be = (cpu_be *)base;
+    qpool_destroy(be->pool);
+    q_free_aligned(be->kc);
+    q_free_aligned(be->vc);
+    free(be->inv_freq);
+    float *bufs[] = { be->x, be->xn, be->q, be->kx, be->vx, be->att, be->g, be->u };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) q_free_aligned(bufs[i]);
+    free(be->cs);
+    free(be->scores);
+    free(be);
+}
+
+static const qbackend_ops cpu_ops = {
+    .name = "cpu",
+    .forward = cpu_forward,
+    .copy_block = cpu_copy_block,
+    .block_bytes = cpu_block_bytes,
+    .read_block = cpu_read_block,
+    .write_block = cpu_write_block,
+    .destroy = cpu_destroy,
+};
+
+int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    const qhparams *hp = &w->hp;
+    if (opts->num_blocks <= 0 || opts->block_size <= 0 || opts->block_size > 4096)
+        return qerr_set(err, errlen, QERR_INVAL, "cpu backend: %d blocks of %d tokens", opts->num_blocks, opts->block_size);
+    cpu_be *be = calloc(1, sizeof *be);
+    if (!be) return qerr_set(err, errlen, QERR_NOMEM, "cpu backend: out of memory");
+    be->base.ops = &cpu_ops;
+    be->base.w = w;
+    be->base.opts = *opts;
+    be->k = cpu_kernels_get();
+    int nt = opts->n_threads;
+    if (nt <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        nt = n > 0 ? (int)n : 1;
+    }
+    be->n_threads = nt;
+    be->base.opts.n_threads = nt;
+    be->block_floats = (size_t)hp->n_kv_heads * opts->block_size * hp->head_dim;
+    size_t total;
+    if (q_mul_overflow(be->block_floats, (size_t)opts->num_blocks * hp->n_layers, &total) ||
+        q_mul_overflow(total, sizeof(float), &total)) {
+        free(be);
+        return qerr_set(err, errlen, QERR_RANGE, "cpu backend: KV cache size overflows");
+    }
+    be->kc = q_malloc_aligned(total);
+    be->vc = q_malloc_aligned(total);
+    be->inv_freq = q_mallocn((size_t)hp->rope_dim / 2 + 1, sizeof(float));
+    be->pool = qpool_create(nt);
+    if (!be->kc || !be->vc || !be->inv_freq || !be->pool) {
+        cpu_destroy(&be->base);
+        return qerr_set(err, errlen, QERR_NOMEM, "cpu backend: cannot allocate %.1f MiB of KV cache",
+                        2.0 * (double)total / (1 << 20));
+    }
+    memset(be->kc, 0, total);
+    memset(be->vc, 0, total);
+    rope_init(w, be->inv_freq);
+    *out = &be->base;
+    return 0;
+}

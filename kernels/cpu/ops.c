@@ -1,0 +1,88 @@
+/* ops.c - portable reference kernels and the run-time kernel choice. */
+#include "ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static inline float load_w(const void *W, qdtype dt, size_t i)
+{
+    switch (dt) {
+    case QDT_F16: return q_f16_to_f32(((const uint16_t *)W)[i]);
+    case QDT_BF16: return q_bf16_to_f32(((const uint16_t *)W)[i]);
+    default: return ((const float *)W)[i];
+    }
+}
+
+void cpu_to_f32(float *dst, const void *src, qdtype dt, int64_t off, int n)
+{
+    if (dt == QDT_F32) {
+        memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float));
+        return;
+    }
+    for (int i = 0; i < n; i++) dst[i] = load_w(src, dt, (size_t)off + (size_t)i);
+}
+
+void cpu_matmul_ref(float *y, int ldy, const float *x, int T, const void *W, qdtype dt,
+                    int K, int o0, int o1)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * K;
+        for (int o = o0; o < o1; o++) {
+            size_t base = (size_t)o * K;
+            float acc[8] = { 0 };
+            int k = 0;
+            for (; k + 8 <= K; k += 8)
+                for (int j = 0; j < 8; j++) acc[j] += xt[k + j] * load_w(W, dt, base + k + j);
+            for (int j = 0; k < K; k++, j++) acc[j] += xt[k] * load_w(W, dt, base + k);
+            y[(size_t)t * ldy + o] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        }
+    }
+}
+
+float cpu_dot_ref(const float *a, const float *b, int n)
+{
+    float acc[8] = { 0 };
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[k + j] * b[k + j];
+    for (int j = 0; k < n; k++, j++) acc[j] += a[k] * b[k];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+void cpu_axpy_ref(float *y, float a, const float *x, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void cpu_rmsnorm(float *y, const float *x, const void *w, qdtype dt, int n, float eps)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * load_w(w, dt, (size_t)i);
+}
+
+void cpu_swiglu(float *out, const float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static const cpu_kernels k_ref = { "scalar", cpu_matmul_ref, cpu_dot_ref, cpu_axpy_ref };
+static const cpu_kernels k_avx2 = { "avx2", cpu_matmul_avx2, cpu_dot_avx2, cpu_axpy_avx2 };
+
+const cpu_kernels *cpu_kernels_ref(void) { return &k_ref; }
+
+const cpu_kernels *cpu_kernels_get(void)
+{
+    const char *e = getenv("QUIRE_CPU_SIMD");
+    if (e && !strcmp(e, "0")) return &k_ref;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &k_avx2;
+#endif
+    return &k_ref;
+}

@@ -1,0 +1,8 @@
+/* cli.h - the quire program's subcommands. */
+#ifndef QUIRE_CLI_H
+#define QUIRE_CLI_H
+
+/* Each returns the process exit status. */
+int cmd_generate(int argc, char **argv);
+
+#endif

@@ -1,0 +1,322 @@
+/* cmd_generate.c - `quire generate`: load a model, run one prompt, stream the
+ * generated text to stdout and the speed to stderr.
+ *
+ * One sequence, its KV blocks allocated up front (the engine's block pool
+ * and scheduler take over this job in the engine issue).  The prompt is
+ * prefilled in chunks of --chunk tokens, then tokens are decoded one at a
+ * time until -n tokens or an end-of-sequence token. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "model.h"
+#include "sample.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct {
+    const char *model;
+    const char *prompt_ids;
+    int n_predict;
+    int threads;
+    int block_size;
+    int chunk;
+    int ignore_eos;
+    int print_ids;
+    int help;
+    qsample_params sp;
+} gen_opts;
+
+typedef enum { OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64, OPT_FLAG } opt_kind;
+
+/* The one table of flags: parsing and --help both read it. */
+typedef struct {
+    const char *s, *l, *arg;
+    opt_kind kind;
+    size_t off;
+    const char *help;
+} gen_opt;
+
+#define F_(field) offsetof(gen_opts, field)
+static const gen_opt gen_table[] = {
+    { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
+    { NULL, "--prompt-ids", "LIST", OPT_STR, F_(prompt_ids), "prompt as comma-separated token ids (default: BOS alone)" },
+    { "-n", "--n-predict", "N", OPT_INT, F_(n_predict), "tokens to generate (default 128)" },
+    { NULL, "--temp", "T", OPT_FLOAT, F_(sp.temperature), "temperature; 0 is greedy (default 1.0)" },
+    { NULL, "--top-k", "K", OPT_INT, F_(sp.top_k), "keep the K most probable tokens; 0 is off (default 0)" },
+    { NULL, "--top-p", "P", OPT_FLOAT, F_(sp.top_p), "nucleus sampling mass; 1 is off (default 1.0)" },
+    { NULL, "--min-p", "P", OPT_FLOAT, F_(sp.min_p), "drop tokens below P times the best one's probability (default 0)" },
+    { NULL, "--seed", "S", OPT_U64, F_(sp.seed), "random seed; the same seed gives the same output (default 0)" },
+    { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
+    { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
+    { NULL, "--chunk", "N", OPT_INT, F_(chunk), "prompt tokens per forward pass (default 512)" },
+    { NULL, "--ignore-eos", NULL, OPT_FLAG, F_(ignore_eos), "do not stop at end-of-sequence tokens" },
+    { NULL, "--ids", NULL, OPT_FLAG, F_(print_ids), "print the generated token ids as a JSON array instead of text" },
+    { "-h", "--help", NULL, OPT_FLAG, F_(help), "show this help" },
+};
+#undef F_
+#define N_GEN_OPTS (sizeof gen_table / sizeof gen_table[0])
+
+static void gen_usage(FILE *f)
+{
+    fprintf(f, "usage: quire generate -m MODEL [options]\n\n"
+               "Generates text from a prompt and prints it to stdout; prints prompt and\n"
+               "generation speed (tokens/s) to stderr.\n\noptions:\n");
+    for (size_t i = 0; i < N_GEN_OPTS; i++) {
+        const gen_opt *g = &gen_table[i];
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s%s", g->s ? g->s : "", g->s ? ", " : "    ", g->l,
+                 g->arg ? " " : "", g->arg ? g->arg : "");
+        fprintf(f, "  %-26s %s\n", left, g->help);
+    }
+}
+
+static int parse_num(const char *flag, const char *s, opt_kind kind, void *out)
+{
+    char *end;
+    errno = 0;
+    if (kind == OPT_INT) {
+        long v = strtol(s, &end, 10);
+        if (errno || *end || end == s || v < INT_MIN || v > INT_MAX) goto bad;
+        *(int *)out = (int)v;
+    } else if (kind == OPT_U64) {
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || *end || end == s || s[0] == '-') goto bad;
+        *(uint64_t *)out = v;
+    } else {
+        float v = strtof(s, &end);
+        if (errno || *end || end == s) goto bad;
+        *(float *)out = v;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "quire generate: %s: invalid number '%s'\n", flag, s);
+    return -1;
+}
+
+static int gen_parse(int argc, char **argv, gen_opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const gen_opt *g = NULL;
+        for (size_t k = 0; k < N_GEN_OPTS && !g; k++)
+            if ((gen_table[k].s && !strcmp(a, gen_table[k].s)) || !strcmp(a, gen_table[k].l)) g = &gen_table[k];
+        if (!g) {
+            fprintf(stderr, "quire generate: unknown option '%s' (see --help)\n", a);
+            return -1;
+        }
+        void *field = (char *)o + g->off;
+        if (g->kind == OPT_FLAG) {
+            *(int *)field = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "quire generate: %s needs a value\n", a);
+            return -1;
+        }
+        const char *v = argv[++i];
+        if (g->kind == OPT_STR) *(const char **)field = v;
+        else if (parse_num(a, v, g->kind, field)) return -1;
+    }
+    return 0;
+}
+
+/* Parses "1,2,3" into a new array; returns the count or -1. */
+static int parse_ids(const char *s, int n_vocab, int32_t **out)
+{
+    int cap = 16, n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= n_vocab) {
+            fprintf(stderr, "quire generate: --prompt-ids: '%s' is not a token id below %d\n", p, n_vocab);
+            free(ids);
+            return -1;
+        }
+        if (n == cap) {
+            int32_t *ni = q_reallocn(ids, (size_t)cap * 2, sizeof *ids);
+            if (!ni) { free(ids); return -1; }
+            ids = ni;
+            cap *= 2;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    *out = ids;
+    return n;
+}
+
+static int is_eos(const qmodel *m, int id)
+{
+    for (int i = 0; i < m->n_eos; i++)
+        if (m->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    gen_opts o = { .n_predict = 128, .threads = 0, .block_size = 16, .chunk = 512, .sp = qsample_defaults() };
+    if (gen_parse(argc, argv, &o)) return 2;
+    if (o.help) {
+        gen_usage(stdout);
+        return 0;
+    }
+    if (!o.model) {
+        fprintf(stderr, "quire generate: -m MODEL is required\n\n");
+        gen_usage(stderr);
+        return 2;
+    }
+    char err[512];
+    if (qsample_check(&o.sp, err, sizeof err)) {
+        fprintf(stderr, "quire generate: %s\n", err);
+        return 2;
+    }
+    if (o.n_predict < 0 || o.block_size < 1 || o.block_size > 4096 || o.chunk < 1 || o.threads < 0) {
+        fprintf(stderr, "quire generate: -n, --block-size, --chunk and --threads must be positive\n");
+        return 2;
+    }
+
+    int status = 1;
+    qmodel *m = NULL;
+    qbackend *be = NULL;
+    qsampler *smp = NULL;
+    int32_t *prompt = NULL, *table = NULL, *out_ids = NULL;
+    float *logits = NULL;
+
+    double t0 = q_now();
+    int rc = qmodel_load(o.model, &m, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "quire generate: cannot load model: %s\n", err);
+        goto done;
+    }
+    const qhparams *hp = &m->hp;
+    QLOGI("model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, %s weights, fingerprint %s",
+          m->name, hp->arch == QARCH_QWEN2 ? "qwen2" : "llama", hp->n_layers, hp->dim, hp->n_heads,
+          hp->n_kv_heads, hp->n_vocab, qdt_name(m->w.tok_embd.dtype), m->fingerprint_hex);
+
+    int n_prompt;
+    if (o.prompt_ids) {
+        n_prompt = parse_ids(o.prompt_ids, hp->n_vocab, &prompt);
+        if (n_prompt < 0) goto done;
+        if (n_prompt == 0) {
+            fprintf(stderr, "quire generate: --prompt-ids is empty\n");
+            goto done;
+        }
+    } else {
+        if (m->bos_id < 0) {
+            fprintf(stderr, "quire generate: the model has no BOS token; give --prompt-ids\n");
+            goto done;
+        }
+        prompt = malloc(sizeof *prompt);
+        if (!prompt) goto oom;
+        prompt[0] = m->bos_id;
+        n_prompt = 1;
+    }
+    if (n_prompt > hp->max_ctx) {
+        fprintf(stderr, "quire generate: the prompt has %d tokens; the model's context is %d\n", n_prompt, hp->max_ctx);
+        goto done;
+    }
+    int n_predict = o.n_predict;
+    if (n_prompt + n_predict > hp->max_ctx) {
+        n_predict = hp->max_ctx - n_prompt;
+        QLOGW("generating at most %d tokens: the model's context is %d", n_predict, hp->max_ctx);
+    }
+
+    const int total = n_prompt + n_predict, bs = o.block_size;
+    const int n_blocks = (total + bs - 1) / bs;
+    table = q_mallocn((size_t)n_blocks, sizeof *table);
+    out_ids = q_mallocn((size_t)n_predict + 1, sizeof *out_ids);
+    logits = q_mallocn((size_t)hp->n_vocab, sizeof *logits);
+    if (!table || !out_ids || !logits) goto oom;
+    for (int i = 0; i < n_blocks; i++) table[i] = i;
+
+    qbackend_opts bo = { .n_threads = o.threads, .num_blocks = n_blocks, .block_size = bs };
+    if ((rc = cpu_backend_create(&m->w, &bo, &be, err, sizeof err))) {
+        fprintf(stderr, "quire generate: %s\n", err);
+        goto done;
+    }
+    smp = qsampler_create(&o.sp, hp->n_vocab);
+    if (!smp) goto oom;
+    QLOGI("loaded in %.3f s; cpu backend, %d threads", q_now() - t0, be->opts.n_threads);
+
+    /* Prefill, in chunks; logits only for the last prompt token. */
+    double tp = q_now();
+    for (int start = 0; start < n_prompt; start += o.chunk) {
+        int n = n_prompt - start < o.chunk ? n_prompt - start : o.chunk;
+        int last = start + n == n_prompt;
+        int32_t li = n - 1;
+        qbatch_seq seq = { .first = 0, .n_tokens = n, .pos0 = start, .block_table = table, .n_blocks = n_blocks };
+        qbatch b = { .n_tokens = n, .tokens = prompt + start, .n_seqs = 1, .seqs = &seq,
+                     .n_logits = last ? 1 : 0, .logits_idx = &li };
+        if ((rc = be->ops->forward(be, &b, logits))) {
+            fprintf(stderr, "quire generate: forward pass failed: %s\n", qerr_str(rc));
+            goto done;
+        }
+    }
+    double prefill_s = q_now() - tp;
+
+    /* Decode. */
+    double td = q_now();
+    int n_gen = 0, prev = prompt[n_prompt - 1], pos = n_prompt;
+    char piece[256];
+    if (o.print_ids) fputs("[", stdout);
+    while (n_gen < n_predict) {
+        int tok = qsample(smp, logits);
+        if (!o.ignore_eos && is_eos(m, tok)) break;
+        out_ids[n_gen++] = tok;
+        if (o.print_ids) {
+            printf("%s%d", n_gen > 1 ? ", " : "", tok);
+        } else {
+            int strip = prev == m->bos_id && m->vocab.kind == QVOCAB_SPM;
+            int len = qvocab_decode_piece(&m->vocab, tok, strip, piece, sizeof piece);
+            if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
+        }
+        fflush(stdout);
+        prev = tok;
+        if (n_gen == n_predict) break;
+        int32_t tk = tok, li = 0;
+        qbatch_seq seq = { .first = 0, .n_tokens = 1, .pos0 = pos, .block_table = table, .n_blocks = n_blocks };
+        qbatch b = { .n_tokens = 1, .tokens = &tk, .n_seqs = 1, .seqs = &seq, .n_logits = 1, .logits_idx = &li };
+        if ((rc = be->ops->forward(be, &b, logits))) {
+            fprintf(stderr, "\nquire generate: forward pass failed: %s\n", qerr_str(rc));
+            goto done;
+        }
+        pos++;
+    }
+    double decode_s = q_now() - td;
+    if (o.print_ids) fputs("]", stdout);
+    fputs("\n", stdout);
+    fflush(stdout);
+    /* The first generated token comes from the prefill's logits, so decode
+     * speed counts the forward passes after it. */
+    int decode_passes = n_gen > 0 ? n_gen - 1 : 0;
+    fprintf(stderr, "prompt: %d tokens in %.3f s, %.2f tokens/s\n", n_prompt, prefill_s,
+            prefill_s > 0 ? n_prompt / prefill_s : 0.0);
+    fprintf(stderr, "generation: %d tokens in %.3f s, %.2f tokens/s\n", n_gen, decode_s,
+            decode_s > 0 && decode_passes > 0 ? decode_passes / decode_s : 0.0);
+    status = 0;
+    goto done;
+oom:
+    fprintf(stderr, "quire generate: out of memory\n");
+done:
+    qsampler_destroy(smp);
+    qbackend_destroy(be);
+    qmodel_destroy(m);
+    free(prompt);
+    free(table);
+    free(out_ids);
+    free(logits);
+    return status;
+}
