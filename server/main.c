@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "cli.h"
+#ifdef QUIRE_HAVE_CUDA
+#include "cuda_info.h"
+#endif
 
 #ifndef QUIRE_VERSION
 #define QUIRE_VERSION "dev"
@@ -36,7 +39,12 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "--version")) {
 #ifdef QUIRE_HAVE_CUDA
-        printf("quire %s (backends: cpu, cuda compiled in)\n", QUIRE_VERSION);
+        char err[256] = "", name[256];
+        int n = cuda_device_count(err, sizeof err);
+        printf("quire %s (backends: cpu, cuda)\n", QUIRE_VERSION);
+        if (n == 0) printf("cuda: no usable device (%s)\n", err);
+        for (int i = 0; i < n; i++)
+            if (!cuda_device_name(i, name, sizeof name)) printf("cuda device %d: %s\n", i, name);
 #else
         printf("quire %s (backends: cpu)\n", QUIRE_VERSION);
 #endif

@@ -142,6 +142,13 @@ static void project(cpu_be *be, const float *x, int T, int K, int n, const qtens
         j.m[i].first_task = tasks;
         tasks += (j.m[i].N + rpt - 1) / rpt;
     }
+    /* Small products are not worth waking the workers for: a task's result
+     * does not depend on which thread runs it, so running them all here is
+     * the same computation. */
+    if ((double)total * K * T < 262144.0) {
+        for (int t = 0; t < tasks; t++) proj_task(&j, t, 0);
+        return;
+    }
     qpool_run(be->pool, tasks, proj_task, &j);
 }
 
@@ -312,7 +319,10 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
             }
         }
         attn_job aj = { be, b, l };
-        qpool_run(be->pool, b->n_seqs * H, attn_task, &aj);
+        if ((double)T * max_ctx * qd < 262144.0)
+            for (int t = 0; t < b->n_seqs * H; t++) attn_task(&aj, t, 0);
+        else
+            qpool_run(be->pool, b->n_seqs * H, attn_task, &aj);
 
         const qtensor *Wo[1] = { &L->wo };
         float *yo[1] = { be->xn };

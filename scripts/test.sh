@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this).
+#   1. release build with warnings as errors (CUDA backend too where nvcc is found), ctest;
+#   2. ASan + UBSan build of the unit tests, ctest;
+#   3. libFuzzer targets, FUZZ_SECONDS each (default 60);
+#   4. end-to-end tests (pytest against a running quire) once they exist.
+# Environment: FUZZ_SECONDS, JOBS (default: nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+bash scripts/deps.sh test
+[ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+section "release build (-Werror) and unit tests"
+cmake -S . -B build/ci -DCMAKE_BUILD_TYPE=Release -DQUIRE_WERROR=ON >/dev/null
+cmake --build build/ci -j "$JOBS"
+ctest --test-dir build/ci --output-on-failure -j "$JOBS"
+
+section "ASan + UBSan build and unit tests"
+cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DQUIRE_WERROR=ON -DQUIRE_CUDA=OFF \
+  -DQUIRE_SANITIZE=address,undefined >/dev/null
+cmake --build build/asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+
+section "fuzz targets, ${FUZZ_SECONDS}s each"
+CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIRE_CUDA=OFF -DQUIRE_FUZZ=ON \
+  -DBUILD_TESTING=OFF >/dev/null
+cmake --build build/fuzz -j "$JOBS"
+fuzz_pass=0
+for f in build/fuzz/fuzz_*; do
+  name=$(basename "$f")
+  corpus_src=tests/fuzz/corpus/${name#fuzz_}
+  work=build/fuzz/corpus-$name
+  rm -rf "$work" && mkdir -p "$work"
+  [ -d "$corpus_src" ] && cp -r "$corpus_src"/. "$work"/
+  echo "-- $name"
+  rc=0
+  "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix=build/fuzz/ "$work" >"build/fuzz/$name.log" 2>&1 || rc=$?
+  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|SUMMARY" "build/fuzz/$name.log" || true
+  if [ "$rc" -ne 0 ]; then tail -50 "build/fuzz/$name.log"; echo "FAIL $name"; exit 1; fi
+  fuzz_pass=$((fuzz_pass + 1))
+done
+echo "fuzz: $fuzz_pass passed, 0 failed"
+
+if [ -d tests/e2e ] && ls tests/e2e/test_*.py >/dev/null 2>&1; then
+  section "end-to-end tests"
+  python3 -m venv build/venv
+  build/venv/bin/pip install -q -r tests/e2e/requirements.txt
+  QUIRE_BIN=build/ci/quire build/venv/bin/python -m pytest -q tests/e2e
+fi
+section "all tests passed"
