@@ -45,6 +45,51 @@ qmodel *qmodel_new(void)
     return m;
 }
 
+/* ---- the tensor-name index ----------------------------------------------
+ * Open addressing with linear probing over FNV-1a hashes; slots hold
+ * index + 1 (0 = empty); kept at most half full.  Duplicate checks and
+ * lookups stay O(1), so a header with many tensors cannot make loading
+ * quadratic. */
+
+static size_t name_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+static int name_lookup(const qmodel *m, const char *name, size_t n)
+{
+    if (!m->name_index_cap) return -1;
+    size_t mask = m->name_index_cap - 1;
+    for (size_t i = name_hash(name, n) & mask;; i = (i + 1) & mask) {
+        uint32_t v = m->name_index[i];
+        if (!v) return -1;
+        const char *t = m->tensors[v - 1].name;
+        if (!strncmp(t, name, n) && t[n] == 0) return (int)(v - 1);
+    }
+}
+
+static void name_insert(qmodel *m, int idx)
+{
+    const char *name = m->tensors[idx].name;
+    size_t mask = m->name_index_cap - 1, i = name_hash(name, strlen(name)) & mask;
+    while (m->name_index[i]) i = (i + 1) & mask;
+    m->name_index[i] = (uint32_t)idx + 1;
+}
+
+static int name_index_grow(qmodel *m)
+{
+    size_t cap = m->name_index_cap ? m->name_index_cap * 2 : 64;
+    uint32_t *ni = q_callocn(cap, sizeof *ni);
+    if (!ni) return QERR_NOMEM;
+    free(m->name_index);
+    m->name_index = ni;
+    m->name_index_cap = cap;
+    for (int i = 0; i < m->n_tensors; i++) name_insert(m, i);
+    return 0;
+}
+
 int qmodel_add_tensor(qmodel *m, const char *name, size_t name_len, qdtype dt, int ndim,
                       const int64_t *shape, const void *data, size_t nbytes,
                       char *err, size_t errlen)
@@ -75,15 +120,16 @@ int qmodel_add_tensor(qmodel *m, const char *name, size_t name_len, qdtype dt, i
                         (int)name_len, name, nbytes, numel, qdt_name(dt));
     if (m->n_tensors >= QMODEL_MAX_TENSORS)
         return qerr_set(err, errlen, QERR_LIMIT, "more than %d tensors", QMODEL_MAX_TENSORS);
-    for (int i = 0; i < m->n_tensors; i++)
-        if (strlen(m->tensors[i].name) == name_len && !memcmp(m->tensors[i].name, name, name_len))
-            return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s' appears twice", (int)name_len, name);
+    if (name_lookup(m, name, name_len) >= 0)
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.*s' appears twice", (int)name_len, name);
     if ((m->n_tensors & (m->n_tensors - 1)) == 0) { /* grow at powers of two */
         size_t cap = m->n_tensors ? (size_t)m->n_tensors * 2 : 16;
         qnamed_tensor *nt = q_reallocn(m->tensors, cap, sizeof *nt);
         if (!nt) return qerr_set(err, errlen, QERR_NOMEM, "out of memory for the tensor table");
         m->tensors = nt;
     }
+    if ((size_t)(m->n_tensors + 1) * 2 > m->name_index_cap && name_index_grow(m))
+        return qerr_set(err, errlen, QERR_NOMEM, "out of memory for the tensor table");
     qnamed_tensor *t = &m->tensors[m->n_tensors];
     memset(t, 0, sizeof *t);
     t->name = q_strndup(name, name_len);
@@ -92,20 +138,23 @@ int qmodel_add_tensor(qmodel *m, const char *name, size_t name_len, qdtype dt, i
     t->t.dtype = dt;
     t->t.ndim = ndim;
     for (int i = 0; i < ndim; i++) t->t.shape[i] = shape[i];
+    name_insert(m, m->n_tensors);
     m->n_tensors++;
     return 0;
 }
 
 const qnamed_tensor *qmodel_find(const qmodel *m, const char *name)
 {
-    for (int i = 0; i < m->n_tensors; i++)
-        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
-    return NULL;
+    int i = name_lookup(m, name, strlen(name));
+    return i >= 0 ? &m->tensors[i] : NULL;
 }
 
 int qmodel_take_map(qmodel *m, void *addr, size_t len)
 {
-    if (m->n_maps >= (int)(sizeof m->maps / sizeof m->maps[0])) return QERR_LIMIT;
+    if (m->n_maps >= QMODEL_MAX_FILES) return QERR_LIMIT;
+    struct qmodel_map *nm = q_reallocn(m->maps, (size_t)m->n_maps + 1, sizeof *nm);
+    if (!nm) return QERR_NOMEM;
+    m->maps = nm;
     m->maps[m->n_maps].addr = addr;
     m->maps[m->n_maps].len = len;
     m->n_maps++;
@@ -144,6 +193,8 @@ void qmodel_destroy(qmodel *m)
     free(m->w.layers);
     vocab_free(&m->vocab);
     for (int i = 0; i < m->n_maps; i++) munmap(m->maps[i].addr, m->maps[i].len);
+    free(m->maps);
+    free(m->name_index);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->path);

@@ -29,7 +29,8 @@
 #define QMODEL_MAX_LAYERS 1024
 #define QMODEL_MAX_DIM (1 << 20)
 #define QMODEL_MAX_VOCAB (1 << 22)
-#define QMODEL_MAX_TENSORS (1 << 20)
+#define QMODEL_MAX_TENSORS (1 << 17)
+#define QMODEL_MAX_FILES 4096
 #define QMODEL_MAX_NAME 256
 
 typedef enum { QFMT_GGUF = 0, QFMT_HF = 1 } qformat;
@@ -82,7 +83,9 @@ typedef struct qmodel {
 
     /* Storage the tensors point into; released by qmodel_destroy. */
     int n_maps;
-    struct { void *addr; size_t len; } maps[64];
+    struct qmodel_map { void *addr; size_t len; } *maps;
+    uint32_t *name_index;        /* open-addressing hash of tensor names -> index + 1 */
+    size_t name_index_cap;
     int n_owned;
     void **owned;                /* heap buffers (e.g. converted tensors) */
 } qmodel;

@@ -75,14 +75,31 @@ static const cpu_kernels k_avx2 = { "avx2", cpu_matmul_avx2, cpu_dot_avx2, cpu_a
 
 const cpu_kernels *cpu_kernels_ref(void) { return &k_ref; }
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+/* AVX2, FMA and F16C, and the OS saving YMM state (clang 14's
+ * __builtin_cpu_supports knows no "f16c", so ask cpuid directly). */
+static int cpu_has_avx2_fma_f16c(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!(fma && osxsave && avx && f16c)) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6) != 6) return 0; /* XMM and YMM state enabled */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (b >> 5) & 1; /* AVX2 */
+}
+#endif
+
 const cpu_kernels *cpu_kernels_get(void)
 {
     const char *e = getenv("QUIRE_CPU_SIMD");
     if (e && !strcmp(e, "0")) return &k_ref;
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return &k_avx2;
+    if (cpu_has_avx2_fma_f16c()) return &k_avx2;
 #endif
     return &k_ref;
 }

@@ -1,0 +1,878 @@
+/* hf.c - Hugging Face model folders.
+ *
+ * A model on the Hugging Face hub is a folder of loose files, each written by
+ * a different part of the transformers library:
+ *
+ *   config.json              the architecture and its hyperparameters
+ *   model.safetensors        the weights (safetensors.c), or
+ *   model.safetensors.index.json + model-0000k-of-0000n.safetensors
+ *                            the weights in shards; "weight_map" names the
+ *                            shard of every tensor
+ *   generation_config.json   optional: default bos / eos ids for generation
+ *   tokenizer.json           optional: the HF tokenizers pipeline (vocabulary,
+ *                            merges, pre-tokenizer, decoder, added tokens)
+ *   tokenizer_config.json    optional: add_bos_token, the special tokens as
+ *                            text, the chat template
+ *
+ * hf_load_dir() reads them in that order into a qmodel; qmodel_bind()
+ * (model.c) then finds the tensors under the HF names.
+ *
+ * config.json.  model_type "llama" or "mistral" gives QARCH_LLAMA, "qwen2"
+ * QARCH_QWEN2 (q/k/v biases); without model_type, architectures[0] decides.
+ * Every size is a JSON integer in a stated range, every float a finite
+ * number; a wrong JSON type is QERR_FORMAT naming the key, a value out of
+ * range QERR_RANGE.  Defaults follow transformers: num_key_value_heads =
+ * num_attention_heads, head_dim = hidden_size / num_attention_heads (which
+ * must then divide), rope_theta 10000, rms_norm_eps 1e-6.  RoPE comes in two
+ * layouts: the older top-level rope_theta + rope_scaling {"rope_type" or
+ * "type", factor, ...}, and the newer rope_parameters {"rope_theta",
+ * "rope_type", factor, ...}.  Types default, llama3 and linear are supported;
+ * yarn, dynamic, longrope and the rest are QERR_UNSUPPORTED, as are an
+ * activation other than silu and MLP biases: a model quire would compute
+ * differently from transformers does not load.  HF checkpoints keep q/k in
+ * the layout for rotate-half RoPE, so rope_neox is always 1.  A sliding
+ * attention window (Mistral's sliding_window, Qwen2's use_sliding_window)
+ * that is shorter than the context caps max_ctx at the window, where full
+ * attention and windowed attention still agree.
+ *
+ * The parsed config is committed to the model only when every check passes,
+ * so a failed parse leaves m as it was.
+ *
+ * Weights.  Each safetensors file is mapped read-only (the mapping belongs to
+ * the model) and parsed by safetensors_parse().  The index can name only
+ * plain file names: no '/', no "..", so a hostile index cannot reach outside
+ * the folder (symlinks inside the folder are followed: the hub cache is made
+ * of them).  Each shard is loaded once; every tensor the index lists must be
+ * in the shard it names.
+ *
+ * Special ids.  config.json's bos/eos come first; generation_config.json's
+ * bos_token_id replaces, its eos_token_id (an int or a list) adds to the eos
+ * set; tokenizer_config.json's bos_token / eos_token strings fill in only
+ * what is still unknown, looked up in tokenizer.json.  Every id must be below
+ * vocab_size.
+ *
+ * Vocabulary.  tokenizer.json's model.vocab (piece -> id; for Unigram an
+ * array of [piece, score]) and added_tokens fill m->vocab for decoding: an
+ * array indexed by id, NULL where no piece has that id.  Ids are bounded by
+ * vocab_size or the number of entries, whichever is larger, so a small file
+ * cannot ask for a huge table.  A ByteLevel pre-tokenizer or decoder makes it
+ * QVOCAB_BPE (GPT-2 bytes-as-characters); byte_fallback, Metaspace or '▁' in
+ * the pieces make it QVOCAB_SPM, where <0xXX> pieces are byte tokens.  BOS is
+ * prepended when tokenizer_config.json says add_bos_token, else when the
+ * vocabulary is SentencePiece-style or tokenizer.json's template starts with
+ * a special token (Llama 3 does this, without add_bos_token).
+ */
+#define _GNU_SOURCE
+#include "model.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HF_MAX_JSON ((size_t)16 << 20)       /* config, generation and tokenizer config */
+#define HF_MAX_INDEX ((size_t)64 << 20)
+#define HF_MAX_TOKENIZER ((size_t)256 << 20)
+#define HF_MAX_CTX (1 << 24)
+#define HF_MAX_HEADS 4096
+#define HF_MAX_HEAD_DIM 4096
+#define HF_MAX_EOS ((int)(sizeof ((qmodel *)0)->eos_ids / sizeof(int)))
+
+/* The architectures quire runs, by model_type and by class name. */
+enum { HF_SW_NONE, HF_SW_MISTRAL, HF_SW_QWEN2 };
+static const struct {
+    const char *model_type, *class_name;
+    qarch arch;
+    int attn_bias;      /* always has q/k/v biases */
+    int max_ctx;        /* transformers' default max_position_embeddings */
+    int sliding;        /* how the config turns a sliding window on */
+} hf_archs[] = {
+    { "llama", "LlamaForCausalLM", QARCH_LLAMA, 0, 2048, HF_SW_NONE },
+    { "mistral", "MistralForCausalLM", QARCH_LLAMA, 0, 131072, HF_SW_MISTRAL },
+    { "qwen2", "Qwen2ForCausalLM", QARCH_QWEN2, 1, 32768, HF_SW_QWEN2 },
+};
+#define HF_N_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
+
+/* ---- JSON helpers ------------------------------------------------------- */
+
+/* Each reads obj[key]; absent or null gives the default (or an error when
+ * required).  ctx prefixes messages: "config.json" or "config.json:
+ * rope_scaling". */
+static int js_int(json_t *obj, const char *ctx, const char *key, int required, long long def,
+                  long long lo, long long hi, long long *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        if (required) return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" is missing", ctx, key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be an integer", ctx, key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return qerr_set(err, errlen, QERR_RANGE, "%s: \"%s\" = %lld is out of range (%lld..%lld)",
+                        ctx, key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* A number (integer or real) with lo < x <= hi, also once rounded to float
+ * (the fields are floats: 1e-50 passes as a double and becomes 0). */
+static int js_num(json_t *obj, const char *ctx, const char *key, int required, double def,
+                  double lo, double hi, double *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        if (required) return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" is missing", ctx, key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be a number", ctx, key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || !(x > lo && x <= hi) || !((double)(float)x > lo))
+        return qerr_set(err, errlen, QERR_RANGE, "%s: \"%s\" = %g is out of range (above %g, at most %g)",
+                        ctx, key, x, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int js_bool(json_t *obj, const char *ctx, const char *key, int def, int *out,
+                   char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be true or false", ctx, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A string or NULL when absent / null. */
+static int js_str(json_t *obj, const char *ctx, const char *key, const char **out,
+                  char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v))
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be a string", ctx, key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* Adds token ids from obj[key] (an integer, or a list when allow_list) to
+ * ids[0..*n), skipping ones already there.  Ids must be in [0, n_vocab). */
+static int js_ids(json_t *obj, const char *ctx, const char *key, int allow_list, int n_vocab,
+                  int *ids, int *n, int max, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v)) return 0;
+    size_t count = 1;
+    if (json_is_array(v)) {
+        if (!allow_list)
+            return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be an integer", ctx, key);
+        count = json_array_size(v);
+    } else if (!json_is_integer(v)) {
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be an integer%s", ctx, key,
+                        allow_list ? " or a list of integers" : "");
+    }
+    for (size_t i = 0; i < count; i++) {
+        json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_integer(e))
+            return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" entry %zu is not an integer", ctx, key, i);
+        long long id = json_integer_value(e);
+        if (id < 0 || id >= n_vocab)
+            return qerr_set(err, errlen, QERR_RANGE, "%s: \"%s\" = %lld is outside the vocabulary (0..%d)",
+                            ctx, key, id, n_vocab - 1);
+        int dup = 0;
+        for (int k = 0; k < *n; k++) dup |= ids[k] == (int)id;
+        if (dup) continue;
+        if (*n >= max)
+            return qerr_set(err, errlen, QERR_LIMIT, "%s: \"%s\" lists more than %d distinct ids", ctx, key, max);
+        ids[(*n)++] = (int)id;
+    }
+    return 0;
+}
+
+/* ---- config.json -------------------------------------------------------- */
+
+typedef struct {
+    qhparams hp;
+    int bos_id, unk_id, pad_id;
+    int n_eos;
+    int eos_ids[8];
+} hf_config;
+
+static int config_arch(json_t *c, int *which, char *err, size_t errlen)
+{
+    const char *mt, *cls = NULL;
+    int rc = js_str(c, "config.json", "model_type", &mt, err, errlen);
+    if (rc) return rc;
+    if (!mt) {
+        json_t *a = json_object_get(c, "architectures");
+        if (a && !json_is_null(a)) {
+            if (!json_is_array(a) || (json_array_size(a) && !json_is_string(json_array_get(a, 0))))
+                return qerr_set(err, errlen, QERR_FORMAT, "config.json: \"architectures\" must be a list of strings");
+            cls = json_string_value(json_array_get(a, 0));
+        }
+        if (!cls)
+            return qerr_set(err, errlen, QERR_FORMAT,
+                            "config.json: neither \"model_type\" nor \"architectures\" is given");
+    }
+    for (size_t i = 0; i < HF_N_ARCHS; i++) {
+        if ((mt && !strcmp(mt, hf_archs[i].model_type)) || (cls && !strcmp(cls, hf_archs[i].class_name))) {
+            *which = (int)i;
+            return 0;
+        }
+    }
+    return qerr_set(err, errlen, QERR_UNSUPPORTED,
+                    "config.json: %s \"%.64s\" is not supported (llama, mistral, qwen2)",
+                    mt ? "model_type" : "architecture", mt ? mt : cls);
+}
+
+static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
+{
+    double theta, x;
+    long long v;
+    int rc;
+    if ((rc = js_num(c, "config.json", "rope_theta", 0, 10000.0, 0, 1e12, &theta, err, errlen))) return rc;
+
+    /* src holds the type and the scaling fields in either layout. */
+    json_t *src;
+    const char *ctx;
+    json_t *params = json_object_get(c, "rope_parameters");
+    if (params && !json_is_null(params)) {
+        if (!json_is_object(params))
+            return qerr_set(err, errlen, QERR_FORMAT, "config.json: \"rope_parameters\" must be an object");
+        ctx = "config.json: rope_parameters";
+        src = params;
+        if ((rc = js_num(src, ctx, "rope_theta", 0, theta, 0, 1e12, &theta, err, errlen))) return rc;
+    } else {
+        ctx = "config.json: rope_scaling";
+        src = json_object_get(c, "rope_scaling");
+        if (src && json_is_null(src)) src = NULL;
+        if (src && !json_is_object(src))
+            return qerr_set(err, errlen, QERR_FORMAT, "config.json: \"rope_scaling\" must be an object or null");
+    }
+    hp->rope_theta = (float)theta;
+    hp->rope_scaling = QROPE_SCALE_NONE;
+    if (!src) return 0;
+
+    const char *type;
+    if ((rc = js_str(src, ctx, "rope_type", &type, err, errlen))) return rc;
+    if (!type && (rc = js_str(src, ctx, "type", &type, err, errlen))) return rc;
+    if (!type || !strcmp(type, "default")) return 0;
+
+    if (!strcmp(type, "linear")) {
+        if ((rc = js_num(src, ctx, "factor", 1, 0, 0, 1e6, &x, err, errlen))) return rc;
+        hp->rope_scaling = QROPE_SCALE_LINEAR;
+        hp->rope_factor = (float)x;
+        return 0;
+    }
+    if (!strcmp(type, "llama3")) {
+        double lo, hi;
+        if ((rc = js_num(src, ctx, "factor", 1, 0, 0, 1e6, &x, err, errlen)) ||
+            (rc = js_num(src, ctx, "low_freq_factor", 1, 0, 0, 1e6, &lo, err, errlen)) ||
+            (rc = js_num(src, ctx, "high_freq_factor", 1, 0, 0, 1e6, &hi, err, errlen)) ||
+            (rc = js_int(src, ctx, "original_max_position_embeddings", 1, 0, 1, HF_MAX_CTX, &v, err, errlen)))
+            return rc;
+        if (!(hi > lo))
+            return qerr_set(err, errlen, QERR_RANGE, "%s: high_freq_factor %g must exceed low_freq_factor %g",
+                            ctx, hi, lo);
+        hp->rope_scaling = QROPE_SCALE_LLAMA3;
+        hp->rope_factor = (float)x;
+        hp->rope_low_freq_factor = (float)lo;
+        hp->rope_high_freq_factor = (float)hi;
+        hp->rope_orig_ctx = (int)v;
+        return 0;
+    }
+    return qerr_set(err, errlen, QERR_UNSUPPORTED,
+                    "%s: rope type \"%.40s\" is not supported (default, llama3, linear)",
+                    ctx, type);
+}
+
+static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
+{
+    static const char F[] = "config.json";
+    qhparams *hp = &o->hp;
+    long long v;
+    double d;
+    int rc, a = 0;
+
+    if (!json_is_object(c)) return qerr_set(err, errlen, QERR_FORMAT, "config.json: not a JSON object");
+    if ((rc = config_arch(c, &a, err, errlen))) return rc;
+    hp->arch = hf_archs[a].arch;
+
+    if ((rc = js_int(c, F, "hidden_size", 1, 0, 1, QMODEL_MAX_DIM, &v, err, errlen))) return rc;
+    hp->dim = (int)v;
+    if ((rc = js_int(c, F, "intermediate_size", 1, 0, 1, QMODEL_MAX_DIM, &v, err, errlen))) return rc;
+    hp->ffn_dim = (int)v;
+    if ((rc = js_int(c, F, "num_hidden_layers", 1, 0, 1, QMODEL_MAX_LAYERS, &v, err, errlen))) return rc;
+    hp->n_layers = (int)v;
+    if ((rc = js_int(c, F, "num_attention_heads", 1, 0, 1, HF_MAX_HEADS, &v, err, errlen))) return rc;
+    hp->n_heads = (int)v;
+    if ((rc = js_int(c, F, "num_key_value_heads", 0, hp->n_heads, 1, hp->n_heads, &v, err, errlen))) return rc;
+    hp->n_kv_heads = (int)v;
+    if (hp->n_heads % hp->n_kv_heads)
+        return qerr_set(err, errlen, QERR_RANGE,
+                        "config.json: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                        hp->n_heads, hp->n_kv_heads);
+    if ((rc = js_int(c, F, "head_dim", 0, 0, 1, HF_MAX_HEAD_DIM, &v, err, errlen))) return rc;
+    if (v == 0) {
+        if (hp->dim % hp->n_heads)
+            return qerr_set(err, errlen, QERR_RANGE,
+                            "config.json: hidden_size %d is not divisible by num_attention_heads %d (and no head_dim)",
+                            hp->dim, hp->n_heads);
+        v = hp->dim / hp->n_heads;
+    }
+    if (v % 2)
+        return qerr_set(err, errlen, QERR_RANGE, "config.json: head dimension %lld must be even for RoPE", v);
+    hp->head_dim = (int)v;
+    if ((long long)hp->n_heads * hp->head_dim > QMODEL_MAX_DIM)
+        return qerr_set(err, errlen, QERR_RANGE, "config.json: num_attention_heads * head_dim = %lld is over %d",
+                        (long long)hp->n_heads * hp->head_dim, QMODEL_MAX_DIM);
+    hp->rope_dim = hp->head_dim;
+    hp->rope_neox = 1;
+    if ((rc = js_int(c, F, "vocab_size", 1, 0, 1, QMODEL_MAX_VOCAB, &v, err, errlen))) return rc;
+    hp->n_vocab = (int)v;
+    if ((rc = js_int(c, F, "max_position_embeddings", 0, hf_archs[a].max_ctx, 1, HF_MAX_CTX, &v, err, errlen)))
+        return rc;
+    hp->max_ctx = (int)v;
+    if ((rc = js_num(c, F, "rms_norm_eps", 0, 1e-6, 0, 0.5, &d, err, errlen))) return rc;
+    hp->norm_eps = (float)d;
+    if ((rc = js_bool(c, F, "tie_word_embeddings", 0, &hp->tied_embeddings, err, errlen))) return rc;
+    if ((rc = js_bool(c, F, "attention_bias", 0, &hp->attn_bias, err, errlen))) return rc;
+    if (hf_archs[a].attn_bias) hp->attn_bias = 1;
+    if ((rc = config_rope(c, hp, err, errlen))) return rc;
+
+    /* Features that would make quire compute something else. */
+    const char *act;
+    int mlp_bias;
+    if ((rc = js_str(c, F, "hidden_act", &act, err, errlen))) return rc;
+    if (act && strcmp(act, "silu"))
+        return qerr_set(err, errlen, QERR_UNSUPPORTED,
+                        "config.json: hidden_act \"%.40s\" is not supported (silu)", act);
+    if ((rc = js_bool(c, F, "mlp_bias", 0, &mlp_bias, err, errlen))) return rc;
+    if (mlp_bias) return qerr_set(err, errlen, QERR_UNSUPPORTED, "config.json: mlp_bias true is not supported");
+    int window_on = hf_archs[a].sliding == HF_SW_MISTRAL;
+    if (hf_archs[a].sliding == HF_SW_QWEN2 &&
+        (rc = js_bool(c, F, "use_sliding_window", 0, &window_on, err, errlen)))
+        return rc;
+    if (window_on) {
+        if ((rc = js_int(c, F, "sliding_window", 0, 0, 0, LLONG_MAX, &v, err, errlen))) return rc;
+        if (v > 0 && v < hp->max_ctx) {
+            QLOGW("config.json: sliding_window %lld is shorter than the context %d; limiting the context to it",
+                  v, hp->max_ctx);
+            hp->max_ctx = (int)v;
+        }
+    }
+
+    o->n_eos = 0;
+    o->bos_id = o->unk_id = o->pad_id = -1;
+    if ((rc = js_ids(c, F, "bos_token_id", 0, hp->n_vocab, &o->bos_id, &(int){ 0 }, 1, err, errlen)) ||
+        (rc = js_ids(c, F, "eos_token_id", 1, hp->n_vocab, o->eos_ids, &o->n_eos, HF_MAX_EOS, err, errlen)))
+        return rc;
+    /* unk and pad matter less and are often written carelessly: kept only when valid. */
+    json_t *u = json_object_get(c, "unk_token_id"), *p = json_object_get(c, "pad_token_id");
+    if (json_is_integer(u) && json_integer_value(u) >= 0 && json_integer_value(u) < hp->n_vocab)
+        o->unk_id = (int)json_integer_value(u);
+    if (json_is_integer(p) && json_integer_value(p) >= 0 && json_integer_value(p) < hp->n_vocab)
+        o->pad_id = (int)json_integer_value(p);
+    return 0;
+}
+
+int hf_parse_config(qmodel *m, const char *json, size_t len, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_loadb(json, len, 0, &je);
+    if (!root)
+        return qerr_set(err, errlen, QERR_FORMAT, "config.json: invalid JSON at line %d, column %d: %s",
+                        je.line, je.column, je.text);
+    hf_config c;
+    memset(&c, 0, sizeof c);
+    int rc = config_parse(root, &c, err, errlen);
+    json_decref(root);
+    if (rc) return rc;
+    m->hp = c.hp;
+    m->bos_id = c.bos_id;
+    if (c.unk_id >= 0) m->unk_id = c.unk_id;
+    if (c.pad_id >= 0) m->pad_id = c.pad_id;
+    m->n_eos = c.n_eos;
+    memcpy(m->eos_ids, c.eos_ids, sizeof c.eos_ids);
+    return 0;
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+/* "dir/file", owned by the caller; NULL when out of memory. */
+static char *hf_path(const char *dir, const char *file)
+{
+    size_t a = strlen(dir), b = strlen(file);
+    int slash = a > 0 && dir[a - 1] == '/';
+    char *p = q_malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    if (!slash) p[a++] = '/';
+    memcpy(p + a, file, b + 1);
+    return p;
+}
+
+static int hf_exists(const char *dir, const char *file)
+{
+    char *p = hf_path(dir, file);
+    struct stat st;
+    int ok = p && stat(p, &st) == 0;
+    free(p);
+    return ok;
+}
+
+/* Reads and parses dir/file.  When optional and the file does not exist,
+ * returns 0 with *out NULL. */
+static int hf_read_json(const char *dir, const char *file, size_t cap, int optional, size_t flags,
+                        json_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    char *path = hf_path(dir, file), *text = NULL;
+    size_t len = 0;
+    if (!path) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    struct stat st;
+    if (optional && stat(path, &st) < 0 && errno == ENOENT) {
+        free(path);
+        return 0;
+    }
+    int rc = q_read_file(path, cap, &text, &len, err, errlen);
+    free(path);
+    if (rc) return rc;
+    json_error_t je;
+    *out = json_loadb(text, len, flags, &je);
+    free(text);
+    if (!*out)
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: invalid JSON at line %d, column %d: %s",
+                        file, je.line, je.column, je.text);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: not a JSON object", file);
+    }
+    return 0;
+}
+
+/* Maps dir/file read-only (the model owns the mapping) and parses it. */
+static int hf_load_safetensors(qmodel *m, const char *dir, const char *file, char *err, size_t errlen)
+{
+    char *path = hf_path(dir, file);
+    if (!path) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        int rc = qerr_set(err, errlen, QERR_IO, "%s: %s", path, strerror(e));
+        free(path);
+        return rc;
+    }
+    free(path);
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return qerr_set(err, errlen, QERR_IO, "%s: not a readable regular file", file);
+    }
+    if (st.st_size < 8) {
+        close(fd);
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: file of %lld bytes is too short for a safetensors header",
+                        file, (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    void *addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (addr == MAP_FAILED) return qerr_set(err, errlen, QERR_IO, "%s: mmap: %s", file, strerror(e));
+    if (qmodel_take_map(m, addr, len)) {
+        munmap(addr, len);
+        return qerr_set(err, errlen, QERR_LIMIT, "%s: too many mapped files", file);
+    }
+    return safetensors_parse(m, addr, len, file, err, errlen);
+}
+
+/* A shard name the index may use: a plain file name in the folder. */
+static int hf_plain_name(const char *s)
+{
+    return s[0] && strlen(s) <= 255 && !strchr(s, '/') && !strstr(s, "..") && strcmp(s, ".");
+}
+
+static int hf_load_sharded(qmodel *m, const char *dir, char *err, size_t errlen)
+{
+    static const char IDX[] = "model.safetensors.index.json";
+    json_t *root, *shards = NULL, *where = NULL;
+    int rc = hf_read_json(dir, IDX, HF_MAX_INDEX, 0, JSON_DECODE_INT_AS_REAL, &root, err, errlen);
+    if (rc) return rc;
+    json_t *map = json_object_get(root, "weight_map");
+    const char *name, *shard;
+    json_t *v;
+    if (!json_is_object(map) || json_object_size(map) == 0) {
+        rc = qerr_set(err, errlen, QERR_FORMAT, "%s: \"weight_map\" missing, empty or not an object", IDX);
+        goto out;
+    }
+    shards = json_object();
+    where = json_object();
+    if (!shards || !where) {
+        rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        goto out;
+    }
+    json_object_foreach(map, name, v) {
+        if (!json_is_string(v)) {
+            rc = qerr_set(err, errlen, QERR_FORMAT, "%s: shard of tensor '%.200s' is not a string", IDX, name);
+            goto out;
+        }
+        if (!hf_plain_name(json_string_value(v))) {
+            rc = qerr_set(err, errlen, QERR_FORMAT,
+                          "%s: shard \"%.200s\" of tensor '%.200s' is not a plain file name in the folder",
+                          IDX, json_string_value(v), name);
+            goto out;
+        }
+        if (json_object_set_new(shards, json_string_value(v), json_true())) {
+            rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+            goto out;
+        }
+    }
+    int slots = QMODEL_MAX_FILES - m->n_maps;
+    if (json_object_size(shards) > (size_t)slots) {
+        rc = qerr_set(err, errlen, QERR_LIMIT, "%s: %zu shards, at most %d can be mapped", IDX,
+                      json_object_size(shards), slots);
+        goto out;
+    }
+    json_object_foreach(shards, shard, v) {
+        int first = m->n_tensors;
+        if ((rc = hf_load_safetensors(m, dir, shard, err, errlen))) goto out;
+        for (int i = first; i < m->n_tensors; i++) {
+            if (json_object_set_new(where, m->tensors[i].name, json_string(shard))) {
+                rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+                goto out;
+            }
+        }
+    }
+    json_object_foreach(map, name, v) {
+        json_t *w = json_object_get(where, name);
+        if (!w || strcmp(json_string_value(w), json_string_value(v))) {
+            rc = qerr_set(err, errlen, QERR_FORMAT,
+                          "%s: tensor '%.200s' is listed in %.200s, which does not contain it",
+                          IDX, name, json_string_value(v));
+            goto out;
+        }
+    }
+out:
+    json_decref(where);
+    json_decref(shards);
+    json_decref(root);
+    return rc;
+}
+
+static int hf_load_weights(qmodel *m, const char *dir, char *err, size_t errlen)
+{
+    if (hf_exists(dir, "model.safetensors")) return hf_load_safetensors(m, dir, "model.safetensors", err, errlen);
+    if (hf_exists(dir, "model.safetensors.index.json")) return hf_load_sharded(m, dir, err, errlen);
+    return qerr_set(err, errlen, QERR_NOTFOUND, "%s: no model.safetensors or model.safetensors.index.json", dir);
+}
+
+static int hf_generation_config(qmodel *m, const char *dir, char *err, size_t errlen)
+{
+    static const char F[] = "generation_config.json";
+    json_t *g;
+    int rc = hf_read_json(dir, F, HF_MAX_JSON, 1, 0, &g, err, errlen);
+    if (rc || !g) return rc;
+    int bos = -1, n = 0;
+    if (!(rc = js_ids(g, F, "bos_token_id", 0, m->hp.n_vocab, &bos, &n, 1, err, errlen)) &&
+        !(rc = js_ids(g, F, "eos_token_id", 1, m->hp.n_vocab, m->eos_ids, &m->n_eos, HF_MAX_EOS, err, errlen)) &&
+        bos >= 0)
+        m->bos_id = bos;
+    json_decref(g);
+    return rc;
+}
+
+/* ---- tokenizer.json ----------------------------------------------------- */
+
+/* Whether node, or a member of its Sequence (under list_key), has the type. */
+static int tok_has_type(json_t *node, const char *list_key, const char *type)
+{
+    if (!json_is_object(node)) return 0;
+    const char *t = json_string_value(json_object_get(node, "type"));
+    if (t && !strcmp(t, type)) return 1;
+    json_t *list = json_object_get(node, list_key), *x;
+    size_t i;
+    json_array_foreach(list, i, x) if (tok_has_type(x, list_key, type)) return 1;
+    return 0;
+}
+
+/* Whether the post-processor's template for one sequence starts with a
+ * special token (the way tokenizer.json says "prepend BOS"). */
+static int tok_template_prepends(json_t *pp)
+{
+    if (!json_is_object(pp)) return 0;
+    const char *t = json_string_value(json_object_get(pp, "type"));
+    if (t && !strcmp(t, "TemplateProcessing")) {
+        json_t *first = json_array_get(json_object_get(pp, "single"), 0);
+        return json_is_object(first) && json_object_get(first, "SpecialToken");
+    }
+    json_t *x;
+    size_t i;
+    json_array_foreach(json_object_get(pp, "processors"), i, x) if (tok_template_prepends(x)) return 1;
+    return 0;
+}
+
+static int tok_is_byte_piece(const char *s)
+{
+    static const char hex[] = "0123456789abcdefABCDEF";
+    return strlen(s) == 6 && !strncmp(s, "<0x", 3) && s[5] == '>' && s[3] && strchr(hex, s[3]) &&
+           s[4] && strchr(hex, s[4]);
+}
+
+static int tok_set(qvocab *v, long long id, const char *piece, int type)
+{
+    char *s = q_strdup(piece);
+    if (!s) return QERR_NOMEM;
+    free(v->tokens[id]);
+    v->tokens[id] = s;
+    v->types[id] = type;
+    return 0;
+}
+
+/* Looks a piece up: added tokens first, then the model vocabulary.  -1 when
+ * absent. */
+static int tok_lookup(json_t *tok, const char *piece)
+{
+    json_t *a, *vocab = json_object_get(json_object_get(tok, "model"), "vocab");
+    size_t i;
+    json_array_foreach(json_object_get(tok, "added_tokens"), i, a) {
+        const char *c = json_string_value(json_object_get(a, "content"));
+        if (c && !strcmp(c, piece)) return (int)json_integer_value(json_object_get(a, "id"));
+    }
+    if (json_is_object(vocab)) {
+        json_t *id = json_object_get(vocab, piece);
+        if (json_is_integer(id)) return (int)json_integer_value(id);
+    } else {
+        json_array_foreach(vocab, i, a) {
+            const char *c = json_string_value(json_array_get(a, 0));
+            if (c && !strcmp(c, piece)) return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* Checks the entries and returns the largest id in *max_id (-1: none). */
+static int tok_scan(json_t *vocab, json_t *added, long long *max_id, size_t *entries, int *has_space_mark,
+                    char *err, size_t errlen)
+{
+    static const char F[] = "tokenizer.json";
+    const char *piece;
+    json_t *e;
+    size_t i;
+    *max_id = -1;
+    *has_space_mark = 0;
+    *entries = json_is_object(vocab) ? json_object_size(vocab) : json_array_size(vocab);
+    if (json_is_object(vocab)) {
+        json_object_foreach(vocab, piece, e) {
+            if (!json_is_integer(e))
+                return qerr_set(err, errlen, QERR_FORMAT, "%s: id of piece \"%.100s\" is not an integer", F, piece);
+            long long id = json_integer_value(e);
+            if (id < 0 || id >= QMODEL_MAX_VOCAB)
+                return qerr_set(err, errlen, QERR_RANGE, "%s: piece \"%.100s\" has id %lld (0..%d allowed)",
+                                F, piece, id, QMODEL_MAX_VOCAB - 1);
+            if (id > *max_id) *max_id = id;
+            if (!*has_space_mark && strstr(piece, "\xe2\x96\x81")) *has_space_mark = 1;
+        }
+    } else {
+        if (*entries > QMODEL_MAX_VOCAB)
+            return qerr_set(err, errlen, QERR_RANGE, "%s: %zu pieces (at most %d)", F, *entries, QMODEL_MAX_VOCAB);
+        json_array_foreach(vocab, i, e) {
+            if (!json_is_array(e) || !json_is_string(json_array_get(e, 0)) || !json_is_number(json_array_get(e, 1)))
+                return qerr_set(err, errlen, QERR_FORMAT, "%s: vocabulary entry %zu is not [piece, score]", F, i);
+            if (!*has_space_mark && strstr(json_string_value(json_array_get(e, 0)), "\xe2\x96\x81"))
+                *has_space_mark = 1;
+        }
+        *max_id = (long long)*entries - 1;
+    }
+    if (added && !json_is_null(added) && !json_is_array(added))
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"added_tokens\" is not a list", F);
+    json_array_foreach(added, i, e) {
+        json_t *id = json_object_get(e, "id"), *sp = json_object_get(e, "special");
+        if (!json_is_integer(id) || !json_is_string(json_object_get(e, "content")) || (sp && !json_is_boolean(sp)))
+            return qerr_set(err, errlen, QERR_FORMAT,
+                            "%s: added_tokens entry %zu needs an integer \"id\", a string \"content\""
+                            " and a boolean \"special\"",
+                            F, i);
+        if (json_integer_value(id) < 0 || json_integer_value(id) >= QMODEL_MAX_VOCAB)
+            return qerr_set(err, errlen, QERR_RANGE, "%s: added token %zu has id %lld (0..%d allowed)",
+                            F, i, (long long)json_integer_value(id), QMODEL_MAX_VOCAB - 1);
+        if (json_integer_value(id) > *max_id) *max_id = json_integer_value(id);
+        (*entries)++;
+    }
+    return 0;
+}
+
+/* Fills m->vocab from tokenizer.json; returns the parsed tree in *out (the
+ * caller frees it) for looking up tokenizer_config.json's special tokens. */
+static int hf_tokenizer(qmodel *m, const char *dir, json_t **out, char *err, size_t errlen)
+{
+    static const char F[] = "tokenizer.json";
+    qvocab *voc = &m->vocab;
+    *out = NULL;
+    if (!hf_exists(dir, F)) return 0;
+    if (!(voc->tokenizer_json = hf_path(dir, F))) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    json_t *tok;
+    int rc = hf_read_json(dir, F, HF_MAX_TOKENIZER, 0, 0, &tok, err, errlen);
+    if (rc) return rc;
+    *out = tok;
+
+    json_t *model = json_object_get(tok, "model");
+    json_t *vocab = json_object_get(model, "vocab");
+    json_t *added = json_object_get(tok, "added_tokens");
+    if (!json_is_object(model) || !(json_is_object(vocab) || json_is_array(vocab)))
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"model\" with a \"vocab\" object or list is missing", F);
+    long long max_id;
+    size_t entries;
+    int space_mark;
+    if ((rc = tok_scan(vocab, added, &max_id, &entries, &space_mark, err, errlen))) return rc;
+    long long bound = entries > (size_t)m->hp.n_vocab ? (long long)entries : m->hp.n_vocab;
+    if (max_id >= bound)
+        return qerr_set(err, errlen, QERR_RANGE,
+                        "%s: token id %lld is beyond both vocab_size %d and the %zu entries", F, max_id,
+                        m->hp.n_vocab, entries);
+
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    json_t *pre = json_object_get(tok, "pre_tokenizer"), *dec = json_object_get(tok, "decoder");
+    if (tok_has_type(pre, "pretokenizers", "ByteLevel") || tok_has_type(dec, "decoders", "ByteLevel"))
+        voc->kind = QVOCAB_BPE;
+    else if ((mtype && !strcmp(mtype, "BPE") && json_is_true(json_object_get(model, "byte_fallback"))) ||
+             tok_has_type(pre, "pretokenizers", "Metaspace") || tok_has_type(dec, "decoders", "Metaspace") ||
+             space_mark)
+        voc->kind = QVOCAB_SPM;
+    else
+        voc->kind = QVOCAB_NONE;
+    m->add_bos = voc->kind == QVOCAB_SPM || tok_template_prepends(json_object_get(tok, "post_processor"));
+
+    size_t n = (size_t)(max_id + 1);
+    if (n == 0) return 0;
+    if (!(voc->tokens = q_callocn(n, sizeof *voc->tokens)))
+        return qerr_set(err, errlen, QERR_NOMEM, "%s: out of memory for %zu tokens", F, n);
+    voc->n = (int)n;
+    if (!(voc->types = q_mallocn(n, sizeof *voc->types)) ||
+        (json_is_array(vocab) && !(voc->scores = q_callocn(n, sizeof *voc->scores))))
+        return qerr_set(err, errlen, QERR_NOMEM, "%s: out of memory for %zu tokens", F, n);
+    for (size_t i = 0; i < n; i++) voc->types[i] = QTOK_UNUSED;
+
+    const char *piece;
+    json_t *e;
+    size_t i;
+    int byte_ok = voc->kind != QVOCAB_BPE;
+    if (json_is_object(vocab)) {
+        json_object_foreach(vocab, piece, e) {
+            int type = byte_ok && tok_is_byte_piece(piece) ? QTOK_BYTE : QTOK_NORMAL;
+            if (tok_set(voc, json_integer_value(e), piece, type)) goto nomem;
+        }
+    } else {
+        json_array_foreach(vocab, i, e) {
+            piece = json_string_value(json_array_get(e, 0));
+            int type = byte_ok && tok_is_byte_piece(piece) ? QTOK_BYTE : QTOK_NORMAL;
+            if (tok_set(voc, (long long)i, piece, type)) goto nomem;
+            voc->scores[i] = (float)json_number_value(json_array_get(e, 1));
+        }
+    }
+    json_array_foreach(added, i, e) {
+        int type = json_is_true(json_object_get(e, "special")) ? QTOK_CONTROL : QTOK_USER;
+        if (tok_set(voc, json_integer_value(json_object_get(e, "id")),
+                    json_string_value(json_object_get(e, "content")), type))
+            goto nomem;
+    }
+
+    /* The unknown token: BPE / WordPiece name it, Unigram gives its id. */
+    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    json_t *unk_id = json_object_get(model, "unk_id");
+    int u = unk ? tok_lookup(tok, unk) : json_is_integer(unk_id) ? (int)json_integer_value(unk_id) : -1;
+    if (u >= 0 && u < voc->n && voc->tokens[u]) {
+        voc->types[u] = QTOK_UNKNOWN;
+        if (m->unk_id < 0 && u < m->hp.n_vocab) m->unk_id = u;
+    }
+    return 0;
+nomem:
+    return qerr_set(err, errlen, QERR_NOMEM, "%s: out of memory", F);
+}
+
+/* tokenizer_config.json: add_bos_token, and the text of bos / eos when the
+ * configs gave no ids. */
+static int hf_tokenizer_config(qmodel *m, const char *dir, json_t *tok, char *err, size_t errlen)
+{
+    static const char F[] = "tokenizer_config.json";
+    json_t *c;
+    /* model_max_length is often 1e30 written as an integer, which jansson
+     * refuses unless integers are read as reals; nothing here needs an int. */
+    int rc = hf_read_json(dir, F, HF_MAX_JSON, 1, JSON_DECODE_INT_AS_REAL, &c, err, errlen);
+    if (rc || !c) return rc;
+    if ((rc = js_bool(c, F, "add_bos_token", m->add_bos, &m->add_bos, err, errlen))) goto out;
+    static const char *const keys[] = { "bos_token", "eos_token" };
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(c, keys[k]);
+        if (json_is_object(v)) v = json_object_get(v, "content");
+        if (v && !json_is_null(v) && !json_is_string(v)) {
+            rc = qerr_set(err, errlen, QERR_FORMAT,
+                          "%s: \"%s\" must be a string or an object with a string \"content\"",
+                          F, keys[k]);
+            goto out;
+        }
+        int want = k == 0 ? m->bos_id < 0 : m->n_eos == 0;
+        if (!want || !json_is_string(v) || !tok) continue;
+        int id = tok_lookup(tok, json_string_value(v));
+        if (id < 0 || id >= m->hp.n_vocab) {
+            QLOGW("%s: %s \"%.64s\" is not in the vocabulary", F, keys[k], json_string_value(v));
+            continue;
+        }
+        if (k == 0) m->bos_id = id;
+        else m->eos_ids[m->n_eos++] = id;
+    }
+out:
+    json_decref(c);
+    return rc;
+}
+
+/* ---- the folder --------------------------------------------------------- */
+
+static char *hf_basename(const char *dir)
+{
+    size_t n = strlen(dir), s;
+    while (n > 1 && dir[n - 1] == '/') n--;
+    for (s = n; s > 0 && dir[s - 1] != '/'; s--) {}
+    return s == n ? q_strdup(dir) : q_strndup(dir + s, n - s);
+}
+
+int hf_load_dir(qmodel *m, const char *dir, char *err, size_t errlen)
+{
+    m->format = QFMT_HF;
+    if (!m->name && !(m->name = hf_basename(dir))) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+
+    char *path = hf_path(dir, "config.json"), *text = NULL;
+    size_t len = 0;
+    if (!path) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    int rc = q_read_file(path, HF_MAX_JSON, &text, &len, err, errlen);
+    free(path);
+    if (rc) return rc;
+    rc = hf_parse_config(m, text, len, err, errlen);
+    free(text);
+    if (rc) return rc;
+
+    if ((rc = hf_load_weights(m, dir, err, errlen))) return rc;
+    if ((rc = hf_generation_config(m, dir, err, errlen))) return rc;
+    json_t *tok = NULL;
+    if (!(rc = hf_tokenizer(m, dir, &tok, err, errlen))) rc = hf_tokenizer_config(m, dir, tok, err, errlen);
+    json_decref(tok);
+    return rc;
+}
