@@ -130,9 +130,9 @@ static void project(cpu_be *be, const float *x, int T, int K, int n, const qtens
     int total = 0;
     for (int i = 0; i < n; i++) total += (int)W[i]->shape[0];
     /* About 8 tasks per thread so that uneven cores even out; rows in
-     * multiples of 4 to fill the 4-row tiles. */
+     * multiples of 8 to fill the 8-row decode tiles. */
     int rpt = total / (be->n_threads * 8);
-    rpt = rpt < 4 ? 4 : (rpt + 3) & ~3;
+    rpt = rpt < 8 ? 8 : (rpt + 7) & ~7;
     j.rows_per_task = rpt;
     int tasks = 0;
     for (int i = 0; i < n; i++) {

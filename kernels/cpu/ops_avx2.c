@@ -1,7 +1,8 @@
 /* ops_avx2.c - AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c,
  * called only when the CPU has them).
  *
- * The matmul works on tiles of 4 weight rows x up to 3 token rows with one
+ * The matmul works on tiles of 4 weight rows x up to 3 token rows (8 rows x 1
+ * token when decoding: more memory streams in flight) with one
  * 8-lane accumulator per (token, row) pair: a weight vector is loaded (and
  * widened from f16/bf16) once and used for every token of the tile.  Each
  * pair's sum is always built the same way - k ascending in steps of 8, the
@@ -56,9 +57,9 @@ static inline float hsum(__m256 v)
 static inline __attribute__((always_inline)) void tile(float *y, int ldy, const float *x, int K,
                                                        const void *W, qdtype dt, int o, int R, int C)
 {
-    __m256 acc[3][4];
+    __m256 acc[3][8];
     for (int r = 0; r < 3; r++)
-        for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < 8; c++) acc[r][c] = _mm256_setzero_ps();
     const size_t base = (size_t)o * K;
     int k = 0;
     /* 12 accumulators + 3 x vectors + 1 weight vector = the 16 registers. */
@@ -72,7 +73,7 @@ static inline __attribute__((always_inline)) void tile(float *y, int ldy, const 
     }
     if (k < K) {
         int n = K - k;
-        __m256 w[4];
+        __m256 w[8];
         for (int c = 0; c < C; c++) w[c] = ld_w_tail(W, dt, base + (size_t)c * K + k, n);
         for (int r = 0; r < R; r++) {
             __m256 xv = ld_x_tail(x + (size_t)r * K + k, n);
@@ -86,6 +87,8 @@ static inline __attribute__((always_inline)) void tile(float *y, int ldy, const 
 #define TILE_ROWS(R)                                                            \
     do {                                                                        \
         int o = o0;                                                             \
+        if (R == 1)                                                             \
+            for (; o + 8 <= o1; o += 8) tile(yt, ldy, xt, K, W, dt, o, R, 8);   \
         for (; o + 4 <= o1; o += 4) tile(yt, ldy, xt, K, W, dt, o, R, 4);       \
         for (; o < o1; o++) tile(yt, ldy, xt, K, W, dt, o, R, 1);               \
     } while (0)

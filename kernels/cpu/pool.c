@@ -19,8 +19,20 @@ struct qpool {
     void *ctx;
     int n_tasks;
     int next;          /* atomic: next task to hand out */
-    int active;        /* workers still inside the current run */
+    int active;        /* atomic: workers still inside the current run */
+    int main_waiting;  /* the caller sleeps on `done` (under mu) */
 };
+
+/* Spins before sleeping, in pause instructions (a few hundred microseconds):
+ * a decode step issues dozens of runs a few microseconds apart. */
+#define SPIN_LIMIT 20000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static void run_tasks(qpool *p, int tid)
 {
@@ -38,13 +50,11 @@ static void *worker(void *arg)
     unsigned seen = 0;
     for (;;) {
         /* Spin a little: the next run usually follows within microseconds. */
-        for (int i = 0; i < 20000; i++) {
+        for (int i = 0; i < SPIN_LIMIT; i++) {
             if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != seen ||
                 __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
                 break;
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
+            cpu_relax();
         }
         pthread_mutex_lock(&p->mu);
         while (p->generation == seen && !p->stop) pthread_cond_wait(&p->wake, &p->mu);
@@ -57,9 +67,11 @@ static void *worker(void *arg)
 
         run_tasks(p, tid);
 
-        pthread_mutex_lock(&p->mu);
-        if (--p->active == 0) pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->mu);
+        if (__atomic_sub_fetch(&p->active, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&p->mu);
+            if (p->main_waiting) pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
 }
 
@@ -111,16 +123,21 @@ void qpool_run(qpool *p, int n_tasks, qpool_fn fn, void *ctx)
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     __atomic_store_n(&p->next, 0, __ATOMIC_RELAXED);
-    p->active = p->n_threads - 1;
+    __atomic_store_n(&p->active, p->n_threads - 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->generation, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&p->wake);
+    pthread_cond_broadcast(&p->wake); /* no system call when nobody sleeps */
     pthread_mutex_unlock(&p->mu);
 
     run_tasks(p, 0);
 
-    pthread_mutex_lock(&p->mu);
-    while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < SPIN_LIMIT && __atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0; i++) cpu_relax();
+    if (__atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0) {
+        pthread_mutex_lock(&p->mu);
+        p->main_waiting = 1;
+        while (__atomic_load_n(&p->active, __ATOMIC_ACQUIRE) > 0) pthread_cond_wait(&p->done, &p->mu);
+        p->main_waiting = 0;
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 void qpool_destroy(qpool *p)
