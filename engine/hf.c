@@ -475,33 +475,11 @@ static int hf_load_safetensors(qmodel *m, const char *dir, const char *file, cha
 {
     char *path = hf_path(dir, file);
     if (!path) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        int rc = qerr_set(err, errlen, QERR_IO, "%s: %s", path, strerror(e));
-        free(path);
-        return rc;
-    }
+    const void *addr;
+    size_t len;
+    int rc = qmodel_map_file(m, path, 8, "a safetensors header", &addr, &len, err, errlen);
     free(path);
-    struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return qerr_set(err, errlen, QERR_IO, "%s: not a readable regular file", file);
-    }
-    if (st.st_size < 8) {
-        close(fd);
-        return qerr_set(err, errlen, QERR_FORMAT, "%s: file of %lld bytes is too short for a safetensors header",
-                        file, (long long)st.st_size);
-    }
-    size_t len = (size_t)st.st_size;
-    void *addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (addr == MAP_FAILED) return qerr_set(err, errlen, QERR_IO, "%s: mmap: %s", file, strerror(e));
-    if (qmodel_take_map(m, addr, len)) {
-        munmap(addr, len);
-        return qerr_set(err, errlen, QERR_LIMIT, "%s: too many mapped files", file);
-    }
+    if (rc) return rc;
     return safetensors_parse(m, addr, len, file, err, errlen);
 }
 

@@ -408,29 +408,41 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
 
 /* ---- loading ------------------------------------------------------------ */
 
-static int load_gguf_file(qmodel *m, const char *path, char *err, size_t errlen)
+int qmodel_map_file(qmodel *m, const char *path, size_t min_len, const char *what, const void **addr_out,
+                    size_t *len_out, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return qerr_set(err, errlen, QERR_IO, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return qerr_set(err, errlen, QERR_IO, "%s: %s", path, strerror(e));
+        return qerr_set(err, errlen, QERR_IO, "%s: not a readable regular file", path);
     }
-    if (st.st_size < 8) {
+    if ((size_t)st.st_size < min_len) {
         close(fd);
-        return qerr_set(err, errlen, QERR_FORMAT, "%s: file of %lld bytes is too small to be a model",
-                        path, (long long)st.st_size);
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: file of %lld bytes is too small for %s", path,
+                        (long long)st.st_size, what);
     }
     size_t len = (size_t)st.st_size;
     void *addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
     close(fd);
-    if (addr == MAP_FAILED) return qerr_set(err, errlen, QERR_IO, "%s: mmap: %s", path, strerror(errno));
+    if (addr == MAP_FAILED) return qerr_set(err, errlen, QERR_IO, "%s: mmap: %s", path, strerror(e));
     if (qmodel_take_map(m, addr, len)) {
         munmap(addr, len);
         return qerr_set(err, errlen, QERR_LIMIT, "%s: too many mapped files", path);
     }
+    *addr_out = addr;
+    *len_out = len;
+    return 0;
+}
+
+static int load_gguf_file(qmodel *m, const char *path, char *err, size_t errlen)
+{
+    const void *addr;
+    size_t len;
+    int rc = qmodel_map_file(m, path, 8, "a model", &addr, &len, err, errlen);
+    if (rc) return rc;
     if (memcmp(addr, "GGUF", 4))
         return qerr_set(err, errlen, QERR_FORMAT, "%s: not a GGUF file (bad magic) and not a folder", path);
     return gguf_parse(m, addr, len, err, errlen);

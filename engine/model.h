@@ -125,6 +125,12 @@ int qmodel_add_tensor(qmodel *m, const char *name, size_t name_len, qdtype dt, i
 /* Returns the named tensor or NULL. */
 const qnamed_tensor *qmodel_find(const qmodel *m, const char *name);
 
+/* Maps a regular file read-only for the model's lifetime (released by
+ * qmodel_destroy).  Files shorter than min_len are refused with a message
+ * "file of N bytes is too small for <what>". */
+int qmodel_map_file(qmodel *m, const char *path, size_t min_len, const char *what, const void **addr,
+                    size_t *len, char *err, size_t errlen);
+
 /* Registers storage to release with the model (munmap / free). */
 int qmodel_take_map(qmodel *m, void *addr, size_t len);
 int qmodel_take_buffer(qmodel *m, void *buf);

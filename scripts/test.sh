@@ -17,14 +17,16 @@ section() { printf '\n==== %s ====\n' "$*"; }
 section "release build (-Werror) and unit tests"
 cmake -S . -B build/ci -DCMAKE_BUILD_TYPE=Release -DQUIRE_WERROR=ON >/dev/null
 cmake --build build/ci -j "$JOBS"
-ctest --test-dir build/ci --output-on-failure -j "$JOBS"
+ctest --test-dir build/ci --output-on-failure -j "$JOBS" | tee build/ci-ctest.log
+n_release=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' build/ci-ctest.log)
 
 section "ASan + UBSan build and unit tests"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DQUIRE_WERROR=ON -DQUIRE_CUDA=OFF \
   -DQUIRE_SANITIZE=address,undefined >/dev/null
 cmake --build build/asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build/asan --output-on-failure -j "$JOBS"
+  ctest --test-dir build/asan --output-on-failure -j "$JOBS" | tee build/asan-ctest.log
+n_asan=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' build/asan-ctest.log)
 
 section "fuzz targets, ${FUZZ_SECONDS}s each"
 CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIRE_CUDA=OFF -DQUIRE_FUZZ=ON \
@@ -53,4 +55,6 @@ if [ -d tests/e2e ] && ls tests/e2e/test_*.py >/dev/null 2>&1; then
   build/venv/bin/pip install -q -r tests/e2e/requirements.txt
   QUIRE_BIN=build/ci/quire build/venv/bin/python -m pytest -q tests/e2e
 fi
-section "all tests passed"
+section "summary"
+echo "release ctest ${n_release:-0}, asan ctest ${n_asan:-0}, fuzz targets $fuzz_pass"
+echo "suite: $(( ${n_release:-0} + ${n_asan:-0} + fuzz_pass )) passed, 0 failed"

@@ -746,7 +746,7 @@ static void test_dir_errors(void)
     d = mkfolder("zero");
     put_text(d, "config.json", BASE_CFG);
     put(d, "model.safetensors", "", 0);
-    expect_dir(d, QERR_FORMAT, "model.safetensors", "too short");
+    expect_dir(d, QERR_FORMAT, "model.safetensors", "too small");
 
     d = mkfolder("dtype");
     put_text(d, "config.json", BASE_CFG);
