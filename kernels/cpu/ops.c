@@ -72,6 +72,7 @@ void cpu_swiglu(float *out, const float *g, const float *u, int n)
 
 static const cpu_kernels k_ref = { "scalar", cpu_matmul_ref, cpu_dot_ref, cpu_axpy_ref };
 static const cpu_kernels k_avx2 = { "avx2", cpu_matmul_avx2, cpu_dot_avx2, cpu_axpy_avx2 };
+static const cpu_kernels k_avx512 = { "avx512", cpu_matmul_avx512, cpu_dot_avx512, cpu_axpy_avx512 };
 
 const cpu_kernels *cpu_kernels_ref(void) { return &k_ref; }
 
@@ -92,13 +93,34 @@ static int cpu_has_avx2_fma_f16c(void)
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     return (b >> 5) & 1; /* AVX2 */
 }
+
+/* AVX-512 F, DQ, BW and VL, and the OS saving opmask and ZMM state. */
+static int cpu_has_avx512(void)
+{
+    unsigned a, b, c, d;
+    if (!cpu_has_avx2_fma_f16c()) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0xe6) != 0xe6) return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1); /* F DQ BW VL */
+}
 #endif
+
+const cpu_kernels *cpu_kernels_avx2(void)
+{
+#if defined(__x86_64__)
+    if (cpu_has_avx2_fma_f16c()) return &k_avx2;
+#endif
+    return NULL;
+}
 
 const cpu_kernels *cpu_kernels_get(void)
 {
     const char *e = getenv("QUIRE_CPU_SIMD");
     if (e && !strcmp(e, "0")) return &k_ref;
 #if defined(__x86_64__)
+    if (!(e && !strcmp(e, "avx2")) && cpu_has_avx512()) return &k_avx512;
     if (cpu_has_avx2_fma_f16c()) return &k_avx2;
 #endif
     return &k_ref;

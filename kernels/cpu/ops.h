@@ -24,19 +24,25 @@ void cpu_matmul_ref(float *y, int ldy, const float *x, int T, const void *W, qdt
                     int K, int o0, int o1);
 void cpu_matmul_avx2(float *y, int ldy, const float *x, int T, const void *W, qdtype dt,
                      int K, int o0, int o1);
+void cpu_matmul_avx512(float *y, int ldy, const float *x, int T, const void *W, qdtype dt,
+                       int K, int o0, int o1);
 
 /* Dot product of n floats in a fixed order.  Used by attention. */
 typedef float (*cpu_dot_fn)(const float *a, const float *b, int n);
 float cpu_dot_ref(const float *a, const float *b, int n);
 float cpu_dot_avx2(const float *a, const float *b, int n);
+float cpu_dot_avx512(const float *a, const float *b, int n);
 
 /* y += a * x over n floats. */
 typedef void (*cpu_axpy_fn)(float *y, float a, const float *x, int n);
 void cpu_axpy_ref(float *y, float a, const float *x, int n);
 void cpu_axpy_avx2(float *y, float a, const float *x, int n);
+void cpu_axpy_avx512(float *y, float a, const float *x, int n);
 
-/* The kernels in use: AVX2 when the CPU has AVX2, FMA and F16C (and
- * QUIRE_CPU_SIMD is not "0"), else the reference. */
+/* The kernels in use: AVX-512 (F, BW, VL) when the CPU and OS have it, else
+ * AVX2 when the CPU has AVX2, FMA and F16C, else the reference.
+ * QUIRE_CPU_SIMD=0 forces the reference, =avx2 caps the choice at AVX2.
+ * One process uses one set throughout, so batch invariance holds. */
 typedef struct {
     const char *name;
     cpu_matmul_fn matmul;
@@ -46,6 +52,8 @@ typedef struct {
 
 const cpu_kernels *cpu_kernels_get(void);
 const cpu_kernels *cpu_kernels_ref(void);
+/* The AVX2 set when the CPU has it, else NULL (for tests). */
+const cpu_kernels *cpu_kernels_avx2(void);
 
 /* Converts n elements of dtype dt at src (element offset off) to float. */
 void cpu_to_f32(float *dst, const void *src, qdtype dt, int64_t off, int n);

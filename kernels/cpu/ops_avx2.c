@@ -84,28 +84,30 @@ static inline __attribute__((always_inline)) void tile(float *y, int ldy, const 
         for (int c = 0; c < C; c++) y[(size_t)r * ldy + o + c] = hsum(acc[r][c]);
 }
 
-#define TILE_ROWS(R)                                                            \
-    do {                                                                        \
-        int o = o0;                                                             \
-        if (R == 1)                                                             \
-            for (; o + 8 <= o1; o += 8) tile(yt, ldy, xt, K, W, dt, o, R, 8);   \
-        for (; o + 4 <= o1; o += 4) tile(yt, ldy, xt, K, W, dt, o, R, 4);       \
-        for (; o < o1; o++) tile(yt, ldy, xt, K, W, dt, o, R, 1);               \
+/* Tokens are taken in groups of TG, and within a group weight rows in
+ * blocks of 4: a block's rows stay in L1 while every token of the group
+ * passes over them, and the group's activations stay in L2. */
+#define TG 48
+
+#define ROW_BLOCK(C)                                                              \
+    do {                                                                          \
+        int t = t0;                                                               \
+        for (; t + 3 <= t1; t += 3)                                               \
+            tile(y + (size_t)t * ldy, ldy, x + (size_t)t * K, K, W, dt, o, 3, C); \
+        for (; t < t1; t++)                                                       \
+            tile(y + (size_t)t * ldy, ldy, x + (size_t)t * K, K, W, dt, o, 1, C); \
     } while (0)
 
 static inline __attribute__((always_inline)) void matmul_dt(float *y, int ldy, const float *x, int T,
                                                             const void *W, qdtype dt, int K, int o0, int o1)
 {
-    int t = 0;
-    for (; t + 3 <= T; t += 3) {
-        float *yt = y + (size_t)t * ldy;
-        const float *xt = x + (size_t)t * K;
-        TILE_ROWS(3);
-    }
-    for (; t < T; t++) {
-        float *yt = y + (size_t)t * ldy;
-        const float *xt = x + (size_t)t * K;
-        TILE_ROWS(1);
+    for (int t0 = 0; t0 < T; t0 += TG) {
+        const int t1 = T - t0 < TG ? T : t0 + TG;
+        int o = o0;
+        if (T == 1) /* decode: 8 rows at once keep more memory streams in flight */
+            for (; o + 8 <= o1; o += 8) tile(y, ldy, x, K, W, dt, o, 1, 8);
+        for (; o + 4 <= o1; o += 4) ROW_BLOCK(4);
+        for (; o < o1; o++) ROW_BLOCK(1);
     }
 }
 

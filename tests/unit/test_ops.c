@@ -37,7 +37,10 @@ static void test_matmul_vs_reference(void)
         fprintf(stderr, "  (no AVX2 on this CPU: only the reference runs)\n");
         return;
     }
-    const int shapes[][3] = { { 1, 37, 8 }, { 1, 64, 64 }, { 3, 17, 172 }, { 5, 33, 7 }, { 7, 100, 344 }, { 2, 9, 1 } };
+    const cpu_kernels *sets[2] = { cpu_kernels_avx2(), cpu_kernels_get() };
+    for (int ks = 0; ks < 2; ks++) {
+    const cpu_kernels *kern = sets[ks];
+    const int shapes[][3] = { { 1, 37, 8 }, { 1, 64, 64 }, { 3, 17, 172 }, { 5, 33, 7 }, { 7, 100, 344 }, { 2, 9, 1 }, { 4, 24, 31 }, { 1, 19, 16 } };
     for (int dt = 0; dt < 3; dt++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
@@ -48,7 +51,7 @@ static void test_matmul_vs_reference(void)
             /* Poison the outputs so an unwritten element fails. */
             for (int i = 0; i < T * N; i++) y1[i] = y2[i] = NAN;
             cpu_matmul_ref(y1, N, x, T, W, (qdtype)dt, K, 0, N);
-            cpu_matmul_avx2(y2, N, x, T, W, (qdtype)dt, K, 0, N);
+            kern->matmul(y2, N, x, T, W, (qdtype)dt, K, 0, N);
             double num = 0, den = 0;
             int nan = 0;
             for (int i = 0; i < T * N; i++) {
@@ -63,6 +66,7 @@ static void test_matmul_vs_reference(void)
             free(y1);
             free(y2);
         }
+    }
 }
 
 /* Row by row, token by token, or all at once: bit-identical. */
@@ -87,8 +91,11 @@ static void test_matmul_tile_invariance(void)
 
 static void test_dot_axpy(void)
 {
-    const cpu_kernels *k = cpu_kernels_get(), *r = cpu_kernels_ref();
+    const cpu_kernels *r = cpu_kernels_ref();
+    const cpu_kernels *sets[2] = { cpu_kernels_avx2() ? cpu_kernels_avx2() : r, cpu_kernels_get() };
+    for (int ks = 0; ks < 2; ks++)
     for (int n = 1; n < 70; n += 3) {
+        const cpu_kernels *k = sets[ks];
         float a[70], b[70], y1[70], y2[70];
         for (int i = 0; i < n; i++) a[i] = frand(), b[i] = frand(), y1[i] = y2[i] = frand();
         float d1 = r->dot(a, b, n), d2 = k->dot(a, b, n);
