@@ -177,13 +177,16 @@ static void attn_task(void *ctx, int task, int tid)
     for (int i = 0; i < s->n_tokens; i++) {
         const int t = s->first + i, n = s->pos0 + i + 1;
         const float *q = be->q + ((size_t)t * H + h) * hd;
-        float mx = -INFINITY;
-        for (int p = 0; p < n; p++) {
-            const float *kp = kc + (size_t)s->block_table[p / bs] * be->block_floats +
-                              ((size_t)g * bs + p % bs) * hd;
-            sc[p] = be->k->dot(q, kp, hd) * scale;
-            if (sc[p] > mx) mx = sc[p];
+        /* Scores block by block: a block holds this KV head's keys for
+         * block_size consecutive positions, contiguous. */
+        for (int p0 = 0; p0 < n; p0 += bs) {
+            const int cnt = n - p0 < bs ? n - p0 : bs;
+            const float *kb = kc + (size_t)s->block_table[p0 / bs] * be->block_floats + (size_t)g * bs * hd;
+            be->k->attn_scores(sc + p0, q, kb, cnt, hd, scale);
         }
+        float mx = -INFINITY;
+        for (int p = 0; p < n; p++)
+            if (sc[p] > mx) mx = sc[p];
         float sum = 0;
         for (int p = 0; p < n; p++) {
             sc[p] = expf(sc[p] - mx);
@@ -191,10 +194,10 @@ static void attn_task(void *ctx, int task, int tid)
         }
         float *out = be->att + ((size_t)t * H + h) * hd;
         memset(out, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p < n; p++) {
-            const float *vp = vc + (size_t)s->block_table[p / bs] * be->block_floats +
-                              ((size_t)g * bs + p % bs) * hd;
-            be->k->axpy(out, sc[p], vp, hd);
+        for (int p0 = 0; p0 < n; p0 += bs) {
+            const int cnt = n - p0 < bs ? n - p0 : bs;
+            const float *vb = vc + (size_t)s->block_table[p0 / bs] * be->block_floats + (size_t)g * bs * hd;
+            be->k->attn_accum(out, sc + p0, vb, cnt, hd);
         }
         const float inv = 1.0f / sum;
         for (int d = 0; d < hd; d++) out[d] *= inv;

@@ -70,9 +70,22 @@ void cpu_swiglu(float *out, const float *g, const float *u, int n)
     for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static const cpu_kernels k_ref = { "scalar", cpu_matmul_ref, cpu_dot_ref, cpu_axpy_ref };
-static const cpu_kernels k_avx2 = { "avx2", cpu_matmul_avx2, cpu_dot_avx2, cpu_axpy_avx2 };
-static const cpu_kernels k_avx512 = { "avx512", cpu_matmul_avx512, cpu_dot_avx512, cpu_axpy_avx512 };
+void cpu_attn_scores_ref(float *s, const float *q, const float *k, int n, int hd, float scale)
+{
+    for (int j = 0; j < n; j++) s[j] = cpu_dot_ref(q, k + (size_t)j * hd, hd) * scale;
+}
+
+void cpu_attn_accum_ref(float *out, const float *p, const float *v, int n, int hd)
+{
+    for (int j = 0; j < n; j++) cpu_axpy_ref(out, p[j], v + (size_t)j * hd, hd);
+}
+
+static const cpu_kernels k_ref = { "scalar", cpu_matmul_ref, cpu_dot_ref, cpu_axpy_ref,
+                                   cpu_attn_scores_ref, cpu_attn_accum_ref };
+static const cpu_kernels k_avx2 = { "avx2", cpu_matmul_avx2, cpu_dot_avx2, cpu_axpy_avx2,
+                                    cpu_attn_scores_avx2, cpu_attn_accum_avx2 };
+static const cpu_kernels k_avx512 = { "avx512", cpu_matmul_avx512, cpu_dot_avx512, cpu_axpy_avx512,
+                                      cpu_attn_scores_avx512, cpu_attn_accum_avx512 };
 
 const cpu_kernels *cpu_kernels_ref(void) { return &k_ref; }
 

@@ -39,6 +39,18 @@ void cpu_axpy_ref(float *y, float a, const float *x, int n);
 void cpu_axpy_avx2(float *y, float a, const float *x, int n);
 void cpu_axpy_avx512(float *y, float a, const float *x, int n);
 
+/* Attention over one KV block: k and v are (n, hd) rows, contiguous.
+ * scores: s[j] = dot(q, k[j]) * scale.  accum: out[d] += sum_j p[j] * v[j][d],
+ * j ascending. */
+typedef void (*cpu_attn_scores_fn)(float *s, const float *q, const float *k, int n, int hd, float scale);
+typedef void (*cpu_attn_accum_fn)(float *out, const float *p, const float *v, int n, int hd);
+void cpu_attn_scores_ref(float *s, const float *q, const float *k, int n, int hd, float scale);
+void cpu_attn_accum_ref(float *out, const float *p, const float *v, int n, int hd);
+void cpu_attn_scores_avx2(float *s, const float *q, const float *k, int n, int hd, float scale);
+void cpu_attn_accum_avx2(float *out, const float *p, const float *v, int n, int hd);
+void cpu_attn_scores_avx512(float *s, const float *q, const float *k, int n, int hd, float scale);
+void cpu_attn_accum_avx512(float *out, const float *p, const float *v, int n, int hd);
+
 /* The kernels in use: AVX-512 (F, BW, VL) when the CPU and OS have it, else
  * AVX2 when the CPU has AVX2, FMA and F16C, else the reference.
  * QUIRE_CPU_SIMD=0 forces the reference, =avx2 caps the choice at AVX2.
@@ -48,6 +60,8 @@ typedef struct {
     cpu_matmul_fn matmul;
     cpu_dot_fn dot;
     cpu_axpy_fn axpy;
+    cpu_attn_scores_fn attn_scores;
+    cpu_attn_accum_fn attn_accum;
 } cpu_kernels;
 
 const cpu_kernels *cpu_kernels_get(void);

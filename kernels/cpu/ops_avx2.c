@@ -139,6 +139,28 @@ void cpu_axpy_avx2(float *y, float a, const float *x, int n)
     for (; i < n; i++) y[i] = __builtin_fmaf(a, x[i], y[i]);
 }
 
+void cpu_attn_scores_avx2(float *s, const float *q, const float *k, int n, int hd, float scale)
+{
+    for (int j = 0; j < n; j++) s[j] = cpu_dot_avx2(q, k + (size_t)j * hd, hd) * scale;
+}
+
+/* Each 8-wide slice of out stays in a register across the block's rows. */
+void cpu_attn_accum_avx2(float *out, const float *p, const float *v, int n, int hd)
+{
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+        __m256 acc = _mm256_loadu_ps(out + d);
+        for (int j = 0; j < n; j++)
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + (size_t)j * hd + d), acc);
+        _mm256_storeu_ps(out + d, acc);
+    }
+    for (; d < hd; d++) {
+        float a = out[d];
+        for (int j = 0; j < n; j++) a = __builtin_fmaf(p[j], v[(size_t)j * hd + d], a);
+        out[d] = a;
+    }
+}
+
 #else /* not x86-64: never selected */
 void cpu_matmul_avx2(float *y, int ldy, const float *x, int T, const void *W, qdtype dt,
                      int K, int o0, int o1)
@@ -147,4 +169,9 @@ void cpu_matmul_avx2(float *y, int ldy, const float *x, int T, const void *W, qd
 }
 float cpu_dot_avx2(const float *a, const float *b, int n) { return cpu_dot_ref(a, b, n); }
 void cpu_axpy_avx2(float *y, float a, const float *x, int n) { cpu_axpy_ref(y, a, x, n); }
+void cpu_attn_scores_avx2(float *s, const float *q, const float *k, int n, int hd, float scale)
+{
+    cpu_attn_scores_ref(s, q, k, n, hd, scale);
+}
+void cpu_attn_accum_avx2(float *out, const float *p, const float *v, int n, int hd) { cpu_attn_accum_ref(out, p, v, n, hd); }
 #endif

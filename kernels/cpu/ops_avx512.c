@@ -140,6 +140,23 @@ void cpu_axpy_avx512(float *y, float a, const float *x, int n)
     }
 }
 
+void cpu_attn_scores_avx512(float *s, const float *q, const float *k, int n, int hd, float scale)
+{
+    for (int j = 0; j < n; j++) s[j] = cpu_dot_avx512(q, k + (size_t)j * hd, hd) * scale;
+}
+
+/* Each 16-wide slice of out stays in a register across the block's rows. */
+void cpu_attn_accum_avx512(float *out, const float *p, const float *v, int n, int hd)
+{
+    for (int d = 0; d < hd; d += 16) {
+        __mmask16 m = hd - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (hd - d)) - 1);
+        __m512 acc = _mm512_maskz_loadu_ps(m, out + d);
+        for (int j = 0; j < n; j++)
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, v + (size_t)j * hd + d), acc);
+        _mm512_mask_storeu_ps(out + d, m, acc);
+    }
+}
+
 #else /* not x86-64: never selected */
 void cpu_matmul_avx512(float *y, int ldy, const float *x, int T, const void *W, qdtype dt,
                        int K, int o0, int o1)
@@ -148,4 +165,9 @@ void cpu_matmul_avx512(float *y, int ldy, const float *x, int T, const void *W, 
 }
 float cpu_dot_avx512(const float *a, const float *b, int n) { return cpu_dot_ref(a, b, n); }
 void cpu_axpy_avx512(float *y, float a, const float *x, int n) { cpu_axpy_ref(y, a, x, n); }
+void cpu_attn_scores_avx512(float *s, const float *q, const float *k, int n, int hd, float scale)
+{
+    cpu_attn_scores_ref(s, q, k, n, hd, scale);
+}
+void cpu_attn_accum_avx512(float *out, const float *p, const float *v, int n, int hd) { cpu_attn_accum_ref(out, p, v, n, hd); }
 #endif

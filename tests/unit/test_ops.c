@@ -106,6 +106,27 @@ static void test_dot_axpy(void)
     }
 }
 
+static void test_attention_blocks(void)
+{
+    const cpu_kernels *r = cpu_kernels_ref();
+    const cpu_kernels *sets[2] = { cpu_kernels_avx2() ? cpu_kernels_avx2() : r, cpu_kernels_get() };
+    const int hds[] = { 8, 16, 24, 64, 72, 128 };
+    for (int ks = 0; ks < 2; ks++)
+        for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
+            const int hd = hds[h], n = 13;
+            float q[128], k[13 * 128], v[13 * 128], s1[13], s2[13], o1[128], o2[128];
+            for (int i = 0; i < hd; i++) q[i] = frand(), o1[i] = o2[i] = frand();
+            for (int i = 0; i < n * hd; i++) k[i] = frand(), v[i] = frand();
+            for (int j = 0; j < n; j++) s1[j] = s2[j] = NAN;
+            r->attn_scores(s1, q, k, n, hd, 0.125f);
+            sets[ks]->attn_scores(s2, q, k, n, hd, 0.125f);
+            for (int j = 0; j < n; j++) CHECK(fabsf(s1[j] - s2[j]) <= 1e-5f * (1 + fabsf(s1[j])));
+            r->attn_accum(o1, s1, v, n, hd);
+            sets[ks]->attn_accum(o2, s1, v, n, hd);
+            for (int d = 0; d < hd; d++) CHECK(fabsf(o1[d] - o2[d]) <= 1e-5f * (1 + fabsf(o1[d])));
+        }
+}
+
 static void test_norm_swiglu_convert(void)
 {
     float x[9] = { 1, -2, 3, -4, 5, -6, 7, -8, 9 }, y[9], w[9];
@@ -135,6 +156,7 @@ int main(void)
     QT_RUN(test_matmul_vs_reference);
     QT_RUN(test_matmul_tile_invariance);
     QT_RUN(test_dot_axpy);
+    QT_RUN(test_attention_blocks);
     QT_RUN(test_norm_swiglu_convert);
     QT_MAIN_END();
 }
