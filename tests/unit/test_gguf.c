@@ -313,7 +313,7 @@ static char g_path[1024];
 
 static const char *stories_path(void)
 {
-    snprintf(g_path, sizeof g_path, "%s/models/stories260K.gguf", qt_shared());
+    snprintf(g_path, sizeof g_path, "%s/models/stories260K.gguf", qt_root());
     return g_path;
 }
 
@@ -411,7 +411,7 @@ static void test_stories_loads(void)
 
     /* the 4-layer draft shares the vocabulary */
     char path[1100];
-    snprintf(path, sizeof path, "%s/models/stories260K-draft4.gguf", qt_shared());
+    snprintf(path, sizeof path, "%s/tests/fixtures/models/stories260K-draft4.gguf", qt_root());
     rc = qmodel_load(path, &m, err, sizeof err);
     CHECK_EQ_INT(rc, 0);
     if (!rc) {
