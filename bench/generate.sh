@@ -10,6 +10,8 @@
 #     QUIRE_BIN    the quire binary (default ./build/quire)
 #     QUIRE_VENV   a Python venv to use (default bench/.venv, made if missing,
 #                  with bench/requirements.txt installed into it)
+#     LLAMA_BENCH  llama.cpp's llama-bench, to measure the peer on the same
+#                  machine and files (bench/build_llamacpp.sh builds one)
 #
 # Models are written to bench/models/ (git-ignored) by bench/make_model.py
 # the first time they are needed.  Each (model, threads) pair runs REPS times
@@ -232,6 +234,17 @@ ref_gen() {
     esac
 }
 
+# llama.cpp on this machine, when LLAMA_BENCH names its llama-bench binary:
+# prompt at depth 0, generation at depth n_prompt (as quire's runs), same
+# threads, median-free average of REPS runs as llama-bench reports it.
+peer() { # model-file threads -> "prompt_tps gen_tps"
+    if [ -z "${LLAMA_BENCH:-}" ] || [ ! -x "$LLAMA_BENCH" ]; then echo "- -"; return; fi
+    local pp tg
+    pp=$("$LLAMA_BENCH" -m "$1" -p "$n_prompt" -n 0 -t "$2" -r "$reps" -o csv 2>/dev/null | awk -F'","' 'NR == 2 { v = $(NF-1); printf "%.2f", v }')
+    tg=$("$LLAMA_BENCH" -m "$1" -p 0 -n "$n_gen" -d "$n_prompt" -t "$2" -r "$reps" -o csv 2>/dev/null | awk -F'","' 'NR == 2 { v = $(NF-1); printf "%.2f", v }')
+    echo "${pp:--} ${tg:--}"
+}
+
 rows=()
 for m in $models; do
     f=$MODELS_DIR/$m.gguf
@@ -267,7 +280,8 @@ for m in $models; do
         else
             floor="-"
         fi
-        rows+=("| ${m%-*} | ${m#*-} | $t | $pm | $(ref_prompt "$m" "$t") | $gm | $(ref_gen "$m" "$t") | $floor | $(awk -v wb="$wb" 'BEGIN { printf "%.1f", wb / 1e6 }') |")
+        read -r ppeer gpeer <<<"$(peer "$f" "$t")"
+        rows+=("| ${m%-*} | ${m#*-} | $t | $pm | $ppeer | $(ref_prompt "$m" "$t") | $gm | $gpeer | $(ref_gen "$m" "$t") | $floor | $(awk -v wb="$wb" 'BEGIN { printf "%.1f", wb / 1e6 }') |")
     done
 done
 
@@ -275,11 +289,12 @@ echo
 echo "quire generate: $n_prompt-token prompt, $n_gen generated tokens, --temp 0, median of $reps runs"
 echo "($(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs; $QUIRE_BIN)"
 echo
-echo "| model | dtype | threads | prompt tok/s | llama.cpp prompt tok/s | generation tok/s | llama.cpp generation tok/s | floor tok/s | weight MB/token |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| model | dtype | threads | quire prompt tok/s | llama.cpp here | llama.cpp (issue, Zen 3) | quire generation tok/s | llama.cpp here | llama.cpp (issue, Zen 3) | floor tok/s | weight MB/token |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
-echo "llama.cpp figures: 2 vCPU Zen 3 (AVX2), 134M shape, 128-token prompt; \"-\" where there is none."
+echo "llama.cpp here: llama-bench ${LLAMA_BENCH:+($LLAMA_BENCH) }on this machine, same model files and threads (pp at depth 0, tg at depth $n_prompt); \"-\" when LLAMA_BENCH is not set."
+echo "llama.cpp (issue, Zen 3): the figures quoted in the issue, 2 vCPU Zen 3 (AVX2), 134M shape, 128-token prompt."
 for t in $threads; do
     [ -n "${BW[$t]:-}" ] && echo "memory bandwidth ($bw_how), $t thread(s): ${BW[$t]} GB/s"
 done
