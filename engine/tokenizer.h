@@ -1,17 +1,143 @@
-/* tokenizer.h - turning token ids back into text.
+/* tokenizer.h - text <-> token ids, as Hugging Face tokenizers does it.
  *
- * This is the decoding half for the two vocabulary kinds quire loads:
- * SentencePiece-style pieces ('▁' for a space, <0xXX> byte-fallback tokens)
- * and GPT-2 byte-level BPE (each byte shown as one printable code point).
- * Control tokens decode to nothing.  A piece may end inside a multi-byte
- * UTF-8 character (byte-fallback tokens do); callers that stream text must
- * hold such bytes back until the character is complete (qutf8_complete). */
+ * A qtok is built once, from a tokenizer.json (qtok_load_json) or from a GGUF
+ * vocabulary (qtok_from_vocab), and is then read-only: any number of threads
+ * may encode and decode with one qtok at the same time.  Encoding runs the
+ * pipeline of the file, in HF's order:
+ *
+ *   added tokens split out of the raw text (those with normalized=false)
+ *   -> normalizer on each remaining piece -> added tokens with normalized=true
+ *   -> pre-tokenizer -> model (BPE) -> post-processor (only with QTOK_ADD_SPECIAL)
+ *
+ * Supported components: model BPE (merges as "a b" strings or [a, b] pairs,
+ * byte_fallback, ignore_merges, unk_token, fuse_unk,
+ * continuing_subword_prefix, end_of_word_suffix); normalizers Sequence,
+ * Prepend, Replace, NFC, NFD, Strip, Lowercase, ByteLevel; pre-tokenizers
+ * Sequence, ByteLevel, Split, Metaspace, Digits, Whitespace, WhitespaceSplit,
+ * Punctuation; post-processors TemplateProcessing (single), RobertaProcessing,
+ * BertProcessing, ByteLevel, Sequence; decoders Sequence, ByteLevel,
+ * ByteFallback, Fuse, Replace, Strip, Metaspace (after the first Fuse or
+ * ByteLevel only Replace with a string pattern, Strip, Metaspace and Fuse,
+ * which is what streams).  Anything else is a load error (QERR_UNSUPPORTED)
+ * whose message names the component.  truncation and padding are ignored.
+ *
+ * User text must not inject control tokens: special added tokens ("<s>",
+ * "<|im_start|>") are recognised in the text only with QTOK_PARSE_SPECIAL.
+ * Non-special added tokens are always recognised, as in HF.
+ *
+ * The older decoding helpers qvocab_decode_piece and qutf8_complete work on a
+ * bare qvocab (no qtok) and are kept for callers that have only that.
+ */
 #ifndef QUIRE_TOKENIZER_H
 #define QUIRE_TOKENIZER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "model.h"
+
+typedef struct qtok qtok;
+typedef struct qdetok qdetok;
+
+/* Encode flags. */
+#define QTOK_ADD_SPECIAL 1u   /* apply the post-processor (BOS/EOS as the file says) */
+#define QTOK_PARSE_SPECIAL 2u /* recognise special added tokens in the text */
+/* Decode flags. */
+#define QTOK_SKIP_SPECIAL 1u  /* leave special added tokens out of the text */
+
+/* Largest token id + 1 a tokenizer may have, and the largest text encode takes. */
+#define QTOK_MAX_VOCAB (1 << 22)
+#define QTOK_MAX_TEXT ((size_t)1 << 30)
+
+/* Loads a tokenizer.json file.  On success returns 0 and *out (owned by the
+ * caller, qtok_free).  On failure returns QERR_IO, QERR_FORMAT (malformed
+ * JSON, wrong types, merges naming unknown tokens, ids out of range),
+ * QERR_UNSUPPORTED (a component this tokenizer does not implement, named in
+ * the message) or QERR_NOMEM, with one line in err, and *out is NULL. */
+int qtok_load_json(const char *path, qtok **out, char *err, size_t errlen);
+
+/* The same from tokenizer.json text in memory (need not be NUL-terminated). */
+int qtok_load_json_text(const char *json, size_t len, qtok **out, char *err, size_t errlen);
+
+/* Builds a tokenizer from a GGUF vocabulary (engine/gguf.c fills qvocab):
+ * kind QVOCAB_SPM ("llama": SentencePiece pieces merged by score, byte
+ * fallback, '▁' for spaces, a leading '▁') or QVOCAB_BPE ("gpt2": byte-level
+ * BPE with merges and the pre-tokenizer regex that v->pre names).  Control and
+ * unknown tokens become special added tokens, user-defined ones non-special
+ * added tokens.  With add_bos, QTOK_ADD_SPECIAL prepends bos_id; eos_id is
+ * what qtok_eos_id reports (-1: none).  Returns 0 or a QERR_* code with a
+ * message (QERR_UNSUPPORTED for an unknown v->pre). */
+int qtok_from_vocab(const qvocab *v, int bos_id, int eos_id, int add_bos, qtok **out, char *err,
+                    size_t errlen);
+
+/* Releases everything; NULL is a no-op. */
+void qtok_free(qtok *t);
+
+/* Encodes text[0..len) (UTF-8) with flags QTOK_ADD_SPECIAL / QTOK_PARSE_SPECIAL.
+ * On success returns 0 and *ids (malloc'd, owned by the caller; may be NULL
+ * when *n_ids is 0).  Returns QERR_INVAL for text that is not valid UTF-8,
+ * QERR_LIMIT for text over QTOK_MAX_TEXT, QERR_NOMEM; *ids is then NULL and
+ * *n_ids 0.  Thread-safe. */
+int qtok_encode(const qtok *t, const char *text, size_t len, unsigned flags, int32_t **ids, int *n_ids);
+
+/* Decodes ids to text with the file's decoder (QTOK_SKIP_SPECIAL drops special
+ * added tokens; ids without a token are skipped, as HF does).  On success
+ * returns 0 and *text (malloc'd, NUL-terminated, valid UTF-8, owned by the
+ * caller) with its length in *len.  Fails only with QERR_NOMEM.
+ * Thread-safe. */
+int qtok_decode(const qtok *t, const int32_t *ids, int n, unsigned flags, char **text, size_t *len);
+
+/* Number of ids: largest id of the model vocabulary or the added tokens + 1.
+ * Cannot fail. */
+int qtok_vocab_size(const qtok *t);
+
+/* Returns the id of a token string (added tokens first, then the model's
+ * vocabulary; the string as stored, e.g. "Ġthe" or "▁the"), or -1. */
+int qtok_token_to_id(const qtok *t, const char *token, size_t len);
+
+/* Returns the stored string of id (NUL-terminated, owned by t), or NULL for an
+ * id without a token.  *len (if len) gets its length. */
+const char *qtok_id_to_token(const qtok *t, int id, size_t *len);
+
+/* 1 if id is a special added token (control token), else 0. */
+int qtok_is_special(const qtok *t, int id);
+
+/* Beginning/end of sequence ids: the special tokens the post-processor puts
+ * before/after the text; failing that a conventionally named added token
+ * ("<s>"/"</s>", "<|begin_of_text|>"/"<|end_of_text|>", "<|endoftext|>" for
+ * EOS...); -1 when there is none.  A model's generation_config.json or GGUF
+ * metadata is the better source when it exists. */
+int qtok_bos_id(const qtok *t);
+int qtok_eos_id(const qtok *t);
+
+/* ---- streaming detokenizer ----------------------------------------------- */
+
+/* A per-sequence incremental decoder: push ids one at a time and get the
+ * text that can be shown now.  It never returns a split UTF-8 character
+ * (bytes of a character are held until it is complete), and the
+ * concatenation of everything qdetok_push and qdetok_flush return equals
+ * qtok_decode of all pushed ids with the same flags (the SentencePiece
+ * leading space included).  The qtok must outlive it.  NULL when out of
+ * memory. */
+qdetok *qdetok_new(const qtok *t, unsigned flags);
+
+/* Pushes one id.  On success returns 0 and sets *text and *len to the text to
+ * emit now (may be empty), valid until the next call on d.  Fails only with
+ * QERR_NOMEM. */
+int qdetok_push(qdetok *d, int32_t id, const char **text, size_t *len);
+
+/* Ends the sequence: returns the text still held back (an incomplete UTF-8
+ * sequence comes out as U+FFFD, as the full decode has it).  d can then be
+ * reused for a new sequence.  Fails only with QERR_NOMEM. */
+int qdetok_flush(qdetok *d, const char **text, size_t *len);
+
+/* Starts a new sequence, dropping anything held.  Cannot fail. */
+void qdetok_reset(qdetok *d);
+
+/* Releases d; NULL is a no-op. */
+void qdetok_free(qdetok *d);
+
+/* ---- helpers on a bare qvocab -------------------------------------------- */
 
 /* Writes the bytes of token id into buf (at most cap bytes) and returns the
  * count, or a negative QERR_* code for an id outside the vocabulary.  When
