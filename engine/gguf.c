@@ -809,7 +809,7 @@ out:
 
 /* ---- the entry point ---------------------------------------------------- */
 
-int gguf_parse(qmodel *m, const void *buf, size_t len, char *err, size_t errlen)
+static int parse(qmodel *m, const void *buf, size_t len, int vocab_only, char *err, size_t errlen)
 {
     gctx g = { .p = buf, .len = buf ? len : 0, .err = err, .errlen = errlen };
     gmeta md = { .g = &g };
@@ -848,11 +848,23 @@ int gguf_parse(qmodel *m, const void *buf, size_t len, char *err, size_t errlen)
         rc = gfail(&g, QERR_FORMAT, "general.alignment %lld is not a power of two", (long long)align);
         goto out;
     }
-    if ((rc = read_hparams(&md, m))) goto out;
-    if ((rc = read_tensors(&g, m, n_t, (size_t)align))) goto out;
+    if (!vocab_only) {
+        if ((rc = read_hparams(&md, m))) goto out;
+        if ((rc = read_tensors(&g, m, n_t, (size_t)align))) goto out;
+    }
     rc = read_vocab(&md, m);
 out:
     free(md.ix.slot);
     free(kvs);
     return rc;
+}
+
+int gguf_parse(qmodel *m, const void *buf, size_t len, char *err, size_t errlen)
+{
+    return parse(m, buf, len, 0, err, errlen);
+}
+
+int gguf_parse_vocab(qmodel *m, const void *buf, size_t len, char *err, size_t errlen)
+{
+    return parse(m, buf, len, 1, err, errlen);
 }

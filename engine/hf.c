@@ -797,6 +797,9 @@ static int hf_tokenizer_config(qmodel *m, const char *dir, json_t *tok, char *er
     int rc = hf_read_json(dir, F, HF_MAX_JSON, 1, JSON_DECODE_INT_AS_REAL, &c, err, errlen);
     if (rc || !c) return rc;
     if ((rc = js_bool(c, F, "add_bos_token", m->add_bos, &m->add_bos, err, errlen))) goto out;
+    json_t *ab = json_object_get(c, "add_bos_token"), *ae = json_object_get(c, "add_eos_token");
+    if (json_is_boolean(ab)) m->cfg_add_bos = json_is_true(ab);
+    if (json_is_boolean(ae)) m->cfg_add_eos = json_is_true(ae);
     static const char *const keys[] = { "bos_token", "eos_token" };
     for (int k = 0; k < 2; k++) {
         json_t *v = json_object_get(c, keys[k]);
@@ -851,6 +854,17 @@ int hf_load_dir(qmodel *m, const char *dir, char *err, size_t errlen)
     if ((rc = hf_generation_config(m, dir, err, errlen))) return rc;
     json_t *tok = NULL;
     if (!(rc = hf_tokenizer(m, dir, &tok, err, errlen))) rc = hf_tokenizer_config(m, dir, tok, err, errlen);
+    json_decref(tok);
+    return rc;
+}
+
+int hf_load_tokenizer_files(qmodel *m, const char *dir, char *err, size_t errlen)
+{
+    m->format = QFMT_HF;
+    json_t *tok = NULL;
+    int rc = hf_tokenizer(m, dir, &tok, err, errlen);
+    if (!rc && m->hp.n_vocab <= 0) m->hp.n_vocab = m->vocab.n;
+    if (!rc) rc = hf_tokenizer_config(m, dir, tok, err, errlen);
     json_decref(tok);
     return rc;
 }

@@ -42,6 +42,7 @@ qmodel *qmodel_new(void)
     qmodel *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->bos_id = m->unk_id = m->pad_id = -1;
+    m->cfg_add_bos = m->cfg_add_eos = -1;
     return m;
 }
 

@@ -77,6 +77,9 @@ typedef struct qmodel {
     int n_eos;
     int eos_ids[8];              /* end-of-sequence ids, n_eos of them */
     int add_bos;                 /* prepend BOS to prompts */
+    /* tokenizer_config.json's add_bos_token / add_eos_token when it states
+     * them (-1: not stated): they override tokenizer.json's template. */
+    int cfg_add_bos, cfg_add_eos;
 
     uint8_t fingerprint[16];     /* hash of the architecture, shapes and sampled weight bytes */
     char fingerprint_hex[33];
@@ -101,9 +104,19 @@ int qmodel_load(const char *path, qmodel **out, char *err, size_t errlen);
  * Used by qmodel_load and by the fuzz targets. */
 int gguf_parse(qmodel *m, const void *buf, size_t len, char *err, size_t errlen);
 
+/* Like gguf_parse, but reads only the metadata and the vocabulary (any
+ * architecture, tensors ignored): for vocabulary-only files and tools that
+ * need just the tokenizer. */
+int gguf_parse_vocab(qmodel *m, const void *buf, size_t len, char *err, size_t errlen);
+
 /* Loads an HF folder's config.json, generation_config.json,
  * tokenizer.json vocabulary and safetensors into m; does not bind. */
 int hf_load_dir(qmodel *m, const char *dir, char *err, size_t errlen);
+
+/* Reads only an HF folder's tokenizer.json (vocabulary, path) and
+ * tokenizer_config.json (add_bos_token / add_eos_token, special tokens):
+ * for folders that hold just tokenizer files. */
+int hf_load_tokenizer_files(qmodel *m, const char *dir, char *err, size_t errlen);
 
 /* Parses an HF config.json text into m->hp (and bos/eos ids when given). */
 int hf_parse_config(qmodel *m, const char *json, size_t len, char *err, size_t errlen);

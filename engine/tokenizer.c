@@ -456,6 +456,23 @@ int qtok_is_special(const qtok *t, int id)
     return id >= 0 && id < t->n_ids && (t->id_special[id] & TOK_ID_SPECIAL);
 }
 
+int qtok_set_bos_eos(qtok *t, int bos_id, int eos_id)
+{
+    if (bos_id >= t->n_ids || eos_id >= t->n_ids) return QERR_RANGE;
+    int32_t *p = q_mallocn(3, sizeof *p);
+    if (!p) return QERR_NOMEM;
+    int n = 0;
+    if (bos_id >= 0) p[n++] = bos_id;
+    p[n++] = TOK_POST_SEQ;
+    if (eos_id >= 0) p[n++] = eos_id;
+    free(t->post);
+    t->post = p;
+    t->n_post = n;
+    if (bos_id >= 0) t->bos_id = bos_id;
+    if (eos_id >= 0) t->eos_id = eos_id;
+    return 0;
+}
+
 int qtok_bos_id(const qtok *t)
 {
     return t->bos_id;

@@ -73,6 +73,20 @@ int qtok_from_vocab(const qvocab *v, int bos_id, int eos_id, int add_bos, qtok *
 /* Releases everything; NULL is a no-op. */
 void qtok_free(qtok *t);
 
+/* Replaces the post-processor's template with [bos_id] text [eos_id] (a
+ * negative id: none), as transformers' Llama-family tokenizers do from
+ * tokenizer_config.json's add_bos_token / add_eos_token.  Not thread-safe:
+ * call before sharing t.  0, QERR_RANGE or QERR_NOMEM. */
+int qtok_set_bos_eos(qtok *t, int bos_id, int eos_id);
+
+/* The tokenizer of a loaded model: its tokenizer.json (HF folders) or its
+ * GGUF vocabulary.  0, or a QERR_* code with a message. (tok_model.c) */
+int qtok_for_model(const qmodel *m, qtok **out, char *err, size_t errlen);
+
+/* A tokenizer alone from path: a folder holding tokenizer.json, a
+ * tokenizer.json file, or a GGUF file (vocabulary only; any architecture). */
+int qtok_load_path(const char *path, qtok **out, char *err, size_t errlen);
+
 /* Encodes text[0..len) (UTF-8) with flags QTOK_ADD_SPECIAL / QTOK_PARSE_SPECIAL.
  * On success returns 0 and *ids (malloc'd, owned by the caller; may be NULL
  * when *n_ids is 0).  Returns QERR_INVAL for text that is not valid UTF-8,

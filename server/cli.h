@@ -4,5 +4,6 @@
 
 /* Each returns the process exit status. */
 int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "cli.h"
 #include "model.h"
+#include "opts.h"
 #include "sample.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -34,18 +35,9 @@ typedef struct {
     qsample_params sp;
 } gen_opts;
 
-typedef enum { OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64, OPT_FLAG } opt_kind;
-
 /* The one table of flags: parsing and --help both read it. */
-typedef struct {
-    const char *s, *l, *arg;
-    opt_kind kind;
-    size_t off;
-    const char *help;
-} gen_opt;
-
 #define F_(field) offsetof(gen_opts, field)
-static const gen_opt gen_table[] = {
+static const qopt gen_table[] = {
     { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
     { NULL, "--prompt-ids", "LIST", OPT_STR, F_(prompt_ids), "prompt as comma-separated token ids (default: BOS alone)" },
     { "-n", "--n-predict", "N", OPT_INT, F_(n_predict), "tokens to generate (default 128)" },
@@ -69,63 +61,7 @@ static void gen_usage(FILE *f)
     fprintf(f, "usage: quire generate -m MODEL [options]\n\n"
                "Generates text from a prompt and prints it to stdout; prints prompt and\n"
                "generation speed (tokens/s) to stderr.\n\noptions:\n");
-    for (size_t i = 0; i < N_GEN_OPTS; i++) {
-        const gen_opt *g = &gen_table[i];
-        char left[64];
-        snprintf(left, sizeof left, "%s%s%s%s%s", g->s ? g->s : "", g->s ? ", " : "    ", g->l,
-                 g->arg ? " " : "", g->arg ? g->arg : "");
-        fprintf(f, "  %-26s %s\n", left, g->help);
-    }
-}
-
-static int parse_num(const char *flag, const char *s, opt_kind kind, void *out)
-{
-    char *end;
-    errno = 0;
-    if (kind == OPT_INT) {
-        long v = strtol(s, &end, 10);
-        if (errno || *end || end == s || v < INT_MIN || v > INT_MAX) goto bad;
-        *(int *)out = (int)v;
-    } else if (kind == OPT_U64) {
-        unsigned long long v = strtoull(s, &end, 10);
-        if (errno || *end || end == s || s[0] == '-') goto bad;
-        *(uint64_t *)out = v;
-    } else {
-        float v = strtof(s, &end);
-        if (errno || *end || end == s) goto bad;
-        *(float *)out = v;
-    }
-    return 0;
-bad:
-    fprintf(stderr, "quire generate: %s: invalid number '%s'\n", flag, s);
-    return -1;
-}
-
-static int gen_parse(int argc, char **argv, gen_opts *o)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const gen_opt *g = NULL;
-        for (size_t k = 0; k < N_GEN_OPTS && !g; k++)
-            if ((gen_table[k].s && !strcmp(a, gen_table[k].s)) || !strcmp(a, gen_table[k].l)) g = &gen_table[k];
-        if (!g) {
-            fprintf(stderr, "quire generate: unknown option '%s' (see --help)\n", a);
-            return -1;
-        }
-        void *field = (char *)o + g->off;
-        if (g->kind == OPT_FLAG) {
-            *(int *)field = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "quire generate: %s needs a value\n", a);
-            return -1;
-        }
-        const char *v = argv[++i];
-        if (g->kind == OPT_STR) *(const char **)field = v;
-        else if (parse_num(a, v, g->kind, field)) return -1;
-    }
-    return 0;
+    qopt_usage(f, gen_table, N_GEN_OPTS);
 }
 
 /* Parses "1,2,3" into a new array; returns the count or -1. */
@@ -168,7 +104,7 @@ static int is_eos(const qmodel *m, int id)
 int cmd_generate(int argc, char **argv)
 {
     gen_opts o = { .n_predict = 128, .threads = 0, .block_size = 16, .chunk = 512, .sp = qsample_defaults() };
-    if (gen_parse(argc, argv, &o)) return 2;
+    if (qopt_parse("generate", gen_table, N_GEN_OPTS, argc, argv, &o)) return 2;
     if (o.help) {
         gen_usage(stdout);
         return 0;

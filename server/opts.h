@@ -1,0 +1,28 @@
+/* opts.h - command-line options from one table per subcommand.
+ *
+ * Each subcommand lists its flags once (qopt rows naming a field of its
+ * options struct by offset); parsing and --help both read that table, so
+ * they cannot drift apart. */
+#ifndef QUIRE_OPTS_H
+#define QUIRE_OPTS_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef enum { OPT_STR, OPT_INT, OPT_FLOAT, OPT_U64, OPT_FLAG } qopt_kind;
+
+typedef struct {
+    const char *s, *l, *arg;     /* short flag (or NULL), long flag, value name (NULL for flags) */
+    qopt_kind kind;
+    size_t off;                  /* offset of the field in the options struct */
+    const char *help;
+} qopt;
+
+/* Parses argv[1..argc) into dst.  Prints a message naming the flag and
+ * returns -1 on an unknown flag, a missing value or a bad number; else 0. */
+int qopt_parse(const char *cmd, const qopt *table, size_t n, int argc, char **argv, void *dst);
+
+/* Prints one line per flag. */
+void qopt_usage(FILE *f, const qopt *table, size_t n);
+
+#endif
