@@ -25,6 +25,8 @@
 typedef struct {
     const char *model;
     const char *prompt_ids;
+    const char *prompt;
+    int no_special;
     int n_predict;
     int threads;
     int block_size;
@@ -39,6 +41,8 @@ typedef struct {
 #define F_(field) offsetof(gen_opts, field)
 static const qopt gen_table[] = {
     { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
+    { "-p", "--prompt", "TEXT", OPT_STR, F_(prompt), "prompt text, tokenized with the model's tokenizer (BOS as it says)" },
+    { NULL, "--no-special", NULL, OPT_FLAG, F_(no_special), "treat special-token text in -p (e.g. <|im_start|>) as plain text" },
     { NULL, "--prompt-ids", "LIST", OPT_STR, F_(prompt_ids), "prompt as comma-separated token ids (default: BOS alone)" },
     { "-n", "--n-predict", "N", OPT_INT, F_(n_predict), "tokens to generate (default 128)" },
     { NULL, "--temp", "T", OPT_FLOAT, F_(sp.temperature), "temperature; 0 is greedy (default 1.0)" },
@@ -128,6 +132,8 @@ int cmd_generate(int argc, char **argv)
     qmodel *m = NULL;
     qbackend *be = NULL;
     qsampler *smp = NULL;
+    qtok *tok = NULL;
+    qdetok *detok = NULL;
     int32_t *prompt = NULL, *table = NULL, *out_ids = NULL;
     float *logits = NULL;
 
@@ -142,8 +148,31 @@ int cmd_generate(int argc, char **argv)
           m->name, hp->arch == QARCH_QWEN2 ? "qwen2" : "llama", hp->n_layers, hp->dim, hp->n_heads,
           hp->n_kv_heads, hp->n_vocab, qdt_name(m->w.tok_embd.dtype), m->fingerprint_hex);
 
+    if ((rc = qtok_for_model(m, &tok, err, sizeof err))) {
+        if (o.prompt) {
+            fprintf(stderr, "quire generate: -p needs the model's tokenizer: %s\n", err);
+            goto done;
+        }
+        QLOGW("no tokenizer (%s): printing raw vocabulary pieces", err);
+    }
+
     int n_prompt;
-    if (o.prompt_ids) {
+    if (o.prompt && o.prompt_ids) {
+        fprintf(stderr, "quire generate: give -p or --prompt-ids, not both\n");
+        goto done;
+    }
+    if (o.prompt) {
+        unsigned flags = QTOK_ADD_SPECIAL | (o.no_special ? 0 : QTOK_PARSE_SPECIAL);
+        if ((rc = qtok_encode(tok, o.prompt, strlen(o.prompt), flags, &prompt, &n_prompt))) {
+            fprintf(stderr, "quire generate: cannot tokenize the prompt: %s\n",
+                    rc == QERR_INVAL ? "it is not valid UTF-8" : qerr_str(rc));
+            goto done;
+        }
+        if (n_prompt == 0) {
+            fprintf(stderr, "quire generate: the prompt is empty after tokenization\n");
+            goto done;
+        }
+    } else if (o.prompt_ids) {
         n_prompt = parse_ids(o.prompt_ids, hp->n_vocab, &prompt);
         if (n_prompt < 0) goto done;
         if (n_prompt == 0) {
@@ -152,7 +181,7 @@ int cmd_generate(int argc, char **argv)
         }
     } else {
         if (m->bos_id < 0) {
-            fprintf(stderr, "quire generate: the model has no BOS token; give --prompt-ids\n");
+            fprintf(stderr, "quire generate: the model has no BOS token; give -p or --prompt-ids\n");
             goto done;
         }
         prompt = malloc(sizeof *prompt);
@@ -207,22 +236,31 @@ int cmd_generate(int argc, char **argv)
     double td = q_now();
     int n_gen = 0, prev = prompt[n_prompt - 1], pos = n_prompt;
     char piece[256];
+    /* Text goes out through the streaming detokenizer: never half a UTF-8
+     * character, SentencePiece's leading space handled as a full decode
+     * would, special tokens (EOS/BOS with --ignore-eos) left out. */
+    if (tok && !(detok = qdetok_new(tok, QTOK_SKIP_SPECIAL))) goto oom;
     if (o.print_ids) fputs("[", stdout);
     while (n_gen < n_predict) {
-        int tok = qsample(smp, logits);
-        if (!o.ignore_eos && is_eos(m, tok)) break;
-        out_ids[n_gen++] = tok;
+        int next = qsample(smp, logits);
+        if (!o.ignore_eos && is_eos(m, next)) break;
+        out_ids[n_gen++] = next;
         if (o.print_ids) {
-            printf("%s%d", n_gen > 1 ? ", " : "", tok);
+            printf("%s%d", n_gen > 1 ? ", " : "", next);
+        } else if (detok) {
+            const char *text;
+            size_t len;
+            if (qdetok_push(detok, next, &text, &len)) goto oom;
+            fwrite(text, 1, len, stdout);
         } else {
             int strip = prev == m->bos_id && m->vocab.kind == QVOCAB_SPM;
-            int len = qvocab_decode_piece(&m->vocab, tok, strip, piece, sizeof piece);
+            int len = qvocab_decode_piece(&m->vocab, next, strip, piece, sizeof piece);
             if (len > 0) fwrite(piece, 1, (size_t)len, stdout);
         }
         fflush(stdout);
-        prev = tok;
+        prev = next;
         if (n_gen == n_predict) break;
-        int32_t tk = tok, li = 0;
+        int32_t tk = next, li = 0;
         qbatch_seq seq = { .first = 0, .n_tokens = 1, .pos0 = pos, .block_table = table, .n_blocks = n_blocks };
         qbatch b = { .n_tokens = 1, .tokens = &tk, .n_seqs = 1, .seqs = &seq, .n_logits = 1, .logits_idx = &li };
         if ((rc = be->ops->forward(be, &b, logits))) {
@@ -232,6 +270,11 @@ int cmd_generate(int argc, char **argv)
         pos++;
     }
     double decode_s = q_now() - td;
+    if (detok) {
+        const char *text;
+        size_t len;
+        if (!qdetok_flush(detok, &text, &len)) fwrite(text, 1, len, stdout);
+    }
     if (o.print_ids) fputs("]", stdout);
     fputs("\n", stdout);
     fflush(stdout);
@@ -247,6 +290,8 @@ int cmd_generate(int argc, char **argv)
 oom:
     fprintf(stderr, "quire generate: out of memory\n");
 done:
+    qdetok_free(detok);
+    qtok_free(tok);
     qsampler_destroy(smp);
     qbackend_destroy(be);
     qmodel_destroy(m);

@@ -35,9 +35,21 @@ if cmp -s "$tmp/s1" "$tmp/s2" && ! cmp -s "$tmp/s1" "$tmp/s3"; then ok "seeded s
 out=$("$Q" generate -m models/stories260K.gguf --prompt-ids 1,403,407 -n 3 --temp 0 --ids 2>/dev/null)
 if [ "$out" = "[261, 378, 432]" ]; then ok "--prompt-ids and --ids"; else bad "--prompt-ids/--ids gave '$out'"; fi
 
+# A text prompt is tokenized as the fixture's ids were: "Once upon a time" is
+# HF's greedy ids 0-3 after BOS, so the continuation is the fixture's ids 4-23.
+want=$(python3 -c 'import json; g=json.load(open("tests/fixtures/stories260K.greedy.json"))["greedy_ids"]; print("[" + ", ".join(map(str, g[4:24])) + "]")')
+for m in models/stories260K.gguf; do
+  out=$("$Q" generate -m "$m" -p "Once upon a time" -n 20 --temp 0 --ids 2>/dev/null)
+  if [ "$out" = "$want" ]; then ok "-p text prompt continues as HF's greedy ($m)"; else bad "-p on $m gave '$out', want '$want'"; fi
+done
+# Text output streams through the detokenizer: the whole text equals the fixture's.
+out=$("$Q" generate -m models/stories260K.gguf -p "Once upon a time" -n 60 --temp 0 2>/dev/null)
+want_text=$(python3 -c 'import json; print(json.load(open("tests/fixtures/stories260K.greedy.json"))["greedy_text"][len("Once upon a time"):][:80])')
+case "$want_text" in "$out"*) ok "-p text output";; *) case "$out" in "$want_text"*) ok "-p text output";; *) bad "-p text output '$out'";; esac;; esac
+
 # --help documents every flag the parser knows.
 help=$("$Q" generate --help)
-for f in --model --prompt-ids --n-predict --temp --top-k --top-p --min-p --seed --threads --block-size --chunk --ignore-eos --ids --help; do
+for f in --model --prompt --no-special --prompt-ids --n-predict --temp --top-k --top-p --min-p --seed --threads --block-size --chunk --ignore-eos --ids --help; do
   case "$help" in *"$f"*) ;; *) bad "--help lacks $f"; continue ;; esac
 done
 ok "--help lists the flags"
@@ -61,6 +73,8 @@ expect_err "not a model" "not a GGUF" "$Q" generate -m "$tmp/junk.bin"
 mkdir "$tmp/emptydir"
 expect_err "empty folder" "config.json" "$Q" generate -m "$tmp/emptydir"
 expect_err "unknown command" "unknown command" "$Q" frobnicate
+expect_err "-p and --prompt-ids" "not both" "$Q" generate -m models/stories260K.gguf -p hi --prompt-ids 1
+expect_err "-p not UTF-8" "not valid UTF-8" "$Q" generate -m models/stories260K.gguf -p $'\xff\xfe'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
