@@ -21,6 +21,7 @@
 typedef struct {
     const char *model;
     int special, no_add_special, decode, jsonl, pieces, skip_special, help;
+    int bench;
 } tok_opts;
 
 #define F_(field) offsetof(tok_opts, field)
@@ -32,6 +33,7 @@ static const qopt tok_table[] = {
     { NULL, "--skip-special", NULL, OPT_FLAG, F_(skip_special), "with --decode: leave special tokens out of the text" },
     { NULL, "--pieces", NULL, OPT_FLAG, F_(pieces), "print [id, \"piece\"] pairs instead of bare ids" },
     { NULL, "--jsonl", NULL, OPT_FLAG, F_(jsonl), "one JSON input per line (string, or id array with --decode), one result per line" },
+    { NULL, "--bench", "N", OPT_INT, F_(bench), "encode the input N times and print the best MB/s to stderr" },
     { "-h", "--help", NULL, OPT_FLAG, F_(help), "show this help" },
 };
 #undef F_
@@ -196,6 +198,22 @@ int cmd_tokenize(int argc, char **argv)
         return 1;
     }
     int status = 0;
+    if (o.bench > 0 && !o.decode && !o.jsonl) {
+        unsigned flags = (o.special ? QTOK_PARSE_SPECIAL : 0) | (o.no_add_special ? 0 : QTOK_ADD_SPECIAL);
+        double best = 1e30;
+        int n = 0;
+        for (int r = 0; r < o.bench; r++) {
+            int32_t *ids = NULL;
+            double t0 = q_now();
+            int rc = qtok_encode(t, in, len, flags, &ids, &n);
+            double dt = q_now() - t0;
+            free(ids);
+            if (rc) break;
+            if (dt < best) best = dt;
+        }
+        fprintf(stderr, "encode: %zu bytes -> %d tokens, best of %d: %.4f s, %.2f MB/s\n", len, n, o.bench, best,
+                best > 0 ? len / best / 1e6 : 0.0);
+    }
     if (!o.jsonl) {
         json_t *r;
         if (o.decode) {
