@@ -97,4 +97,22 @@ int qchat_render(const qchat_tmpl *t, const json_t *context, char **out, size_t 
 /* Frees a template; NULL is a no-op. */
 void qchat_free(qchat_tmpl *t);
 
+/* ---- a model's template (chat_model.c) ---------------------------------- */
+
+struct qmodel;
+struct qtok;
+
+/* Compiles the model's chat template, or QCHAT_DEFAULT_TEMPLATE when it has
+ * none (m may be NULL); *is_default (if given) says which.  0 or a QERR_*
+ * code with a message. */
+int qchat_for_model(const struct qmodel *m, qchat_tmpl **out, int *is_default, char *err, size_t errlen);
+
+/* Renders t with ctx (a JSON object: messages, tools, add_generation_prompt,
+ * ...), adding bos_token / eos_token from the model and tokenizer when ctx
+ * lacks them (ctx is modified).  m and tok may be NULL.  On success *out is
+ * the prompt (free it); on failure a QERR_* code and the template's own
+ * message in err. */
+int qchat_apply(const qchat_tmpl *t, const struct qmodel *m, const struct qtok *tok, json_t *ctx, char **out,
+                size_t *len, char *err, size_t errlen);
+
 #endif

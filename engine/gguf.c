@@ -668,6 +668,8 @@ static int read_vocab(const gmeta *md, qmodel *m)
     if (rc == 1 && kv->arr_n > 0 && (rc = copy_strings(md, kv, &v->merges, &v->n_merges))) return rc;
     if ((rc = meta_str(md, "tokenizer.ggml.pre", &s, &n)) < 0) return rc;
     if (rc == 1 && !(v->pre = q_strndup(s, n))) return gfail(g, QERR_NOMEM, "out of memory");
+    if ((rc = meta_str(md, "tokenizer.chat_template", &s, &n)) < 0) return rc;
+    if (rc == 1 && !(m->chat_template = q_strndup(s, n))) return gfail(g, QERR_NOMEM, "out of memory");
 
     int eos, extra;
     if ((rc = meta_token_id(md, "tokenizer.ggml.bos_token_id", v->n, &m->bos_id)) ||

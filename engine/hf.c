@@ -800,6 +800,23 @@ static int hf_tokenizer_config(qmodel *m, const char *dir, json_t *tok, char *er
     json_t *ab = json_object_get(c, "add_bos_token"), *ae = json_object_get(c, "add_eos_token");
     if (json_is_boolean(ab)) m->cfg_add_bos = json_is_true(ab);
     if (json_is_boolean(ae)) m->cfg_add_eos = json_is_true(ae);
+    /* chat_template: a string, or a list of {"name", "template"} of which
+     * transformers uses "default". */
+    json_t *ct = json_object_get(c, "chat_template");
+    if (json_is_array(ct)) {
+        size_t i;
+        json_t *e, *pick = NULL;
+        json_array_foreach(ct, i, e) {
+            json_t *nm = json_object_get(e, "name");
+            if (json_is_string(nm) && !strcmp(json_string_value(nm), "default")) pick = json_object_get(e, "template");
+        }
+        ct = pick;
+    }
+    if (json_is_string(ct) && !m->chat_template &&
+        !(m->chat_template = q_strndup(json_string_value(ct), json_string_length(ct)))) {
+        rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        goto out;
+    }
     static const char *const keys[] = { "bos_token", "eos_token" };
     for (int k = 0; k < 2; k++) {
         json_t *v = json_object_get(c, keys[k]);
@@ -835,6 +852,26 @@ static char *hf_basename(const char *dir)
     return s == n ? q_strdup(dir) : q_strndup(dir + s, n - s);
 }
 
+/* chat_template.jinja, which newer HF folders use instead of the
+ * tokenizer_config.json entry; absent is fine. */
+static int hf_chat_template_file(qmodel *m, const char *dir, char *err, size_t errlen)
+{
+    char *path = hf_path(dir, "chat_template.jinja");
+    if (!path) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    if (access(path, F_OK)) {
+        free(path);
+        return 0;
+    }
+    char *text = NULL;
+    size_t len;
+    int rc = q_read_file(path, HF_MAX_JSON, &text, &len, err, errlen);
+    free(path);
+    if (rc) return rc;
+    free(m->chat_template);
+    m->chat_template = text;
+    return 0;
+}
+
 int hf_load_dir(qmodel *m, const char *dir, char *err, size_t errlen)
 {
     m->format = QFMT_HF;
@@ -853,6 +890,7 @@ int hf_load_dir(qmodel *m, const char *dir, char *err, size_t errlen)
     if ((rc = hf_load_weights(m, dir, err, errlen))) return rc;
     if ((rc = hf_generation_config(m, dir, err, errlen))) return rc;
     json_t *tok = NULL;
+    if ((rc = hf_chat_template_file(m, dir, err, errlen))) return rc;
     if (!(rc = hf_tokenizer(m, dir, &tok, err, errlen))) rc = hf_tokenizer_config(m, dir, tok, err, errlen);
     json_decref(tok);
     return rc;
@@ -862,7 +900,8 @@ int hf_load_tokenizer_files(qmodel *m, const char *dir, char *err, size_t errlen
 {
     m->format = QFMT_HF;
     json_t *tok = NULL;
-    int rc = hf_tokenizer(m, dir, &tok, err, errlen);
+    int rc = hf_chat_template_file(m, dir, err, errlen);
+    if (!rc) rc = hf_tokenizer(m, dir, &tok, err, errlen);
     if (!rc && m->hp.n_vocab <= 0) m->hp.n_vocab = m->vocab.n;
     if (!rc) rc = hf_tokenizer_config(m, dir, tok, err, errlen);
     json_decref(tok);

@@ -200,6 +200,7 @@ void qmodel_destroy(qmodel *m)
     free(m->owned);
     free(m->path);
     free(m->name);
+    free(m->chat_template);
     free(m);
 }
 

@@ -81,6 +81,11 @@ typedef struct qmodel {
      * them (-1: not stated): they override tokenizer.json's template. */
     int cfg_add_bos, cfg_add_eos;
 
+    /* The chat template (Jinja source): GGUF tokenizer.chat_template, or HF
+     * tokenizer_config.json's chat_template (the "default" one of a named
+     * list) or chat_template.jinja; NULL when the model has none. */
+    char *chat_template;
+
     uint8_t fingerprint[16];     /* hash of the architecture, shapes and sampled weight bytes */
     char fingerprint_hex[33];
 

@@ -5,5 +5,6 @@
 /* Each returns the process exit status. */
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 #endif

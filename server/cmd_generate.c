@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "backend.h"
+#include "chat.h"
 #include "cli.h"
 #include "model.h"
 #include "opts.h"
@@ -26,7 +29,9 @@ typedef struct {
     const char *model;
     const char *prompt_ids;
     const char *prompt;
+    const char *system;
     int no_special;
+    int chat;
     int n_predict;
     int threads;
     int block_size;
@@ -42,6 +47,8 @@ typedef struct {
 static const qopt gen_table[] = {
     { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
     { "-p", "--prompt", "TEXT", OPT_STR, F_(prompt), "prompt text, tokenized with the model's tokenizer (BOS as it says)" },
+    { NULL, "--chat", NULL, OPT_FLAG, F_(chat), "-p is a user message: apply the model's chat template (ChatML if none)" },
+    { NULL, "--system", "TEXT", OPT_STR, F_(system), "with --chat: a system message before the user's" },
     { NULL, "--no-special", NULL, OPT_FLAG, F_(no_special), "treat special-token text in -p (e.g. <|im_start|>) as plain text" },
     { NULL, "--prompt-ids", "LIST", OPT_STR, F_(prompt_ids), "prompt as comma-separated token ids (default: BOS alone)" },
     { "-n", "--n-predict", "N", OPT_INT, F_(n_predict), "tokens to generate (default 128)" },
@@ -98,6 +105,27 @@ static int parse_ids(const char *s, int n_vocab, int32_t **out)
     return n;
 }
 
+/* The model's chat template applied to [system], user; *out is the prompt text. */
+static int chat_prompt(const qmodel *m, const qtok *tok, const char *system, const char *user, char **out,
+                       char *err, size_t errlen)
+{
+    qchat_tmpl *t = NULL;
+    int dflt, rc = qchat_for_model(m, &t, &dflt, err, errlen);
+    if (rc) return rc;
+    if (dflt) QLOGW("the model has no chat template: using ChatML");
+    json_t *msgs = json_array(), *ctx = json_object();
+    if (system) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", user));
+    json_object_set_new(ctx, "messages", msgs);
+    json_object_set_new(ctx, "add_generation_prompt", json_true());
+    size_t len;
+    rc = qchat_apply(t, m, tok, ctx, out, &len, err, errlen);
+    if (!rc) QLOGD("chat prompt: %s", *out);
+    json_decref(ctx);
+    qchat_free(t);
+    return rc;
+}
+
 static int is_eos(const qmodel *m, int id)
 {
     for (int i = 0; i < m->n_eos; i++)
@@ -134,6 +162,7 @@ int cmd_generate(int argc, char **argv)
     qsampler *smp = NULL;
     qtok *tok = NULL;
     qdetok *detok = NULL;
+    char *chat_text = NULL;
     int32_t *prompt = NULL, *table = NULL, *out_ids = NULL;
     float *logits = NULL;
 
@@ -161,7 +190,24 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "quire generate: give -p or --prompt-ids, not both\n");
         goto done;
     }
-    if (o.prompt) {
+    if ((o.chat || o.system) && !o.prompt) {
+        fprintf(stderr, "quire generate: --chat and --system need -p (the user message)\n");
+        goto done;
+    }
+    if (o.chat) {
+        /* The rendered prompt holds the template's control tokens as text, so
+         * it is tokenized with special tokens recognised and nothing added:
+         * the template places BOS itself (HF's apply_chat_template does the
+         * same). */
+        if ((rc = chat_prompt(m, tok, o.system, o.prompt, &chat_text, err, sizeof err))) {
+            fprintf(stderr, "quire generate: %s\n", err);
+            goto done;
+        }
+        if ((rc = qtok_encode(tok, chat_text, strlen(chat_text), QTOK_PARSE_SPECIAL, &prompt, &n_prompt))) {
+            fprintf(stderr, "quire generate: cannot tokenize the chat prompt: %s\n", qerr_str(rc));
+            goto done;
+        }
+    } else if (o.prompt) {
         unsigned flags = QTOK_ADD_SPECIAL | (o.no_special ? 0 : QTOK_PARSE_SPECIAL);
         if ((rc = qtok_encode(tok, o.prompt, strlen(o.prompt), flags, &prompt, &n_prompt))) {
             fprintf(stderr, "quire generate: cannot tokenize the prompt: %s\n",
@@ -290,6 +336,7 @@ int cmd_generate(int argc, char **argv)
 oom:
     fprintf(stderr, "quire generate: out of memory\n");
 done:
+    free(chat_text);
     qdetok_free(detok);
     qtok_free(tok);
     qsampler_destroy(smp);

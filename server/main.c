@@ -21,6 +21,7 @@ static void usage(FILE *f)
             "commands:\n"
             "  generate   load a model and generate tokens from a prompt (see quire generate --help)\n"
             "  tokenize   text to token ids and back, as the model's tokenizer does\n"
+            "  template   render a chat template with a JSON context (apply_chat_template)\n"
             "\n"
             "  quire --version   print the version and the compiled backends\n",
             QUIRE_VERSION);
@@ -35,6 +36,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

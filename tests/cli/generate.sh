@@ -47,9 +47,15 @@ out=$("$Q" generate -m models/stories260K.gguf -p "Once upon a time" -n 60 --tem
 want_text=$(python3 -c 'import json; print(json.load(open("tests/fixtures/stories260K.greedy.json"))["greedy_text"][len("Once upon a time"):][:80])')
 case "$want_text" in "$out"*) ok "-p text output";; *) case "$out" in "$want_text"*) ok "-p text output";; *) bad "-p text output '$out'";; esac;; esac
 
+# --chat: the prompt is the chat template's rendering, tokenized with its
+# control tokens (ChatML for stories260K, which has no template).
+n=$("$Q" generate -m models/stories260K.gguf -p "Hi" --chat -n 1 --temp 0 2>&1 >/dev/null | sed -n 's/^prompt: \([0-9]*\) tokens.*/\1/p')
+want_n=$(printf '{"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true}' | "$Q" template -m models/stories260K.gguf --tokens 2>/dev/null | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+if [ -n "$n" ] && [ "$n" = "$want_n" ]; then ok "--chat prompt is the template's tokens ($n)"; else bad "--chat prompt tokens '$n' vs template '$want_n'"; fi
+
 # --help documents every flag the parser knows.
 help=$("$Q" generate --help)
-for f in --model --prompt --no-special --prompt-ids --n-predict --temp --top-k --top-p --min-p --seed --threads --block-size --chunk --ignore-eos --ids --help; do
+for f in --model --prompt --chat --system --no-special --prompt-ids --n-predict --temp --top-k --top-p --min-p --seed --threads --block-size --chunk --ignore-eos --ids --help; do
   case "$help" in *"$f"*) ;; *) bad "--help lacks $f"; continue ;; esac
 done
 ok "--help lists the flags"
@@ -73,6 +79,7 @@ expect_err "not a model" "not a GGUF" "$Q" generate -m "$tmp/junk.bin"
 mkdir "$tmp/emptydir"
 expect_err "empty folder" "config.json" "$Q" generate -m "$tmp/emptydir"
 expect_err "unknown command" "unknown command" "$Q" frobnicate
+expect_err "--chat without -p" "need -p" "$Q" generate -m models/stories260K.gguf --chat
 expect_err "-p and --prompt-ids" "not both" "$Q" generate -m models/stories260K.gguf -p hi --prompt-ids 1
 expect_err "-p not UTF-8" "not valid UTF-8" "$Q" generate -m models/stories260K.gguf -p $'\xff\xfe'
 
