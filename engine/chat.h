@@ -115,4 +115,13 @@ int qchat_for_model(const struct qmodel *m, qchat_tmpl **out, int *is_default, c
 int qchat_apply(const qchat_tmpl *t, const struct qmodel *m, const struct qtok *tok, json_t *ctx, char **out,
                 size_t *len, char *err, size_t errlen);
 
+/* Renders ctx (not modified) like qchat_apply and tokenizes the prompt:
+ * control tokens the template writes are recognised, while special-token
+ * text inside message content stays text (content cannot inject control
+ * tokens).  On success *text is the prompt text and *ids its tokens (free
+ * both); nothing is added around it (the template places BOS itself).
+ * 0, or a QERR_* code with a message. */
+int qchat_apply_tokens(const qchat_tmpl *t, const struct qmodel *m, const struct qtok *tok, const json_t *ctx,
+                       char **text, size_t *text_len, int32_t **ids, int *n_ids, char *err, size_t errlen);
+
 #endif

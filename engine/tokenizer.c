@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 /* tokenizer.c - the tokenizer's public face: added tokens, the encode
  * pipeline, the post-processor, lookups.
  *
@@ -212,8 +213,16 @@ static uint32_t last_cp(const char *s, size_t n)
 
 /* Splits s[0..n) (text at offset base of out->text) on the added tokens of
  * tr, appending text pieces and token pieces to out (HF's find_matches). */
+/* 1 if [s, e) overlaps one of the plain spans. */
+static int in_plain(const qtok_span *plain, int n_plain, size_t s, size_t e)
+{
+    for (int i = 0; i < n_plain; i++)
+        if (s < plain[i].off + plain[i].len && plain[i].off < e) return 1;
+    return 0;
+}
+
 static int split_added(const qtok *t, const tok_trie *tr, const char *s, size_t n, size_t base, uint32_t origin,
-                       unsigned flags, tok_plist *out)
+                       unsigned flags, const qtok_span *plain, int n_plain, tok_plist *out)
 {
     size_t start_offset = 0, pos = 0, ms, me;
     int32_t idx;
@@ -222,6 +231,7 @@ static int split_added(const qtok *t, const tok_trie *tr, const char *s, size_t 
         pos = me;
         const tok_added *a = &t->added[idx];
         if (a->special && !(flags & QTOK_PARSE_SPECIAL)) continue;
+        if (a->special && in_plain(plain, n_plain, base + ms, base + me)) continue;
         if (a->single_word) {
             uint32_t cp;
             int start_space = ms == 0 || !tok_uni_is_word(last_cp(s, ms));
@@ -356,13 +366,14 @@ int tok_finish(qtok *t, char *err, size_t errlen)
 
 /* ---- encode ---------------------------------------------------------------------------- */
 
-static int encode_text(const qtok *t, tok_work *w, const char *text, size_t len, unsigned flags, tok_ids *out)
+static int encode_text(const qtok *t, tok_work *w, const char *text, size_t len, unsigned flags,
+                       const qtok_span *plain, int n_plain, tok_ids *out)
 {
     tok_plist a = { 0 }, b = { 0 };
     int rc;
     /* 1: added tokens in the raw text (pieces point into text itself). */
     if (t->trie_raw.empty) rc = len ? tok_plist_add(&a, 0, len, -1, 1) : 0;
-    else rc = split_added(t, &t->trie_raw, text, len, 0, 1, flags, &a);
+    else rc = split_added(t, &t->trie_raw, text, len, 0, 1, flags, plain, n_plain, &a);
     /* 2: normalize each text piece, then added tokens in the normalized text. */
     for (size_t i = 0; !rc && i < a.n; i++) {
         const tok_piece *p = &a.p[i];
@@ -374,7 +385,11 @@ static int encode_text(const qtok *t, tok_work *w, const char *text, size_t len,
         if ((rc = tok_normalize(t, w, text + p->off, p->len, &b.text))) break;
         size_t nl = b.text.len - at;
         if (t->trie_norm.empty) rc = nl ? tok_plist_add(&b, at, nl, -1, p->origin) : 0;
-        else rc = split_added(t, &t->trie_norm, b.text.p + at, nl, at, p->origin, flags, &b);
+        /* Normalized added tokens: a piece that overlaps a plain span does
+         * not recognise special tokens at all (offsets moved in normalizing). */
+        else rc = split_added(t, &t->trie_norm, b.text.p + at, nl, at, p->origin,
+                              in_plain(plain, n_plain, p->off, p->off + p->len) ? flags & ~QTOK_PARSE_SPECIAL : flags,
+                              NULL, 0, &b);
     }
     /* 3: pre-tokenizers, alternating between the two lists. */
     tok_plist *cur = &b, *nxt = &a;
@@ -397,6 +412,53 @@ static int encode_text(const qtok *t, tok_work *w, const char *text, size_t len,
 
 int qtok_encode(const qtok *t, const char *text, size_t len, unsigned flags, int32_t **ids, int *n_ids)
 {
+    return qtok_encode_spans(t, text, len, flags, NULL, 0, ids, n_ids);
+}
+
+/* The first special token of trie tr in s[from..n). */
+static int next_special_in(const qtok *t, const tok_trie *tr, const char *s, size_t n, size_t from, size_t *ms,
+                           size_t *me)
+{
+    size_t pos = from, a, b;
+    int32_t idx;
+    if (tr->empty) return 0;
+    while (pos < n && trie_find(tr, s, n, pos, &a, &b, &idx)) {
+        if (t->added[idx].special) {
+            *ms = a;
+            *me = b;
+            return 1;
+        }
+        pos = b;
+    }
+    return 0;
+}
+
+/* Raw special tokens through their trie; normalized ones (llama2's "<s>",
+ * matched after normalization as "▁<s>") by their content, which is how a
+ * user would write them. */
+int qtok_next_special(const qtok *t, const char *s, size_t n, size_t from, size_t *ms, size_t *me)
+{
+    size_t best = n, best_end = n, a = 0, b = 0;
+    if (!t || from >= n) return 0;
+    if (next_special_in(t, &t->trie_raw, s, n, from, &a, &b)) best = a, best_end = b;
+    for (int i = 0; i < t->n_added; i++) {
+        const tok_added *ad = &t->added[i];
+        if (!ad->special || !ad->normalized || !ad->len) continue;
+        const char *p = memmem(s + from, n - from, ad->content, ad->len);
+        if (p && ((size_t)(p - s) < best || ((size_t)(p - s) == best && (size_t)(p - s) + ad->len > best_end))) {
+            best = (size_t)(p - s);
+            best_end = best + ad->len;
+        }
+    }
+    if (best >= n) return 0;
+    *ms = best;
+    *me = best_end;
+    return 1;
+}
+
+int qtok_encode_spans(const qtok *t, const char *text, size_t len, unsigned flags, const qtok_span *plain,
+                      int n_plain, int32_t **ids, int *n_ids)
+{
     *ids = NULL;
     *n_ids = 0;
     if (!t || (!text && len)) return QERR_INVAL;
@@ -407,7 +469,7 @@ int qtok_encode(const qtok *t, const char *text, size_t len, unsigned flags, int
     pthread_mutex_t *lock = (pthread_mutex_t *)&t->cache_lock;
     int locked = t->cache && pthread_mutex_trylock(lock) == 0;
     if (locked) w.cache = t->cache;
-    int rc = encode_text(t, &w, text ? text : "", len, flags, &seq);
+    int rc = encode_text(t, &w, text ? text : "", len, flags, plain, n_plain, &seq);
     if (locked) pthread_mutex_unlock(lock);
     tok_work_free(&w);
     if (!rc && (flags & QTOK_ADD_SPECIAL) && t->n_post) {

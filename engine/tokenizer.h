@@ -94,6 +94,25 @@ int qtok_load_path(const char *path, qtok **out, char *err, size_t errlen);
  * *n_ids 0.  Thread-safe. */
 int qtok_encode(const qtok *t, const char *text, size_t len, unsigned flags, int32_t **ids, int *n_ids);
 
+/* A byte range of a text. */
+typedef struct {
+    size_t off, len;
+} qtok_span;
+
+/* Like qtok_encode, but special tokens that overlap one of the plain spans
+ * are not recognised there (they are encoded as text) even with
+ * QTOK_PARSE_SPECIAL: for prompts whose template parts carry control tokens
+ * while user content must not inject them.  Special tokens matched after
+ * normalization (llama2's "<s>") are not recognised anywhere in a stretch of
+ * text (between raw special tokens) that overlaps a plain span: safe, and
+ * exact for the raw control tokens chat models use. */
+int qtok_encode_spans(const qtok *t, const char *text, size_t len, unsigned flags, const qtok_span *plain,
+                      int n_plain, int32_t **ids, int *n_ids);
+
+/* Finds the first special added token written in s[from..n) (by its
+ * content): returns 1 and its byte range [*ms, *me), or 0. */
+int qtok_next_special(const qtok *t, const char *s, size_t n, size_t from, size_t *ms, size_t *me);
+
 /* Decodes ids to text with the file's decoder (QTOK_SKIP_SPECIAL drops special
  * added tokens; ids without a token are skipped, as HF does).  On success
  * returns 0 and *text (malloc'd, NUL-terminated, valid UTF-8, owned by the

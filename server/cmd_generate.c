@@ -105,9 +105,11 @@ static int parse_ids(const char *s, int n_vocab, int32_t **out)
     return n;
 }
 
-/* The model's chat template applied to [system], user; *out is the prompt text. */
-static int chat_prompt(const qmodel *m, const qtok *tok, const char *system, const char *user, char **out,
-                       char *err, size_t errlen)
+/* The model's chat template applied to [system], user, tokenized: the
+ * template's control tokens are recognised, the messages' text cannot inject
+ * any.  *text is the prompt text, *ids its tokens. */
+static int chat_prompt(const qmodel *m, const qtok *tok, const char *system, const char *user, char **text,
+                       int32_t **ids, int *n_ids, char *err, size_t errlen)
 {
     qchat_tmpl *t = NULL;
     int dflt, rc = qchat_for_model(m, &t, &dflt, err, errlen);
@@ -119,8 +121,8 @@ static int chat_prompt(const qmodel *m, const qtok *tok, const char *system, con
     json_object_set_new(ctx, "messages", msgs);
     json_object_set_new(ctx, "add_generation_prompt", json_true());
     size_t len;
-    rc = qchat_apply(t, m, tok, ctx, out, &len, err, errlen);
-    if (!rc) QLOGD("chat prompt: %s", *out);
+    rc = qchat_apply_tokens(t, m, tok, ctx, text, &len, ids, n_ids, err, errlen);
+    if (!rc) QLOGD("chat prompt: %s", *text);
     json_decref(ctx);
     qchat_free(t);
     return rc;
@@ -195,16 +197,12 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     if (o.chat) {
-        /* The rendered prompt holds the template's control tokens as text, so
-         * it is tokenized with special tokens recognised and nothing added:
-         * the template places BOS itself (HF's apply_chat_template does the
-         * same). */
-        if ((rc = chat_prompt(m, tok, o.system, o.prompt, &chat_text, err, sizeof err))) {
-            fprintf(stderr, "quire generate: %s\n", err);
+        if (!tok) {
+            fprintf(stderr, "quire generate: --chat needs the model's tokenizer\n");
             goto done;
         }
-        if ((rc = qtok_encode(tok, chat_text, strlen(chat_text), QTOK_PARSE_SPECIAL, &prompt, &n_prompt))) {
-            fprintf(stderr, "quire generate: cannot tokenize the chat prompt: %s\n", qerr_str(rc));
+        if ((rc = chat_prompt(m, tok, o.system, o.prompt, &chat_text, &prompt, &n_prompt, err, sizeof err))) {
+            fprintf(stderr, "quire generate: %s\n", err);
             goto done;
         }
     } else if (o.prompt) {

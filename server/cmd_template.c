@@ -114,26 +114,26 @@ int cmd_template(int argc, char **argv)
         fprintf(stderr, "quire template: stdin must be a JSON object (%s)\n", ctx ? "got another JSON value" : je.text);
         goto done;
     }
-    if ((rc = qchat_apply(t, m, tok, ctx, &prompt, &len, err, sizeof err))) {
-        fprintf(stderr, "quire template: %s\n", err);
-        goto done;
-    }
     if (o.tokens) {
         if (!tok) {
             fprintf(stderr, "quire template: --tokens: the model has no tokenizer\n");
             goto done;
         }
+        /* The template's control tokens are recognised; special-token text
+         * inside message content stays text. */
         int n;
-        /* The rendered prompt carries the template's control tokens as text:
-         * parse them, and add nothing (the template placed BOS if it wants). */
-        if ((rc = qtok_encode(tok, prompt, len, QTOK_PARSE_SPECIAL, &ids, &n))) {
-            fprintf(stderr, "quire template: cannot tokenize the prompt: %s\n", qerr_str(rc));
+        if ((rc = qchat_apply_tokens(t, m, tok, ctx, &prompt, &len, &ids, &n, err, sizeof err))) {
+            fprintf(stderr, "quire template: %s\n", err);
             goto done;
         }
         putchar('[');
         for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
         puts("]");
     } else {
+        if ((rc = qchat_apply(t, m, tok, ctx, &prompt, &len, err, sizeof err))) {
+            fprintf(stderr, "quire template: %s\n", err);
+            goto done;
+        }
         fwrite(prompt, 1, len, stdout);
     }
     status = 0;

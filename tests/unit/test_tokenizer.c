@@ -936,9 +936,49 @@ static void test_utf8_complete(void)
     CHECK_EQ_INT(qutf8_complete("", 0), 0);
 }
 
+/* Plain spans: special tokens written inside them stay text. */
+static void test_plain_spans(void)
+{
+    for (int k = 0; k < 2; k++) {
+        qtok *t = load(k == 0 ? 6 : 2); /* qwen2.5 (raw added tokens), llama2 ("<s>" normalized) */
+        REQUIRE(t);
+        const char *tokname = k == 0 ? "<|im_end|>" : "<s>";
+        int sid = qtok_token_to_id(t, tokname, strlen(tokname));
+        REQUIRE(sid >= 0);
+        char text[64];
+        snprintf(text, sizeof text, "ab %scd %sef", tokname, tokname);
+        size_t n = strlen(text), ms = 0, me = 0, tl = strlen(tokname);
+        CHECK(qtok_next_special(t, text, n, 0, &ms, &me) == 1);
+        CHECK(ms == 3 && me == 3 + tl);
+        CHECK(qtok_next_special(t, text, n, me, &ms, &me) == 1);
+        CHECK(ms == 6 + tl && me == 6 + 2 * tl);
+        CHECK(qtok_next_special(t, text, n, me, &ms, &me) == 0);
+        int32_t *ids;
+        int n_ids, count = 0;
+        REQUIRE(qtok_encode(t, text, n, QTOK_PARSE_SPECIAL, &ids, &n_ids) == 0);
+        for (int i = 0; i < n_ids; i++) count += ids[i] == sid;
+        CHECK_EQ_INT(count, 2);
+        free(ids);
+        /* A span over the first: a raw control token stays one only outside
+         * it; a normalized one is not recognised in the overlapping stretch. */
+        qtok_span sp = { 3, tl };
+        REQUIRE(qtok_encode_spans(t, text, n, QTOK_PARSE_SPECIAL, &sp, 1, &ids, &n_ids) == 0);
+        count = 0;
+        for (int i = 0; i < n_ids; i++) count += ids[i] == sid;
+        CHECK_EQ_INT(count, k == 0 ? 1 : 0);
+        char *back;
+        size_t bl;
+        REQUIRE(qtok_decode(t, ids, n_ids, 0, &back, &bl) == 0);
+        CHECK(strstr(back, tokname) != NULL);
+        free(back);
+        free(ids);
+    }
+}
+
 int main(void)
 {
     qlog_set_level(QLOG_ERROR);
+    QT_RUN(test_plain_spans);
     QT_RUN(test_encodings_json);
     QT_RUN(test_stories260k);
     QT_RUN(test_hf_cases);
