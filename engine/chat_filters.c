@@ -617,7 +617,8 @@ static qcj_val select_reject(qcj_ctx *c, const qcj_node *at, qcj_val v, const qc
         off = 1;
     }
     const qcj_str *test = a->npos > off ? qcj_to_str(c, a->pos[off]) : NULL;
-    qcj_args rest = { a->pos + off + 1, a->npos > off ? a->npos - off - 1 : 0, a->kwn, a->kwv, a->nkw };
+    qcj_args rest = { a->npos > off ? a->pos + off + 1 : NULL, a->npos > off ? a->npos - off - 1 : 0, a->kwn, a->kwv,
+                      a->nkw };
     const qcj_val *items;
     size_t n;
     qcj_iter(c, at, v, &items, &n);
