@@ -3,7 +3,8 @@
 #   1. release build with warnings as errors (CUDA backend too where nvcc is found), ctest;
 #   2. ASan + UBSan build of the unit tests, ctest;
 #   3. libFuzzer targets, FUZZ_SECONDS each (default 60);
-#   4. end-to-end tests (pytest against a running quire) once they exist.
+#   4. end-to-end tests: pytest against the real binary, in a venv with the
+#      pinned versions of tests/e2e/requirements.txt.
 # Environment: FUZZ_SECONDS, JOBS (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,8 +54,9 @@ if [ -d tests/e2e ] && ls tests/e2e/test_*.py >/dev/null 2>&1; then
   section "end-to-end tests"
   python3 -m venv build/venv
   build/venv/bin/pip install -q -r tests/e2e/requirements.txt
-  QUIRE_BIN=build/ci/quire build/venv/bin/python -m pytest -q tests/e2e
+  QUIRE_BIN=build/ci/quire build/venv/bin/python -m pytest -q tests/e2e | tee build/e2e.log
+  n_e2e=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/e2e.log | tail -1)
 fi
 section "summary"
-echo "release ctest ${n_release:-0}, asan ctest ${n_asan:-0}, fuzz targets $fuzz_pass"
-echo "suite: $(( ${n_release:-0} + ${n_asan:-0} + fuzz_pass )) passed, 0 failed"
+echo "release ctest ${n_release:-0}, asan ctest ${n_asan:-0}, fuzz targets $fuzz_pass, e2e ${n_e2e:-0}"
+echo "suite: $(( ${n_release:-0} + ${n_asan:-0} + fuzz_pass + ${n_e2e:-0} )) passed, 0 failed"
