@@ -21,7 +21,7 @@
 typedef struct {
     const char *model;
     int special, no_add_special, decode, jsonl, pieces, skip_special, help;
-    int bench;
+    int bench, stream;
 } tok_opts;
 
 #define F_(field) offsetof(tok_opts, field)
@@ -31,6 +31,7 @@ static const qopt tok_table[] = {
     { NULL, "--no-add-special", NULL, OPT_FLAG, F_(no_add_special), "do not add BOS/EOS as the tokenizer's post-processor says" },
     { NULL, "--decode", NULL, OPT_FLAG, F_(decode), "read a JSON array of ids and print the text" },
     { NULL, "--skip-special", NULL, OPT_FLAG, F_(skip_special), "with --decode: leave special tokens out of the text" },
+    { NULL, "--stream", NULL, OPT_FLAG, F_(stream), "with --decode: decode one id at a time (the streaming detokenizer); --jsonl prints the chunks" },
     { NULL, "--pieces", NULL, OPT_FLAG, F_(pieces), "print [id, \"piece\"] pairs instead of bare ids" },
     { NULL, "--jsonl", NULL, OPT_FLAG, F_(jsonl), "one JSON input per line (string, or id array with --decode), one result per line" },
     { NULL, "--bench", "N", OPT_INT, F_(bench), "encode the input N times and print the best MB/s to stderr" },
@@ -158,6 +159,27 @@ static json_t *decode_one(const qtok *t, const tok_opts *o, json_t *arr, char *e
         }
         ids[i] = (int32_t)json_integer_value(v);
     }
+    if (o->stream) {
+        /* The streaming detokenizer, one id at a time: with --jsonl the
+         * chunks come out as an array, so that a test can check each one. */
+        qdetok *d = qdetok_new(t, o->skip_special ? QTOK_SKIP_SPECIAL : 0);
+        json_t *chunks = json_array();
+        int rc = d && chunks ? 0 : QERR_NOMEM;
+        for (size_t i = 0; i <= n && !rc; i++) {
+            const char *s;
+            size_t sl;
+            rc = i < n ? qdetok_push(d, ids[i], &s, &sl) : qdetok_flush(d, &s, &sl);
+            if (!rc && sl) json_array_append_new(chunks, json_text(s, sl));
+        }
+        qdetok_free(d);
+        free(ids);
+        if (rc) {
+            json_decref(chunks);
+            qerr_set(err, errlen, rc, "decode failed: %s", qerr_str(rc));
+            return NULL;
+        }
+        return chunks;
+    }
     char *text = NULL;
     size_t len = 0;
     int rc = qtok_decode(t, ids, (int)n, o->skip_special ? QTOK_SKIP_SPECIAL : 0, &text, &len);
@@ -226,10 +248,13 @@ int cmd_tokenize(int argc, char **argv)
                 r = decode_one(t, &o, arr, err, sizeof err);
                 json_decref(arr);
             }
-            if (r) {
+            if (r && json_is_array(r)) { /* --stream: the chunks, one after another */
+                size_t i;
+                json_t *c;
+                json_array_foreach(r, i, c) fwrite(json_string_value(c), 1, json_string_length(c), stdout);
+            } else if (r) {
                 /* Plain text out, exactly as decoded. */
-                const char *s = json_string_value(r);
-                fwrite(s, 1, json_string_length(r), stdout);
+                fwrite(json_string_value(r), 1, json_string_length(r), stdout);
             }
         } else {
             r = encode_one(t, &o, in, len, err, sizeof err);

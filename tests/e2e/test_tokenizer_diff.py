@@ -68,6 +68,17 @@ def test_encode_decode_matches_hf(quire, name, path):
     got_text = run_quire(quire, ["-m", str(path), "--decode"], ids)
     bad = [i for i in range(len(ids)) if got_text[i] != want_text[i]]
     assert not bad, f"{name}: {len(bad)} decodes differ; first {texts[bad[0]]!r}: {got_text[bad[0]]!r} vs {want_text[bad[0]]!r}"
+    # decode(encode(s)) == s for a pure byte-level tokenizer (no normalizer,
+    # no decoder cleanup): every valid string comes back.
+    if name == "gpt2":
+        lost = [i for i in range(len(texts)) if got_text[i] != texts[i]]
+        assert not lost, f"{name}: decode(encode(s)) != s for {texts[lost[0]]!r}"
+    # The streaming detokenizer: its chunks joined equal the full decode, and
+    # no chunk ends inside a UTF-8 character (a split one would have come back
+    # as U+FFFD from quire's JSON writer and broken the join).
+    chunks = run_quire(quire, ["-m", str(path), "--decode", "--stream"], ids)
+    bad = [i for i in range(len(ids)) if "".join(chunks[i]) != want_text[i]]
+    assert not bad, f"{name}: {len(bad)} streamed decodes differ; first {texts[bad[0]]!r}: {chunks[bad[0]]!r}"
 
 
 GGUF_PAIRS = [("gpt2", "ggml-vocab-gpt-2.gguf"), ("llama-spm", "ggml-vocab-llama-spm.gguf")]
