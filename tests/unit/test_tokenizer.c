@@ -271,116 +271,6 @@ static void test_llamacpp_vectors_json(void)
     }
 }
 
-/* gguf_parse refuses architectures it cannot run (gpt2): this reads just the
- * tokenizer.ggml.* keys of such a vocabulary-only file. */
-typedef struct {
-    const uint8_t *p;
-    size_t n, pos;
-    int bad;
-} rd;
-
-static uint64_t rd_u(rd *r, int bytes)
-{
-    uint64_t v = 0;
-    if (r->pos + (size_t)bytes > r->n) {
-        r->bad = 1;
-        return 0;
-    }
-    for (int i = 0; i < bytes; i++) v |= (uint64_t)r->p[r->pos + (size_t)i] << (8 * i);
-    r->pos += (size_t)bytes;
-    return v;
-}
-
-static char *rd_s(rd *r)
-{
-    uint64_t n = rd_u(r, 8);
-    if (r->bad || n > r->n - r->pos) {
-        r->bad = 1;
-        return NULL;
-    }
-    char *s = q_strndup((const char *)r->p + r->pos, (size_t)n);
-    r->pos += (size_t)n;
-    return s;
-}
-
-static void rd_skip(rd *r, uint32_t type)
-{
-    static const int size[] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
-    if (type == 8) free(rd_s(r));
-    else if (type == 9) {
-        uint32_t at = (uint32_t)rd_u(r, 4);
-        uint64_t n = rd_u(r, 8);
-        for (uint64_t i = 0; i < n && !r->bad; i++) rd_skip(r, at);
-    } else if (type < 13 && size[type]) rd_u(r, size[type]);
-    else r->bad = 1;
-}
-
-static char **rd_strings(rd *r, int *count)
-{
-    if (rd_u(r, 4) != 8) {
-        r->bad = 1;
-        return NULL;
-    }
-    uint64_t n = rd_u(r, 8);
-    if (n > (1u << 22)) {
-        r->bad = 1;
-        return NULL;
-    }
-    char **v = calloc(n ? n : 1, sizeof *v);
-    for (uint64_t i = 0; i < n && !r->bad; i++) v[i] = rd_s(r);
-    *count = (int)n;
-    return v;
-}
-
-static int read_gguf_vocab(const void *buf, size_t len, qvocab *v, int *bos, int *eos)
-{
-    rd r = { buf, len, 8, 0 };
-    memset(v, 0, sizeof *v);
-    *bos = *eos = -1;
-    rd_u(&r, 8); /* tensor count */
-    uint64_t nkv = rd_u(&r, 8);
-    for (uint64_t i = 0; i < nkv && !r.bad; i++) {
-        char *k = rd_s(&r);
-        uint32_t ty = (uint32_t)rd_u(&r, 4);
-        if (!k) break;
-        if (!strcmp(k, "tokenizer.ggml.model") && ty == 8) {
-            char *m = rd_s(&r);
-            v->kind = m && !strcmp(m, "gpt2") ? QVOCAB_BPE : QVOCAB_SPM;
-            free(m);
-        } else if (!strcmp(k, "tokenizer.ggml.pre") && ty == 8) {
-            v->pre = rd_s(&r);
-        } else if (!strcmp(k, "tokenizer.ggml.tokens") && ty == 9) {
-            v->tokens = rd_strings(&r, &v->n);
-        } else if (!strcmp(k, "tokenizer.ggml.merges") && ty == 9) {
-            v->merges = rd_strings(&r, &v->n_merges);
-        } else if (!strcmp(k, "tokenizer.ggml.token_type") && ty == 9) {
-            uint32_t at = (uint32_t)rd_u(&r, 4);
-            uint64_t n = rd_u(&r, 8);
-            if (at != 5 || n > (1u << 22)) r.bad = 1;
-            v->types = calloc(n ? n : 1, sizeof *v->types);
-            for (uint64_t j = 0; j < n && !r.bad; j++) v->types[j] = (int32_t)rd_u(&r, 4);
-        } else if (!strcmp(k, "tokenizer.ggml.bos_token_id") && ty == 4) {
-            *bos = (int)rd_u(&r, 4);
-        } else if (!strcmp(k, "tokenizer.ggml.eos_token_id") && ty == 4) {
-            *eos = (int)rd_u(&r, 4);
-        } else {
-            rd_skip(&r, ty);
-        }
-        free(k);
-    }
-    return r.bad ? -1 : 0;
-}
-
-static void free_vocab(qvocab *v)
-{
-    for (int i = 0; v->tokens && i < v->n; i++) free(v->tokens[i]);
-    for (int i = 0; v->merges && i < v->n_merges; i++) free(v->merges[i]);
-    free(v->tokens);
-    free(v->merges);
-    free(v->types);
-    free(v->pre);
-}
-
 static qtok *from_gguf(const char *rel, qmodel **mout)
 {
     char path[1024], err[512];
@@ -391,20 +281,14 @@ static qtok *from_gguf(const char *rel, qmodel **mout)
     if (q_read_file(path, (size_t)64 << 20, &buf, &len, err, sizeof err)) return NULL;
     qmodel *m = qmodel_new();
     qtok *t = NULL;
-    int rc = m ? gguf_parse(m, buf, len, err, sizeof err) : QERR_NOMEM;
+    /* Vocabulary-only files of any architecture (gpt2 included). */
+    int rc = m ? gguf_parse_vocab(m, buf, len, err, sizeof err) : QERR_NOMEM;
     if (rc == 0) {
         int eos = m->n_eos ? m->eos_ids[0] : -1;
         if (qtok_from_vocab(&m->vocab, m->bos_id, eos, m->add_bos, &t, err, sizeof err))
             fprintf(stderr, "  qtok_from_vocab(%s): %s\n", rel, err);
-    } else if (rc == QERR_UNSUPPORTED) {
-        qvocab v;
-        int bos, eos;
-        if (read_gguf_vocab(buf, len, &v, &bos, &eos) == 0 &&
-            qtok_from_vocab(&v, bos, eos, 0, &t, err, sizeof err))
-            fprintf(stderr, "  qtok_from_vocab(%s): %s\n", rel, err);
-        free_vocab(&v);
     } else {
-        fprintf(stderr, "  gguf_parse(%s): %s\n", rel, err);
+        fprintf(stderr, "  gguf_parse_vocab(%s): %s\n", rel, err);
     }
     if (m) qmodel_take_buffer(m, buf);
     else free(buf);
