@@ -7,4 +7,12 @@ int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 
+struct qmodel;
+struct qtok;
+#include "engine.h"
+/* quire generate --batch: runs every request of a JSONL file through the
+ * engine and prints the results (cmd_batch.c).  Returns the exit status. */
+int run_batch(const struct qmodel *m, const struct qtok *tok, const qengine_opts *eo, const char *path,
+              int default_max);
+
 #endif

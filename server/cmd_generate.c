@@ -32,6 +32,8 @@ typedef struct {
     const char *system;
     int no_special;
     int chat;
+    const char *batch;
+    int kv_mem, max_batch_tokens, max_seqs, static_batching;
     int n_predict;
     int threads;
     int block_size;
@@ -57,6 +59,11 @@ static const qopt gen_table[] = {
     { NULL, "--top-p", "P", OPT_FLOAT, F_(sp.top_p), "nucleus sampling mass; 1 is off (default 1.0)" },
     { NULL, "--min-p", "P", OPT_FLOAT, F_(sp.min_p), "drop tokens below P times the best one's probability (default 0)" },
     { NULL, "--seed", "S", OPT_U64, F_(sp.seed), "random seed; the same seed gives the same output (default 0)" },
+    { NULL, "--batch", "FILE", OPT_STR, F_(batch), "run every request of a JSONL file through the engine at once (see README)" },
+    { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "--batch: KV cache budget in MiB (default 256)" },
+    { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "--batch: tokens per engine step (default 512)" },
+    { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "--batch: sequences per engine step (default 64)" },
+    { NULL, "--static-batching", NULL, OPT_FLAG, F_(static_batching), "--batch: admit a new batch only when the last has finished" },
     { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
     { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
     { NULL, "--chunk", "N", OPT_INT, F_(chunk), "prompt tokens per forward pass (default 512)" },
@@ -165,6 +172,14 @@ int cmd_generate(int argc, char **argv)
     qtok *tok = NULL;
     qdetok *detok = NULL;
     char *chat_text = NULL;
+    if (o.batch && (o.prompt || o.prompt_ids || o.chat)) {
+        fprintf(stderr, "quire generate: --batch takes its prompts from the file\n");
+        return 2;
+    }
+    if (o.kv_mem < 0 || o.max_batch_tokens < 0 || o.max_seqs < 0) {
+        fprintf(stderr, "quire generate: --kv-mem, --max-batch-tokens and --max-seqs must be positive\n");
+        return 2;
+    }
     int32_t *prompt = NULL, *table = NULL, *out_ids = NULL;
     float *logits = NULL;
 
@@ -180,13 +195,27 @@ int cmd_generate(int argc, char **argv)
           hp->n_kv_heads, hp->n_vocab, qdt_name(m->w.tok_embd.dtype), m->fingerprint_hex);
 
     if ((rc = qtok_for_model(m, &tok, err, sizeof err))) {
-        if (o.prompt) {
+        if (o.batch) {
+            QLOGW("no tokenizer (%s): --batch takes only prompt_ids", err);
+        } else if (o.prompt) {
             fprintf(stderr, "quire generate: -p needs the model's tokenizer: %s\n", err);
             goto done;
         }
         QLOGW("no tokenizer (%s): printing raw vocabulary pieces", err);
     }
 
+    if (o.batch) {
+        qengine_opts eo;
+        qengine_opts_default(&eo);
+        eo.n_threads = o.threads;
+        eo.block_size = o.block_size;
+        if (o.kv_mem) eo.kv_mem_mb = (size_t)o.kv_mem;
+        if (o.max_batch_tokens) eo.max_batch_tokens = o.max_batch_tokens;
+        if (o.max_seqs) eo.max_seqs = o.max_seqs;
+        eo.static_batching = o.static_batching;
+        status = run_batch(m, tok, &eo, o.batch, o.n_predict);
+        goto done;
+    }
     int n_prompt;
     if (o.prompt && o.prompt_ids) {
         fprintf(stderr, "quire generate: give -p or --prompt-ids, not both\n");
@@ -284,6 +313,13 @@ int cmd_generate(int argc, char **argv)
      * character, SentencePiece's leading space handled as a full decode
      * would, special tokens (EOS/BOS with --ignore-eos) left out. */
     if (tok && !(detok = qdetok_new(tok, QTOK_SKIP_SPECIAL))) goto oom;
+    /* The prompt goes through the detokenizer first (its text is not
+     * printed), so that the output continues it with the right spacing. */
+    for (int i = 0; detok && i < n_prompt; i++) {
+        const char *text;
+        size_t len;
+        if (qdetok_push(detok, prompt[i], &text, &len)) goto oom;
+    }
     if (o.print_ids) fputs("[", stdout);
     while (n_gen < n_predict) {
         int next = qsample(smp, logits);

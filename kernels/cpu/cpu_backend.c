@@ -458,8 +458,8 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
         return qerr_set(err, errlen, QERR_NOMEM, "cpu backend: cannot allocate %.1f MiB of KV cache",
                         2.0 * (double)total / (1 << 20));
     }
-    memset(be->kc, 0, total);
-    memset(be->vc, 0, total);
+    /* Not zeroed: a position is always written before any pass reads it,
+     * and untouched pages of a large pool then cost no memory. */
     rope_init(w, be->inv_freq);
     *out = &be->base;
     return 0;

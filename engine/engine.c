@@ -1,0 +1,766 @@
+/* engine.c - requests, the scheduler and the step loop.
+ *
+ * Requests live in two FIFO lists owned by the engine thread: `waiting`
+ * (prompt not yet fully computed: new, or preempted) and `running` (prompt
+ * computed, decoding one token a step).  Other threads talk to the engine
+ * only through two mutex-protected queues: the inbox (submissions and
+ * cancellations) and the outbox (events).
+ *
+ * One step (qengine_step):
+ *   1. drain the inbox; finish cancelled requests (their blocks are freed:
+ *      full blocks stay in the prefix cache);
+ *   2. schedule within the token budget and the sequence cap:
+ *      a. every running request gets its next token's slot (copy-on-write
+ *         first when its last block is shared).  When the pool cannot give a
+ *         block, the most recently admitted running request is preempted:
+ *         its blocks are freed and it goes back to the front of `waiting`
+ *         with its output so far, to be recomputed later (its sampler keeps
+ *         its state, so the output continues exactly);
+ *      b. waiting requests, first come first served, get prompt chunks:
+ *         first the longest cached prefix is taken from the pool
+ *         (kv_seq_match_prefix), then as many of the remaining tokens as the
+ *         budget and the pool allow.  A request that cannot get blocks stops
+ *         admission (no overtaking), unless nothing at all is scheduled, in
+ *         which case it fails (it can never fit);
+ *   3. one forward pass over the batch; logits only for sequences that
+ *      finish their prompt in this step or decode;
+ *   4. newly full blocks are hashed into the prefix cache (kv_seq_commit);
+ *      each sampled token is checked against EOS, stop ids, max_tokens and
+ *      the context length, detokenized and passed through the stop-string
+ *      matcher, and becomes an event.
+ *
+ * Invariants between steps:
+ *   1. a request is in exactly one of waiting, running (or finished and
+ *      freed);
+ *   2. for a running request, kv.n_tokens == n_computed == n_tokens - 1:
+ *      every token but the last sampled one is in the cache;
+ *   3. a waiting request's kv holds only computed tokens (n_computed ==
+ *      kv.n_tokens <= n_tokens - 1 before its last chunk);
+ *   4. blocks are referenced only through requests' kv tables, so with no
+ *      live request every block is free or cached (qengine_check).
+ */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "model.h"
+#include "stop.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct req {
+    uint64_t id;
+    struct req *next;
+    int32_t *tokens;        /* prompt then output */
+    int n_tokens, cap_tokens;
+    int n_prompt, n_gen;
+    int max_tokens, ignore_eos;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    int n_computed;         /* tokens whose K/V are in the cache */
+    int cached_tokens;      /* of the prompt, reused from the prefix cache (first admission) */
+    int admitted_once;
+    uint64_t admit_seq;     /* order of (re)admission, for preemption */
+    kv_seq kv;
+    qsampler *smp;
+    qdetok *detok;
+    qstop *stop;
+    int want_logprobs;
+    int cancelled;
+    double t_submit, t_first;
+} req;
+
+typedef struct {
+    req *head, *tail;
+    int n;
+} rlist;
+
+struct qengine {
+    const qmodel *m;
+    const qtok *tok;
+    qengine_opts o;
+    qbackend *be;
+    kv_pool *pool;
+    rlist waiting, running;
+    uint64_t next_id, admit_counter;
+    /* inbox */
+    pthread_mutex_t mu;
+    req *inbox_head, *inbox_tail;
+    uint64_t *cancels;
+    int n_cancels, cap_cancels;
+    /* outbox */
+    qevent *events;
+    size_t ev_head, ev_n, ev_cap;
+    /* live ids (for cancel), protected by mu */
+    int live;
+    /* step scratch */
+    int32_t *b_tokens, *b_logits_idx;
+    qbatch_seq *b_seqs;
+    req **b_reqs;
+    int *b_sample;
+    float *logits;
+    int cap_tokens, cap_seqs;
+    qengine_stats st;
+};
+
+const char *qfinish_name(qfinish f)
+{
+    static const char *const names[] = { "none", "length", "stop", "cancelled", "error" };
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
+}
+
+void qevent_free(qevent *e)
+{
+    if (!e) return;
+    free(e->text);
+    e->text = NULL;
+}
+
+void qengine_opts_default(qengine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->kv_mem_mb = 256;
+    o->block_size = 16;
+    o->max_batch_tokens = 512;
+    o->max_seqs = 64;
+}
+
+/* ---- lists ------------------------------------------------------------------ */
+
+static void rl_push_back(rlist *l, req *r)
+{
+    r->next = NULL;
+    if (l->tail) l->tail->next = r;
+    else l->head = r;
+    l->tail = r;
+    l->n++;
+}
+
+static void rl_push_front(rlist *l, req *r)
+{
+    r->next = l->head;
+    l->head = r;
+    if (!l->tail) l->tail = r;
+    l->n++;
+}
+
+static void rl_remove(rlist *l, req *r)
+{
+    req **pp = &l->head, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp) return;
+    *pp = r->next;
+    if (l->tail == r) l->tail = prev;
+    r->next = NULL;
+    l->n--;
+}
+
+/* ---- events ---------------------------------------------------------------- */
+
+static int push_event(qengine *e, const qevent *ev)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->ev_n == e->ev_cap) {
+        size_t cap = e->ev_cap ? e->ev_cap * 2 : 64;
+        qevent *ne = q_mallocn(cap, sizeof *ne);
+        if (!ne) {
+            pthread_mutex_unlock(&e->mu);
+            return QERR_NOMEM;
+        }
+        for (size_t i = 0; i < e->ev_n; i++) ne[i] = e->events[(e->ev_head + i) % e->ev_cap];
+        free(e->events);
+        e->events = ne;
+        e->ev_cap = cap;
+        e->ev_head = 0;
+    }
+    e->events[(e->ev_head + e->ev_n) % e->ev_cap] = *ev;
+    e->ev_n++;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+int qengine_poll(qengine *e, qevent *ev)
+{
+    pthread_mutex_lock(&e->mu);
+    int got = e->ev_n > 0;
+    if (got) {
+        *ev = e->events[e->ev_head];
+        e->ev_head = (e->ev_head + 1) % e->ev_cap;
+        e->ev_n--;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return got;
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+static void req_free(req *r)
+{
+    if (!r) return;
+    free(r->tokens);
+    free(r->stop_ids);
+    qsampler_destroy(r->smp);
+    qdetok_free(r->detok);
+    qstop_free(r->stop);
+    free(r);
+}
+
+/* Finishes r: frees its blocks (full ones stay cached), emits the finish
+ * event with any held-back text, and releases it. */
+static void finish(qengine *e, req *r, qfinish why)
+{
+    qevent ev = { .id = r->id, .token = -1, .finish = why, .prompt_tokens = r->n_prompt,
+                  .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens };
+    /* Text still held (an incomplete character, a possible stop prefix). */
+    if (why != QFINISH_STOP && why != QFINISH_CANCELLED && why != QFINISH_ERROR) {
+        const char *t = "";
+        size_t tl = 0;
+        if (r->detok) qdetok_flush(r->detok, &t, &tl);
+        qstop_out so = { "", 0, 0, -1 };
+        if (r->stop) {
+            if (tl) qstop_feed(r->stop, t, tl, &so);
+            char *acc = NULL;
+            size_t al = 0;
+            if (so.len && (acc = malloc(so.len))) memcpy(acc, so.text, al = so.len);
+            qstop_out fl;
+            qstop_flush(r->stop, &fl);
+            if (fl.len) {
+                char *na = realloc(acc, al + fl.len);
+                if (na) {
+                    memcpy(na + al, fl.text, fl.len);
+                    acc = na;
+                    al += fl.len;
+                }
+            }
+            ev.text = acc;
+            ev.text_len = acc ? al : 0;
+        } else if (tl && (ev.text = malloc(tl))) {
+            memcpy(ev.text, t, tl);
+            ev.text_len = tl;
+        }
+    }
+    double now = q_now();
+    ev.ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : now - r->t_submit;
+    ev.total_s = now - r->t_submit;
+    kv_seq_free(e->pool, &r->kv);
+    if (push_event(e, &ev)) free(ev.text);
+    e->st.finished++;
+    pthread_mutex_lock(&e->mu);
+    e->live--;
+    pthread_mutex_unlock(&e->mu);
+    req_free(r);
+}
+
+int qengine_submit(qengine *e, const qreq_params *p, uint64_t *id, char *err, size_t errlen)
+{
+    const int V = e->m->hp.n_vocab;
+    if (!p->prompt || p->n_prompt < 1) return qerr_set(err, errlen, QERR_INVAL, "the prompt is empty");
+    if (p->n_prompt >= e->m->hp.max_ctx)
+        return qerr_set(err, errlen, QERR_RANGE, "the prompt has %d tokens; the model's context is %d", p->n_prompt,
+                        e->m->hp.max_ctx);
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= V)
+            return qerr_set(err, errlen, QERR_RANGE, "prompt token %d is %d, outside the vocabulary (%d)", i,
+                            p->prompt[i], V);
+    if (p->max_tokens < 1) return qerr_set(err, errlen, QERR_RANGE, "max_tokens must be at least 1");
+    if (p->n_stop < 0 || p->n_stop > QENGINE_MAX_STOP)
+        return qerr_set(err, errlen, QERR_RANGE, "at most %d stop strings", QENGINE_MAX_STOP);
+    if (p->n_stop && !e->tok) return qerr_set(err, errlen, QERR_INVAL, "stop strings need the model's tokenizer");
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= V)
+            return qerr_set(err, errlen, QERR_RANGE, "stop token id %d is outside the vocabulary", p->stop_ids[i]);
+    int rc;
+    req *r = calloc(1, sizeof *r);
+    if (!r) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    kv_seq_init(&r->kv);
+    r->cap_tokens = p->n_prompt + (p->max_tokens < 4096 ? p->max_tokens : 4096) + 1;
+    r->tokens = q_mallocn((size_t)r->cap_tokens, sizeof *r->tokens);
+    if (p->n_stop_ids) r->stop_ids = q_mallocn((size_t)p->n_stop_ids, sizeof *r->stop_ids);
+    if (!r->tokens || (p->n_stop_ids && !r->stop_ids)) {
+        req_free(r);
+        return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    }
+    memcpy(r->tokens, p->prompt, sizeof *r->tokens * (size_t)p->n_prompt);
+    r->n_tokens = r->n_prompt = p->n_prompt;
+    if (p->n_stop_ids) memcpy(r->stop_ids, p->stop_ids, sizeof *r->stop_ids * (size_t)p->n_stop_ids);
+    r->n_stop_ids = p->n_stop_ids;
+    r->max_tokens = p->max_tokens;
+    r->ignore_eos = p->ignore_eos;
+    r->want_logprobs = p->sp.logprobs;
+    if ((rc = qsampler_new(&p->sp, V, &r->smp, err, errlen)) ||
+        (rc = qsampler_observe_prompt(r->smp, p->prompt, p->n_prompt))) {
+        req_free(r);
+        return rc;
+    }
+    if (e->tok && !(r->detok = qdetok_new(e->tok, QTOK_SKIP_SPECIAL))) {
+        req_free(r);
+        return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    }
+    /* The detokenizer sees the prompt first, so that the output continues it
+     * exactly (SentencePiece's leading space belongs to the prompt's start,
+     * not to the first generated piece). */
+    for (int i = 0; r->detok && i < p->n_prompt; i++) {
+        const char *t;
+        size_t tl;
+        if (qdetok_push(r->detok, p->prompt[i], &t, &tl)) {
+            req_free(r);
+            return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        }
+    }
+    if (e->tok && (rc = qstop_new(p->stop, NULL, p->n_stop, 0, &r->stop, err, errlen))) {
+        req_free(r);
+        return rc;
+    }
+    r->t_submit = q_now();
+    pthread_mutex_lock(&e->mu);
+    r->id = ++e->next_id;
+    if (e->inbox_tail) e->inbox_tail->next = r;
+    else e->inbox_head = r;
+    e->inbox_tail = r;
+    e->live++;
+    pthread_mutex_unlock(&e->mu);
+    if (id) *id = r->id;
+    return 0;
+}
+
+int qengine_cancel(qengine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    if (id == 0 || id > e->next_id) {
+        rc = QERR_NOTFOUND;
+    } else if (e->n_cancels == e->cap_cancels) {
+        int cap = e->cap_cancels ? e->cap_cancels * 2 : 16;
+        uint64_t *nc = q_reallocn(e->cancels, (size_t)cap, sizeof *nc);
+        if (!nc) rc = QERR_NOMEM;
+        else e->cancels = nc, e->cap_cancels = cap;
+    }
+    if (!rc) e->cancels[e->n_cancels++] = id;
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+static void drain_inbox(qengine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    req *r = e->inbox_head;
+    e->inbox_head = e->inbox_tail = NULL;
+    int nc = e->n_cancels;
+    uint64_t *cancels = NULL;
+    if (nc && (cancels = malloc(sizeof *cancels * (size_t)nc))) memcpy(cancels, e->cancels, sizeof *cancels * (size_t)nc);
+    e->n_cancels = 0;
+    pthread_mutex_unlock(&e->mu);
+    while (r) {
+        req *nx = r->next;
+        e->st.prompt_tokens_total += (uint64_t)r->n_prompt;
+        rl_push_back(&e->waiting, r);
+        r = nx;
+    }
+    for (int i = 0; i < nc && cancels; i++) {
+        rlist *lists[2] = { &e->waiting, &e->running };
+        for (int k = 0; k < 2; k++)
+            for (req *q = lists[k]->head; q; q = q->next)
+                if (q->id == cancels[i]) q->cancelled = 1;
+    }
+    free(cancels);
+    rlist *lists[2] = { &e->waiting, &e->running };
+    for (int k = 0; k < 2; k++) {
+        req *q = lists[k]->head;
+        while (q) {
+            req *nx = q->next;
+            if (q->cancelled) {
+                rl_remove(lists[k], q);
+                finish(e, q, QFINISH_CANCELLED);
+            }
+            q = nx;
+        }
+    }
+}
+
+/* ---- scheduling ---------------------------------------------------------------- */
+
+static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
+{
+    if (n_tokens > e->cap_tokens) {
+        int32_t *t = q_reallocn(e->b_tokens, (size_t)n_tokens, sizeof *t);
+        if (!t) return QERR_NOMEM;
+        e->b_tokens = t;
+        int32_t *li = q_reallocn(e->b_logits_idx, (size_t)n_tokens, sizeof *li);
+        if (!li) return QERR_NOMEM;
+        e->b_logits_idx = li;
+        e->cap_tokens = n_tokens;
+    }
+    if (n_seqs > e->cap_seqs) {
+        qbatch_seq *s = q_reallocn(e->b_seqs, (size_t)n_seqs, sizeof *s);
+        if (!s) return QERR_NOMEM;
+        e->b_seqs = s;
+        req **rr = q_reallocn(e->b_reqs, (size_t)n_seqs, sizeof *rr);
+        if (!rr) return QERR_NOMEM;
+        e->b_reqs = rr;
+        int *sm = q_reallocn(e->b_sample, (size_t)n_seqs, sizeof *sm);
+        if (!sm) return QERR_NOMEM;
+        e->b_sample = sm;
+        float *lg = q_reallocn(e->logits, (size_t)n_seqs * (size_t)e->m->hp.n_vocab, sizeof *lg);
+        if (!lg) return QERR_NOMEM;
+        e->logits = lg;
+        e->cap_seqs = n_seqs;
+    }
+    return 0;
+}
+
+/* Frees r's blocks and puts it at the front of waiting, to recompute. */
+static void preempt(qengine *e, req *r)
+{
+    rl_remove(&e->running, r);
+    kv_seq_free(e->pool, &r->kv);
+    r->n_computed = 0;
+    rl_push_front(&e->waiting, r);
+    e->st.preemptions++;
+}
+
+static req *newest_running(qengine *e)
+{
+    req *best = NULL;
+    for (req *r = e->running.head; r; r = r->next)
+        if (!best || r->admit_seq > best->admit_seq) best = r;
+    return best;
+}
+
+/* Readies the slot for r's next token: copy-on-write, then one block if its
+ * token opens one.  Preempts newer requests as needed; 0, 1 when r itself
+ * was preempted, or a backend error. */
+static int reserve_decode(qengine *e, req *r)
+{
+    for (;;) {
+        int src, dst, rc = kv_seq_prepare_write(e->pool, &r->kv, &src, &dst);
+        if (rc == 1) {
+            if ((rc = e->be->ops->copy_block(e->be, src, dst))) return rc;
+        } else if (rc == QERR_BUSY) {
+            req *v = newest_running(e);
+            preempt(e, v);
+            if (v == r) return 1;
+            continue;
+        } else if (rc < 0) {
+            return rc;
+        }
+        rc = kv_seq_append(e->pool, &r->kv, &r->tokens[r->n_tokens - 1], 1);
+        if (rc == 0) return 0;
+        if (rc != QERR_BUSY) return rc;
+        req *v = newest_running(e);
+        preempt(e, v);
+        if (v == r) return 1;
+    }
+}
+
+static int grow_tokens(req *r)
+{
+    if (r->n_tokens < r->cap_tokens) return 0;
+    int cap = r->cap_tokens * 2;
+    int32_t *t = q_reallocn(r->tokens, (size_t)cap, sizeof *t);
+    if (!t) return QERR_NOMEM;
+    r->tokens = t;
+    r->cap_tokens = cap;
+    return 0;
+}
+
+static int is_stop_token(const qengine *e, const req *r, int tok)
+{
+    if (!r->ignore_eos)
+        for (int i = 0; i < e->m->n_eos; i++)
+            if (e->m->eos_ids[i] == tok) return 1;
+    for (int i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] == tok) return 1;
+    return 0;
+}
+
+/* Samples r's next token from logits and emits it.  Returns why r is done,
+ * or QFINISH_NONE to go on (the caller removes r from its list and calls
+ * finish). */
+static qfinish take_token(qengine *e, req *r, const float *logits)
+{
+    int tok = qsample(r->smp, logits);
+    qevent ev = { .id = r->id, .token = tok, .finish = QFINISH_NONE };
+    if (r->want_logprobs) {
+        qlogprob lp[1];
+        if (qsample_logprobs(logits, e->m->hp.n_vocab, tok, 0, lp, NULL) > 0) ev.logprob = lp[0].logprob;
+    }
+    if (r->t_first == 0) r->t_first = q_now();
+    e->st.generated++;
+    if (is_stop_token(e, r, tok)) return QFINISH_STOP;
+    qsampler_accept(r->smp, tok);
+    if (grow_tokens(r)) return QFINISH_ERROR;
+    r->tokens[r->n_tokens++] = tok;
+    r->n_gen++;
+    int stopped = 0;
+    if (r->detok) {
+        const char *t;
+        size_t tl;
+        if (qdetok_push(r->detok, tok, &t, &tl) == 0) {
+            qstop_out so;
+            if (qstop_feed(r->stop, t, tl, &so) == 0) {
+                if (so.len && (ev.text = malloc(so.len))) {
+                    memcpy(ev.text, so.text, so.len);
+                    ev.text_len = so.len;
+                }
+                stopped = so.stopped;
+            }
+        }
+    }
+    if (push_event(e, &ev)) free(ev.text);
+    if (stopped) return QFINISH_STOP;
+    if (r->n_gen >= r->max_tokens || r->n_tokens >= e->m->hp.max_ctx) return QFINISH_LENGTH;
+    return QFINISH_NONE;
+}
+
+/* Frees the blocks of waiting requests other than keep that hold some (a
+ * prompt partly computed): they recompute later.  Breaks the deadlock of a
+ * pool held by half-done prompts. */
+static int reclaim_waiting(qengine *e, const req *keep)
+{
+    int freed = 0;
+    for (req *q = e->waiting.head; q; q = q->next) {
+        if (q == keep || q->kv.n_tokens == 0) continue;
+        kv_seq_free(e->pool, &q->kv);
+        q->n_computed = 0;
+        e->st.preemptions++;
+        freed = 1;
+    }
+    return freed;
+}
+
+int qengine_step(qengine *e)
+{
+    drain_inbox(e);
+    if (!e->waiting.n && !e->running.n) return 0;
+    e->st.steps++;
+    const int budget_max = e->o.max_batch_tokens;
+    int budget = budget_max, n_seqs = 0, n_tok = 0, rc;
+    if ((rc = ensure_scratch(e, budget_max + e->o.max_seqs, e->o.max_seqs))) return rc;
+
+    /* a. decodes, oldest admission first.  The running list is in
+     * admission order and preemption takes the newest, so a request already
+     * scheduled in this step is never the victim. */
+    int n_run = e->running.n;
+    req **snap = n_run ? malloc(sizeof *snap * (size_t)n_run) : NULL;
+    if (n_run && !snap) return QERR_NOMEM;
+    int k = 0;
+    for (req *q = e->running.head; q; q = q->next) snap[k++] = q;
+    for (int i = 0; i < n_run && n_seqs < e->o.max_seqs && budget > 0; i++) {
+        req *q = snap[i];
+        int still = 0;
+        for (req *x = e->running.head; x; x = x->next)
+            if (x == q) still = 1;
+        if (!still) continue; /* preempted by an older request */
+        rc = reserve_decode(e, q);
+        if (rc < 0) {
+            free(snap);
+            return rc;
+        }
+        if (rc == 1) continue;
+        e->b_reqs[n_seqs] = q;
+        e->b_sample[n_seqs] = 1;
+        e->b_seqs[n_seqs] = (qbatch_seq){ n_tok, 1, q->n_computed, q->kv.blocks, q->kv.n_blocks };
+        e->b_tokens[n_tok++] = q->tokens[q->n_tokens - 1];
+        n_seqs++;
+        budget--;
+    }
+    free(snap);
+
+    /* b. prompt chunks, first come first served */
+    int static_block = e->o.static_batching && e->running.n > 0;
+    req *r = static_block ? NULL : e->waiting.head;
+    while (r && n_seqs < e->o.max_seqs && budget > 0) {
+        req *nx = r->next;
+        if (r->n_computed == 0 && r->kv.n_tokens == 0 && !e->o.no_prefix_cache) {
+            int reused = kv_seq_match_prefix(e->pool, &r->kv, r->tokens, r->n_tokens);
+            if (reused > 0) {
+                r->n_computed = reused;
+                if (!r->admitted_once) r->cached_tokens = reused < r->n_prompt ? reused : r->n_prompt;
+                e->st.tokens_reused += (uint64_t)reused;
+            }
+        }
+        int remaining = r->n_tokens - r->n_computed;
+        int chunk = remaining < budget ? remaining : budget;
+        /* Shrink the chunk to what the pool can hold now. */
+        while (chunk > 0 && kv_seq_can_append(e->pool, &r->kv, chunk) != 1) chunk /= 2;
+        if (chunk <= 0) {
+            if (n_seqs == 0 && e->running.n == 0 && reclaim_waiting(e, r)) continue; /* retry r */
+            int need = kv_seq_blocks_needed(e->pool, &r->kv, remaining);
+            if (need == QERR_LIMIT || (n_seqs == 0 && e->running.n == 0)) {
+                /* It can never fit: nothing else holds blocks. */
+                rl_remove(&e->waiting, r);
+                finish(e, r, QFINISH_ERROR);
+                r = nx;
+                continue;
+            }
+            break; /* wait for blocks; no overtaking */
+        }
+        if ((rc = kv_seq_append(e->pool, &r->kv, r->tokens + r->n_computed, chunk))) {
+            if (rc == QERR_BUSY) break;
+            return rc;
+        }
+        int completes = r->n_computed + chunk == r->n_tokens;
+        e->b_reqs[n_seqs] = r;
+        e->b_sample[n_seqs] = completes;
+        e->b_seqs[n_seqs] = (qbatch_seq){ n_tok, chunk, r->n_computed, r->kv.blocks, r->kv.n_blocks };
+        memcpy(e->b_tokens + n_tok, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)chunk);
+        n_tok += chunk;
+        n_seqs++;
+        budget -= chunk;
+        if (completes) {
+            rl_remove(&e->waiting, r);
+            rl_push_back(&e->running, r);
+            r->admit_seq = ++e->admit_counter;
+            r->admitted_once = 1;
+        }
+        r = nx;
+    }
+    if (n_seqs == 0) return e->waiting.n + e->running.n;
+
+    {
+        kv_stats ks;
+        kv_pool_stats(e->pool, &ks);
+        e->st.util_sum += ks.utilisation;
+    }
+    /* 3. forward */
+    int n_logits = 0;
+    for (int i = 0; i < n_seqs; i++)
+        if (e->b_sample[i]) e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
+    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx };
+    rc = e->be->ops->forward(e->be, &b, e->logits);
+    e->st.tokens_computed += (uint64_t)n_tok;
+    if (rc) {
+        for (int i = 0; i < n_seqs; i++) {
+            req *q = e->b_reqs[i];
+            rl_remove(&e->waiting, q);
+            rl_remove(&e->running, q);
+            finish(e, q, QFINISH_ERROR);
+        }
+        return rc;
+    }
+    /* 4. commit and sample */
+    int li = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        req *q = e->b_reqs[i];
+        q->n_computed += e->b_seqs[i].n_tokens;
+        kv_seq_commit(e->pool, &q->kv, q->n_computed);
+        if (!e->b_sample[i]) continue;
+        const float *lg = e->logits + (size_t)li++ * e->m->hp.n_vocab;
+        qfinish why = take_token(e, q, lg);
+        if (why != QFINISH_NONE) {
+            rl_remove(&e->running, q);
+            finish(e, q, why);
+        }
+    }
+    return e->waiting.n + e->running.n;
+}
+
+/* ---- creation, statistics ---------------------------------------------------- */
+
+int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qengine **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    qengine_opts d;
+    qengine_opts_default(&d);
+    if (!o) o = &d;
+    qengine *e = calloc(1, sizeof *e);
+    if (!e) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->o = *o;
+    if (e->o.block_size <= 0) e->o.block_size = 16;
+    if (e->o.max_batch_tokens <= 0) e->o.max_batch_tokens = 512;
+    if (e->o.max_seqs <= 0) e->o.max_seqs = 64;
+    if (e->o.max_seqs > e->o.max_batch_tokens) e->o.max_seqs = e->o.max_batch_tokens;
+    pthread_mutex_init(&e->mu, NULL);
+    int nb = e->o.num_blocks;
+    if (nb <= 0) {
+        /* K and V, f32, every layer: bytes per block. */
+        const qhparams *hp = &m->hp;
+        double per_block = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * 4.0 * e->o.block_size;
+        double mb = e->o.kv_mem_mb ? (double)e->o.kv_mem_mb : 256.0;
+        double n = mb * 1048576.0 / per_block;
+        nb = n > (1 << 24) ? (1 << 24) : (int)n;
+        if (nb < 1) nb = 1;
+    }
+    int rc;
+    qbackend_opts bo = { .n_threads = e->o.n_threads, .num_blocks = nb, .block_size = e->o.block_size };
+    if ((rc = cpu_backend_create(&m->w, &bo, &e->be, err, errlen)) ||
+        (rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) ||
+        (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs))) {
+        if (rc == QERR_NOMEM) qerr_set(err, errlen, rc, "out of memory for the engine");
+        qengine_destroy(e);
+        return rc;
+    }
+    e->o.num_blocks = nb;
+    *out = e;
+    return 0;
+}
+
+void qengine_destroy(qengine *e)
+{
+    if (!e) return;
+    rlist *lists[2] = { &e->waiting, &e->running };
+    for (int k = 0; k < 2; k++) {
+        req *q = lists[k]->head;
+        while (q) {
+            req *nx = q->next;
+            kv_seq_free(e->pool, &q->kv);
+            req_free(q);
+            q = nx;
+        }
+    }
+    for (req *q = e->inbox_head; q;) {
+        req *nx = q->next;
+        req_free(q);
+        q = nx;
+    }
+    for (size_t i = 0; i < e->ev_n; i++) free(e->events[(e->ev_head + i) % e->ev_cap].text);
+    free(e->events);
+    free(e->cancels);
+    free(e->b_tokens);
+    free(e->b_logits_idx);
+    free(e->b_seqs);
+    free(e->b_reqs);
+    free(e->b_sample);
+    free(e->logits);
+    kv_pool_destroy(e->pool);
+    qbackend_destroy(e->be);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+void qengine_stats_get(qengine *e, qengine_stats *s)
+{
+    *s = e->st;
+    s->running = e->running.n;
+    s->waiting = e->waiting.n;
+    kv_stats ks;
+    kv_pool_stats(e->pool, &ks);
+    s->kv_blocks = ks.num_blocks;
+    s->kv_free = ks.free_blocks;
+    s->kv_used = ks.used_blocks;
+    s->kv_cached = ks.cached_blocks;
+    s->kv_utilisation = ks.utilisation;
+    s->prefix_hit_tokens = ks.hit_tokens;
+    s->kv_util_avg = e->st.steps ? e->st.util_sum / (double)e->st.steps : 0;
+}
+
+int qengine_check(qengine *e, char *err, size_t errlen)
+{
+    int rc = kv_pool_check(e->pool, err, errlen);
+    if (rc) return rc;
+    if (!e->waiting.n && !e->running.n && kv_pool_num_used(e->pool) != 0)
+        return qerr_set(err, errlen, QERR_INTERNAL, "%d blocks still used with no live request",
+                        kv_pool_num_used(e->pool));
+    return 0;
+}

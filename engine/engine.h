@@ -1,0 +1,111 @@
+/* engine.h - the request lifecycle and the step loop: the public engine API.
+ *
+ * An engine owns a model's backend, the KV block pool and every request.
+ * Other threads submit and cancel requests and poll events; everything else
+ * happens inside qengine_step, which the engine thread calls in a loop:
+ * continuous batching (running sequences decode, waiting prompts fill the
+ * rest of the token budget in chunks), prefix caching (a prompt reuses the
+ * cached blocks of its longest cached prefix), and preemption by
+ * recomputation when the pool runs out of blocks. */
+#ifndef QUIRE_ENGINE_H
+#define QUIRE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "sample.h"
+
+struct qmodel;
+struct qtok;
+
+typedef struct qengine qengine;
+
+typedef struct {
+    int n_threads;          /* CPU threads (0: all cores) */
+    int num_blocks;         /* KV pool size in blocks (0: from kv_mem_mb) */
+    size_t kv_mem_mb;       /* KV pool budget in MiB when num_blocks is 0 (default 256) */
+    int block_size;         /* tokens per block (default 16) */
+    int max_batch_tokens;   /* token budget of one step (default 512) */
+    int max_seqs;           /* sequences in one step (default 64) */
+    int static_batching;    /* admit a new batch only when the previous one has finished (benchmarks) */
+    int no_prefix_cache;    /* do not reuse cached blocks */
+} qengine_opts;
+
+void qengine_opts_default(qengine_opts *o);
+
+#define QENGINE_MAX_STOP 16
+
+/* One request.  Arrays are copied by qengine_submit. */
+typedef struct {
+    const int32_t *prompt;  /* (n_prompt) token ids, n_prompt >= 1 */
+    int n_prompt;
+    qsample_params sp;
+    int max_tokens;         /* tokens to generate at most (>= 1) */
+    int ignore_eos;
+    const char *stop[QENGINE_MAX_STOP]; /* stop strings (NUL-terminated), n_stop of them */
+    int n_stop;
+    const int32_t *stop_ids; /* extra stop token ids */
+    int n_stop_ids;
+} qreq_params;
+
+typedef enum { QFINISH_NONE = 0, QFINISH_LENGTH, QFINISH_STOP, QFINISH_CANCELLED, QFINISH_ERROR } qfinish;
+const char *qfinish_name(qfinish f);
+
+/* An event for one request: a generated token with the text to show now
+ * (text may be empty while UTF-8 or a possible stop string is held back), or
+ * the finish with usage and timings (then token is -1). */
+typedef struct {
+    uint64_t id;
+    int32_t token;
+    char *text;             /* owned by the event: qevent_free */
+    size_t text_len;
+    float logprob;          /* of token, when the request asked for logprobs */
+    qfinish finish;         /* QFINISH_NONE for token events */
+    int prompt_tokens, completion_tokens, cached_tokens;
+    double ttft_s, total_s; /* time to first token, and to finish, from submission */
+} qevent;
+
+void qevent_free(qevent *e);
+
+typedef struct {
+    int running, waiting;
+    int kv_blocks, kv_free, kv_used, kv_cached;
+    double kv_utilisation;  /* token slots holding real tokens / slots in used blocks */
+    double kv_util_avg;     /* kv_utilisation averaged over the steps that ran */
+    uint64_t prefix_hit_tokens, prompt_tokens_total;
+    uint64_t tokens_computed;   /* prompt and decode tokens run through the model */
+    uint64_t tokens_reused;     /* prompt tokens served from the prefix cache */
+    uint64_t generated;
+    uint64_t preemptions;
+    uint64_t steps;
+    uint64_t finished;
+    double util_sum;        /* internal: sum of per-step utilisation */
+} qengine_stats;
+
+/* Creates an engine for m (which must outlive it); tok (may be NULL: no
+ * text, no stop strings) is borrowed too.  0 or a QERR_* code with a message. */
+int qengine_create(const struct qmodel *m, const struct qtok *tok, const qengine_opts *o, qengine **out,
+                   char *err, size_t errlen);
+void qengine_destroy(qengine *e);
+
+/* Thread-safe.  Checks the request (QERR_INVAL / QERR_RANGE with a message:
+ * empty or too long prompt, bad ids, bad sampling parameters), queues it and
+ * returns its id in *id. */
+int qengine_submit(qengine *e, const qreq_params *r, uint64_t *id, char *err, size_t errlen);
+/* Thread-safe.  The request finishes (QFINISH_CANCELLED) at the next step;
+ * QERR_NOTFOUND when no such request is live. */
+int qengine_cancel(qengine *e, uint64_t id);
+/* Runs one step (engine thread).  Returns the number of live requests
+ * after it (0: idle), or a QERR_* code when the backend failed (requests in
+ * the failed step finish with QFINISH_ERROR). */
+int qengine_step(qengine *e);
+/* Thread-safe.  Moves the oldest event into *ev: 1, or 0 when none. */
+int qengine_poll(qengine *e, qevent *ev);
+/* Thread-safe. */
+void qengine_stats_get(qengine *e, qengine_stats *s);
+/* Debug: checks the KV pool's invariants and that every block is free or
+ * cached once no request is live.  0 or QERR_INTERNAL with a message. */
+int qengine_check(qengine *e, char *err, size_t errlen);
+
+#endif

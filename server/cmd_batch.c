@@ -1,0 +1,245 @@
+/* cmd_batch.c - `quire generate --batch FILE.jsonl`: every request of the
+ * file submitted to the engine at once, continuous batching doing the rest.
+ *
+ * Input: one JSON object per line, with "prompt" (text) or "prompt_ids"
+ * (token ids) and optional sampling fields (OpenAI names: max_tokens,
+ * temperature, top_p, top_k, min_p, seed, repetition_penalty,
+ * frequency_penalty, presence_penalty, stop, ignore_eos) and "id".  Output:
+ * one JSON object per request in input order (id, text, token_ids,
+ * finish_reason, usage, timings), then one with the engine statistics. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct {
+    json_t *client_id;
+    uint64_t id;
+    int32_t *ids;
+    int n_ids, cap_ids;
+    char *text;
+    size_t text_len, text_cap;
+    qevent fin;
+    int failed;
+    char err[256];
+} item;
+
+static int num_field(json_t *o, const char *k, double lo, double hi, double *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return qerr_set(err, errlen, QERR_INVAL, "\"%s\" must be a number", k);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) return qerr_set(err, errlen, QERR_RANGE, "\"%s\" = %g is out of range", k, d);
+    *out = d;
+    return 0;
+}
+
+/* Fills p from one input line; token ids are stored in *ids (caller frees). */
+static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_max, qreq_params *p, int32_t **ids,
+                      char *err, size_t errlen)
+{
+    if (!json_is_object(o)) return qerr_set(err, errlen, QERR_INVAL, "not a JSON object");
+    memset(p, 0, sizeof *p);
+    p->sp = qsample_defaults();
+    p->max_tokens = default_max;
+    json_t *pr = json_object_get(o, "prompt"), *pi = json_object_get(o, "prompt_ids");
+    int n = 0, rc;
+    if (json_is_string(pr)) {
+        if (!tok) return qerr_set(err, errlen, QERR_INVAL, "\"prompt\" needs the model's tokenizer; give \"prompt_ids\"");
+        if ((rc = qtok_encode(tok, json_string_value(pr), json_string_length(pr), QTOK_ADD_SPECIAL | QTOK_PARSE_SPECIAL,
+                              ids, &n)))
+            return qerr_set(err, errlen, rc, "cannot tokenize \"prompt\": %s", qerr_str(rc));
+    } else if (json_is_array(pi)) {
+        size_t k = json_array_size(pi);
+        if (!(*ids = q_mallocn(k + 1, sizeof **ids))) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < k; i++) {
+            json_t *v = json_array_get(pi, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->hp.n_vocab)
+                return qerr_set(err, errlen, QERR_RANGE, "prompt_ids[%zu] is not a token id below %d", i, m->hp.n_vocab);
+            (*ids)[i] = (int32_t)json_integer_value(v);
+        }
+        n = (int)k;
+    } else {
+        return qerr_set(err, errlen, QERR_INVAL, "needs \"prompt\" (a string) or \"prompt_ids\" (an array)");
+    }
+    p->prompt = *ids;
+    p->n_prompt = n;
+    double d;
+    if ((rc = num_field(o, "max_tokens", 1, 1 << 24, &d, err, errlen))) return rc;
+    if (json_object_get(o, "max_tokens")) p->max_tokens = (int)d;
+    if ((rc = num_field(o, "temperature", 0, 100, &d, err, errlen))) return rc;
+    if (json_object_get(o, "temperature")) p->sp.temperature = (float)d;
+    if ((rc = num_field(o, "top_p", 0, 1, &d, err, errlen))) return rc;
+    if (json_object_get(o, "top_p")) p->sp.top_p = (float)d;
+    if ((rc = num_field(o, "top_k", -1, 1 << 24, &d, err, errlen))) return rc;
+    if (json_object_get(o, "top_k")) p->sp.top_k = (int)d;
+    if ((rc = num_field(o, "min_p", 0, 1, &d, err, errlen))) return rc;
+    if (json_object_get(o, "min_p")) p->sp.min_p = (float)d;
+    if ((rc = num_field(o, "seed", 0, 9007199254740992.0, &d, err, errlen))) return rc;
+    if (json_object_get(o, "seed")) p->sp.seed = (uint64_t)d;
+    if ((rc = num_field(o, "repetition_penalty", 0, 1e6, &d, err, errlen))) return rc;
+    if (json_object_get(o, "repetition_penalty")) p->sp.repetition_penalty = (float)d;
+    if ((rc = num_field(o, "frequency_penalty", -2, 2, &d, err, errlen))) return rc;
+    if (json_object_get(o, "frequency_penalty")) p->sp.frequency_penalty = (float)d;
+    if ((rc = num_field(o, "presence_penalty", -2, 2, &d, err, errlen))) return rc;
+    if (json_object_get(o, "presence_penalty")) p->sp.presence_penalty = (float)d;
+    json_t *ie = json_object_get(o, "ignore_eos");
+    if (ie && !json_is_boolean(ie)) return qerr_set(err, errlen, QERR_INVAL, "\"ignore_eos\" must be true or false");
+    p->ignore_eos = json_is_true(ie);
+    json_t *st = json_object_get(o, "stop");
+    if (json_is_string(st)) {
+        p->stop[0] = json_string_value(st);
+        p->n_stop = 1;
+    } else if (json_is_array(st)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(st, i, v) {
+            if (!json_is_string(v) || p->n_stop >= QENGINE_MAX_STOP)
+                return qerr_set(err, errlen, QERR_INVAL, "\"stop\": at most %d strings", QENGINE_MAX_STOP);
+            p->stop[p->n_stop++] = json_string_value(v);
+        }
+    } else if (st && !json_is_null(st)) {
+        return qerr_set(err, errlen, QERR_INVAL, "\"stop\" must be a string or an array of strings");
+    }
+    return 0;
+}
+
+int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const char *path, int default_max)
+{
+    char err[512];
+    char *text = NULL;
+    size_t len = 0;
+    if (q_read_file(path, (size_t)1 << 30, &text, &len, err, sizeof err)) {
+        fprintf(stderr, "quire generate: --batch: %s\n", err);
+        return 1;
+    }
+    qengine *e = NULL;
+    if (qengine_create(m, tok, eo, &e, err, sizeof err)) {
+        fprintf(stderr, "quire generate: %s\n", err);
+        free(text);
+        return 1;
+    }
+    int n = 0, cap = 64, status = 0;
+    item *items = calloc((size_t)cap, sizeof *items);
+    double t0 = q_now();
+    for (char *line = text, *end = text + len; items && line < end;) {
+        char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t ll = nl ? (size_t)(nl - line) : (size_t)(end - line);
+        char *next = nl ? nl + 1 : end;
+        if (ll == 0 || (ll == 1 && line[0] == '\r')) {
+            line = next;
+            continue;
+        }
+        if (n == cap) {
+            item *ni = realloc(items, sizeof *ni * (size_t)cap * 2);
+            if (!ni) break;
+            memset(ni + cap, 0, sizeof *ni * (size_t)cap);
+            items = ni;
+            cap *= 2;
+        }
+        item *it = &items[n++];
+        json_error_t je;
+        json_t *o = json_loadb(line, ll, 0, &je);
+        qreq_params p;
+        int32_t *ids = NULL;
+        if (!o) {
+            snprintf(it->err, sizeof it->err, "line %d is not JSON: %s", n, je.text);
+            it->failed = 1;
+        } else if (parse_line(o, m, tok, default_max, &p, &ids, it->err, sizeof it->err) ||
+                   qengine_submit(e, &p, &it->id, it->err, sizeof it->err)) {
+            it->failed = 1;
+        }
+        if (o) it->client_id = json_incref(json_object_get(o, "id"));
+        free(ids);
+        json_decref(o);
+        line = next;
+    }
+    int live = 1;
+    while (items && live > 0) {
+        live = qengine_step(e);
+        if (live < 0) {
+            fprintf(stderr, "quire generate: engine step failed: %s\n", qerr_str(live));
+            status = 1;
+            break;
+        }
+        qevent ev;
+        while (qengine_poll(e, &ev)) {
+            item *it = NULL;
+            for (int i = 0; i < n && !it; i++)
+                if (items[i].id == ev.id && !items[i].failed) it = &items[i];
+            if (it && ev.finish == QFINISH_NONE) {
+                if (it->n_ids == it->cap_ids) {
+                    int nc = it->cap_ids ? it->cap_ids * 2 : 64;
+                    int32_t *ni = realloc(it->ids, sizeof *ni * (size_t)nc);
+                    if (ni) it->ids = ni, it->cap_ids = nc;
+                }
+                if (it->n_ids < it->cap_ids) it->ids[it->n_ids++] = ev.token;
+            }
+            if (it && ev.text_len) {
+                if (it->text_len + ev.text_len + 1 > it->text_cap) {
+                    size_t nc = (it->text_len + ev.text_len + 1) * 2;
+                    char *nt = realloc(it->text, nc);
+                    if (nt) it->text = nt, it->text_cap = nc;
+                }
+                if (it->text_len + ev.text_len + 1 <= it->text_cap) {
+                    memcpy(it->text + it->text_len, ev.text, ev.text_len);
+                    it->text_len += ev.text_len;
+                }
+            }
+            if (it && ev.finish != QFINISH_NONE) it->fin = ev;
+            qevent_free(&ev);
+        }
+    }
+    double wall = q_now() - t0;
+    uint64_t gen = 0;
+    for (int i = 0; i < n; i++) {
+        item *it = &items[i];
+        json_t *o;
+        if (it->failed) {
+            o = json_pack("{s:O?, s:s}", "id", it->client_id, "error", it->err);
+        } else {
+            json_t *ids = json_array();
+            for (int k = 0; k < it->n_ids; k++) json_array_append_new(ids, json_integer(it->ids[k]));
+            gen += (uint64_t)it->fin.completion_tokens;
+            o = json_pack("{s:O?, s:s%, s:o, s:s, s:{s:i, s:i, s:i}, s:f, s:f}", "id", it->client_id, "text",
+                          it->text ? it->text : "", it->text_len, "token_ids", ids, "finish_reason",
+                          qfinish_name(it->fin.finish), "usage", "prompt_tokens", it->fin.prompt_tokens,
+                          "completion_tokens", it->fin.completion_tokens, "cached_tokens", it->fin.cached_tokens,
+                          "ttft_s", it->fin.ttft_s, "total_s", it->fin.total_s);
+        }
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (s) puts(s);
+        free(s);
+        json_decref(o);
+        json_decref(it->client_id);
+        free(it->ids);
+        free(it->text);
+    }
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    json_t *so = json_pack("{s:{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:f, s:f, s:f}}", "stats", "requests", n,
+                           "steps", (json_int_t)st.steps, "tokens_computed", (json_int_t)st.tokens_computed,
+                           "tokens_reused", (json_int_t)st.tokens_reused, "prompt_tokens", (json_int_t)st.prompt_tokens_total,
+                           "generated", (json_int_t)st.generated, "preemptions", (json_int_t)st.preemptions,
+                           "kv_blocks", st.kv_blocks, "kv_free", st.kv_free, "kv_cached", st.kv_cached,
+                           "kv_utilisation_avg", st.kv_util_avg, "wall_s", wall,
+                           "generated_tokens_per_s", wall > 0 ? (double)gen / wall : 0.0);
+    char *s = so ? json_dumps(so, JSON_COMPACT) : NULL;
+    if (s) puts(s);
+    free(s);
+    json_decref(so);
+    fprintf(stderr, "batch: %d requests, %llu tokens generated in %.3f s, %.1f tokens/s\n", n, (unsigned long long)gen,
+            wall, wall > 0 ? (double)gen / wall : 0.0);
+    free(items);
+    free(text);
+    qengine_destroy(e);
+    return status;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# quire generate --batch: requests from a JSONL file through the engine.
+# usage: tests/cli/batch.sh PATH/TO/quire   (run from the source root)
+set -u
+Q=${1:?usage: batch.sh QUIRE_BINARY}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/in.jsonl" <<'JSONL'
+{"id": "a", "prompt": "Once upon a time", "max_tokens": 20, "temperature": 0}
+{"id": "b", "prompt_ids": [1, 403, 407], "max_tokens": 10, "temperature": 0, "stop": ["time,"]}
+{"id": "bad", "prompt": 42}
+{"id": "c", "prompt_ids": [1, 99999]}
+not json
+{"id": "d", "prompt": "Once upon a time", "max_tokens": 20, "temperature": 0}
+JSONL
+"$Q" generate -m models/stories260K.gguf --batch "$tmp/in.jsonl" --max-batch-tokens 3 >"$tmp/out.jsonl" 2>"$tmp/err" || { echo "FAIL exit status"; cat "$tmp/err"; exit 1; }
+python3 - "$tmp/out.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+fix = json.load(open("tests/fixtures/stories260K.greedy.json"))["greedy_ids"]
+res = {}
+ok = fail = 0
+def check(name, cond, detail=""):
+    global ok, fail
+    if cond: ok += 1; print("ok  ", name)
+    else: fail += 1; print("FAIL", name, detail)
+check("one result per input line, then stats", len(lines) == 7 and "stats" in lines[-1], str(len(lines)))
+by = {l.get("id"): l for l in lines[:-1]}
+a = by.get("a", {})
+# HF's greedy continuation of BOS "Once upon a time" is the fixture's ids 4..23.
+check("greedy ids equal HF's", a.get("token_ids") == fix[4:24], str(a.get("token_ids")))
+check("length finish", a.get("finish_reason") == "length" and a["usage"]["completion_tokens"] == 20)
+b = by.get("b", {})
+check("stop string ends the request, text before it", b.get("finish_reason") == "stop" and b.get("text") == " a ", str(b))
+check("bad prompt type is an error line", "error" in by.get("bad", {}) and "prompt" in by["bad"]["error"])
+check("token id out of range is an error line", "outside the vocabulary" in by.get("c", {}).get("error", "") or "not a token id" in by.get("c", {}).get("error", ""), str(by.get("c")))
+check("bad JSON is an error line", any("not JSON" in l.get("error", "") for l in lines[:-1]))
+d = by.get("d", {})
+check("the same prompt again gives the same output (a 5-token prompt fills no block to cache)", d.get("token_ids") == fix[4:24] and d["usage"]["cached_tokens"] == 0)
+st = lines[-1]["stats"]
+check("stats count the requests", st["requests"] == 6 and st["generated"] >= 23)
+print(f"{ok} passed, {fail} failed")
+sys.exit(1 if fail else 0)
+PY
