@@ -73,6 +73,7 @@ typedef struct req {
     qstop *stop;
     int want_logprobs;
     int cancelled;
+    int in_batch;           /* static batching: member of the current batch */
     double t_submit, t_first;
 } req;
 
@@ -576,10 +577,21 @@ int qengine_step(qengine *e)
     free(snap);
 
     /* b. prompt chunks, first come first served */
-    int static_block = e->o.static_batching && e->running.n > 0;
-    req *r = static_block ? NULL : e->waiting.head;
+    if (e->o.static_batching) {
+        /* A batch is the first max_seqs waiting requests; the next one forms
+         * only when every member has finished. */
+        int live_members = 0;
+        for (req *q = e->running.head; q; q = q->next) live_members += q->in_batch;
+        for (req *q = e->waiting.head; q; q = q->next) live_members += q->in_batch;
+        if (!live_members) {
+            int k2 = 0;
+            for (req *q = e->waiting.head; q && k2 < e->o.max_seqs; q = q->next, k2++) q->in_batch = 1;
+        }
+    }
+    req *r = e->waiting.head;
     while (r && n_seqs < e->o.max_seqs && budget > 0) {
         req *nx = r->next;
+        if (e->o.static_batching && !r->in_batch) break;
         if (r->n_computed == 0 && r->kv.n_tokens == 0 && !e->o.no_prefix_cache) {
             int reused = kv_seq_match_prefix(e->pool, &r->kv, r->tokens, r->n_tokens);
             if (reused > 0) {
