@@ -74,6 +74,9 @@ typedef struct req {
     int want_logprobs;
     int cancelled;
     int in_batch;           /* static batching: member of the current batch */
+    int index;              /* sample index within the request (n > 1) */
+    struct req **forks;     /* samples 1..n-1, waiting for this one's prompt */
+    int n_forks;
     double t_submit, t_first;
 } req;
 
@@ -207,6 +210,7 @@ int qengine_poll(qengine *e, qevent *ev)
 static void req_free(req *r)
 {
     if (!r) return;
+    free(r->forks);
     free(r->tokens);
     free(r->stop_ids);
     qsampler_destroy(r->smp);
@@ -217,9 +221,14 @@ static void req_free(req *r)
 
 /* Finishes r: frees its blocks (full ones stay cached), emits the finish
  * event with any held-back text, and releases it. */
+static void finish(qengine *e, req *r, qfinish why);
+
 static void finish(qengine *e, req *r, qfinish why)
 {
-    qevent ev = { .id = r->id, .token = -1, .finish = why, .prompt_tokens = r->n_prompt,
+    /* Samples still waiting for this one's prompt end with it. */
+    for (int i = 0; i < r->n_forks; i++) finish(e, r->forks[i], why == QFINISH_CANCELLED ? why : QFINISH_ERROR);
+    r->n_forks = 0;
+    qevent ev = { .id = r->id, .index = r->index, .token = -1, .finish = why, .prompt_tokens = r->n_prompt,
                   .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens };
     /* Text still held (an incomplete character, a possible stop prefix). */
     if (why != QFINISH_STOP && why != QFINISH_CANCELLED && why != QFINISH_ERROR) {
@@ -261,28 +270,17 @@ static void finish(qengine *e, req *r, qfinish why)
     req_free(r);
 }
 
-int qengine_submit(qengine *e, const qreq_params *p, uint64_t *id, char *err, size_t errlen)
+/* One sample's request state: tokens, sampler (seed + index), detokenizer
+ * primed with the prompt, stop matcher. */
+static int new_req(qengine *e, const qreq_params *p, int index, req **out, char *err, size_t errlen)
 {
     const int V = e->m->hp.n_vocab;
-    if (!p->prompt || p->n_prompt < 1) return qerr_set(err, errlen, QERR_INVAL, "the prompt is empty");
-    if (p->n_prompt >= e->m->hp.max_ctx)
-        return qerr_set(err, errlen, QERR_RANGE, "the prompt has %d tokens; the model's context is %d", p->n_prompt,
-                        e->m->hp.max_ctx);
-    for (int i = 0; i < p->n_prompt; i++)
-        if (p->prompt[i] < 0 || p->prompt[i] >= V)
-            return qerr_set(err, errlen, QERR_RANGE, "prompt token %d is %d, outside the vocabulary (%d)", i,
-                            p->prompt[i], V);
-    if (p->max_tokens < 1) return qerr_set(err, errlen, QERR_RANGE, "max_tokens must be at least 1");
-    if (p->n_stop < 0 || p->n_stop > QENGINE_MAX_STOP)
-        return qerr_set(err, errlen, QERR_RANGE, "at most %d stop strings", QENGINE_MAX_STOP);
-    if (p->n_stop && !e->tok) return qerr_set(err, errlen, QERR_INVAL, "stop strings need the model's tokenizer");
-    for (int i = 0; i < p->n_stop_ids; i++)
-        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= V)
-            return qerr_set(err, errlen, QERR_RANGE, "stop token id %d is outside the vocabulary", p->stop_ids[i]);
     int rc;
+    *out = NULL;
     req *r = calloc(1, sizeof *r);
     if (!r) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
     kv_seq_init(&r->kv);
+    r->index = index;
     r->cap_tokens = p->n_prompt + (p->max_tokens < 4096 ? p->max_tokens : 4096) + 1;
     r->tokens = q_mallocn((size_t)r->cap_tokens, sizeof *r->tokens);
     if (p->n_stop_ids) r->stop_ids = q_mallocn((size_t)p->n_stop_ids, sizeof *r->stop_ids);
@@ -297,7 +295,9 @@ int qengine_submit(qengine *e, const qreq_params *p, uint64_t *id, char *err, si
     r->max_tokens = p->max_tokens;
     r->ignore_eos = p->ignore_eos;
     r->want_logprobs = p->sp.logprobs;
-    if ((rc = qsampler_new(&p->sp, V, &r->smp, err, errlen)) ||
+    qsample_params sp = p->sp;
+    sp.seed += (uint64_t)index;
+    if ((rc = qsampler_new(&sp, V, &r->smp, err, errlen)) ||
         (rc = qsampler_observe_prompt(r->smp, p->prompt, p->n_prompt))) {
         req_free(r);
         return rc;
@@ -321,13 +321,56 @@ int qengine_submit(qengine *e, const qreq_params *p, uint64_t *id, char *err, si
         req_free(r);
         return rc;
     }
+    *out = r;
+    return 0;
+}
+
+int qengine_submit(qengine *e, const qreq_params *p, uint64_t *id, char *err, size_t errlen)
+{
+    const int V = e->m->hp.n_vocab;
+    if (!p->prompt || p->n_prompt < 1) return qerr_set(err, errlen, QERR_INVAL, "the prompt is empty");
+    if (p->n_prompt >= e->m->hp.max_ctx)
+        return qerr_set(err, errlen, QERR_RANGE, "the prompt has %d tokens; the model's context is %d", p->n_prompt,
+                        e->m->hp.max_ctx);
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= V)
+            return qerr_set(err, errlen, QERR_RANGE, "prompt token %d is %d, outside the vocabulary (%d)", i,
+                            p->prompt[i], V);
+    if (p->max_tokens < 1) return qerr_set(err, errlen, QERR_RANGE, "max_tokens must be at least 1");
+    if (p->n_stop < 0 || p->n_stop > QENGINE_MAX_STOP)
+        return qerr_set(err, errlen, QERR_RANGE, "at most %d stop strings", QENGINE_MAX_STOP);
+    if (p->n_stop && !e->tok) return qerr_set(err, errlen, QERR_INVAL, "stop strings need the model's tokenizer");
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= V)
+            return qerr_set(err, errlen, QERR_RANGE, "stop token id %d is outside the vocabulary", p->stop_ids[i]);
+    int n = p->n <= 0 ? 1 : p->n;
+    if (n > QENGINE_MAX_N) return qerr_set(err, errlen, QERR_RANGE, "n must be at most %d", QENGINE_MAX_N);
+    req *r = NULL;
+    int rc = new_req(e, p, 0, &r, err, errlen);
+    if (rc) return rc;
+    if (n > 1) {
+        if (!(r->forks = calloc((size_t)n - 1, sizeof *r->forks))) {
+            req_free(r);
+            return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        }
+        for (int i = 1; i < n; i++) {
+            if ((rc = new_req(e, p, i, &r->forks[i - 1], err, errlen))) {
+                for (int k = 0; k < i - 1; k++) req_free(r->forks[k]);
+                r->n_forks = 0;
+                req_free(r);
+                return rc;
+            }
+            r->n_forks = i;
+        }
+    }
     r->t_submit = q_now();
     pthread_mutex_lock(&e->mu);
     r->id = ++e->next_id;
+    for (int i = 0; i < r->n_forks; i++) r->forks[i]->id = r->id, r->forks[i]->t_submit = r->t_submit;
     if (e->inbox_tail) e->inbox_tail->next = r;
     else e->inbox_head = r;
     e->inbox_tail = r;
-    e->live++;
+    e->live += 1 + r->n_forks;
     pthread_mutex_unlock(&e->mu);
     if (id) *id = r->id;
     return 0;
@@ -489,7 +532,7 @@ static int is_stop_token(const qengine *e, const req *r, int tok)
 static qfinish take_token(qengine *e, req *r, const float *logits)
 {
     int tok = qsample(r->smp, logits);
-    qevent ev = { .id = r->id, .token = tok, .finish = QFINISH_NONE };
+    qevent ev = { .id = r->id, .index = r->index, .token = tok, .finish = QFINISH_NONE };
     if (r->want_logprobs) {
         qlogprob lp[1];
         if (qsample_logprobs(logits, e->m->hp.n_vocab, tok, 0, lp, NULL) > 0) ev.logprob = lp[0].logprob;
@@ -667,6 +710,26 @@ int qengine_step(qengine *e)
         kv_seq_commit(e->pool, &q->kv, q->n_computed);
         if (!e->b_sample[i]) continue;
         const float *lg = e->logits + (size_t)li++ * e->m->hp.n_vocab;
+        /* Parallel samples: they take the prompt's blocks by reference and
+         * draw their first token from the same logits. */
+        for (int f = 0; f < q->n_forks; f++) {
+            req *c = q->forks[f];
+            if (kv_seq_fork(e->pool, &q->kv, &c->kv)) {
+                finish(e, c, QFINISH_ERROR);
+                continue;
+            }
+            c->n_computed = q->n_computed;
+            c->cached_tokens = q->cached_tokens;
+            c->admitted_once = 1;
+            c->admit_seq = ++e->admit_counter;
+            rl_push_back(&e->running, c);
+            qfinish cw = take_token(e, c, lg);
+            if (cw != QFINISH_NONE) {
+                rl_remove(&e->running, c);
+                finish(e, c, cw);
+            }
+        }
+        q->n_forks = 0;
         qfinish why = take_token(e, q, lg);
         if (why != QFINISH_NONE) {
             rl_remove(&e->running, q);

@@ -47,7 +47,11 @@ typedef struct {
     int n_stop;
     const int32_t *stop_ids; /* extra stop token ids */
     int n_stop_ids;
+    int n;                  /* parallel samples (0 or 1: one).  They share the
+                             * prompt's KV blocks; sample i draws with seed + i */
 } qreq_params;
+
+#define QENGINE_MAX_N 64
 
 typedef enum { QFINISH_NONE = 0, QFINISH_LENGTH, QFINISH_STOP, QFINISH_CANCELLED, QFINISH_ERROR } qfinish;
 const char *qfinish_name(qfinish f);
@@ -57,6 +61,7 @@ const char *qfinish_name(qfinish f);
  * the finish with usage and timings (then token is -1). */
 typedef struct {
     uint64_t id;
+    int index;              /* which of the request's n samples */
     int32_t token;
     char *text;             /* owned by the event: qevent_free */
     size_t text_len;
