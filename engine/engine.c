@@ -71,7 +71,7 @@ typedef struct req {
     qsampler *smp;
     qdetok *detok;
     qstop *stop;
-    int want_logprobs;
+    int want_logprobs, top_logprobs;
     int cancelled;
     int in_batch;           /* static batching: member of the current batch */
     int index;              /* sample index within the request (n > 1) */
@@ -295,6 +295,7 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
     r->max_tokens = p->max_tokens;
     r->ignore_eos = p->ignore_eos;
     r->want_logprobs = p->sp.logprobs;
+    r->top_logprobs = p->sp.top_logprobs;
     qsample_params sp = p->sp;
     sp.seed += (uint64_t)index;
     if ((rc = qsampler_new(&sp, V, &r->smp, err, errlen)) ||
@@ -534,8 +535,14 @@ static qfinish take_token(qengine *e, req *r, const float *logits)
     int tok = qsample(r->smp, logits);
     qevent ev = { .id = r->id, .index = r->index, .token = tok, .finish = QFINISH_NONE };
     if (r->want_logprobs) {
-        qlogprob lp[1];
-        if (qsample_logprobs(logits, e->m->hp.n_vocab, tok, 0, lp, NULL) > 0) ev.logprob = lp[0].logprob;
+        /* vLLM v1's default: the model's own distribution (raw logits). */
+        qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
+        int got = qsample_logprobs(logits, e->m->hp.n_vocab, tok, r->top_logprobs, lp, NULL);
+        if (got > 0) {
+            ev.logprob = lp[0].logprob;
+            ev.n_top = got - 1;
+            memcpy(ev.top, lp + 1, sizeof(qlogprob) * (size_t)ev.n_top);
+        }
     }
     if (r->t_first == 0) r->t_first = q_now();
     e->st.generated++;

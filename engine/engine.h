@@ -66,6 +66,8 @@ typedef struct {
     char *text;             /* owned by the event: qevent_free */
     size_t text_len;
     float logprob;          /* of token, when the request asked for logprobs */
+    int n_top;              /* top_logprobs alternatives in top[], most likely first */
+    qlogprob top[QSAMPLE_MAX_LOGPROBS];
     qfinish finish;         /* QFINISH_NONE for token events */
     int prompt_tokens, completion_tokens, cached_tokens;
     double ttft_s, total_s; /* time to first token, and to finish, from submission */

@@ -371,6 +371,37 @@ static void test_parallel_sampling(void)
     qengine_destroy(e);
 }
 
+/* logprobs: the chosen token's and the top 5, from the raw distribution;
+ * greedy picks the most likely, so it is top[0]. */
+static void test_logprobs(void)
+{
+    qengine *e = engine(0, 0, 0);
+    REQUIRE(e);
+    int32_t bos = 1;
+    qreq_params p = { .prompt = &bos, .n_prompt = 1, .sp = qsample_defaults(), .max_tokens = 5, .ignore_eos = 1 };
+    p.sp.temperature = 0;
+    p.sp.logprobs = 1;
+    p.sp.top_logprobs = 5;
+    char err[256];
+    uint64_t id;
+    REQUIRE(qengine_submit(e, &p, &id, err, sizeof err) == 0);
+    while (qengine_step(e) > 0) {
+    }
+    qevent ev;
+    int n = 0;
+    while (qengine_poll(e, &ev)) {
+        if (!ev.finish) {
+            n++;
+            CHECK_EQ_INT(ev.n_top, 5);
+            CHECK(ev.top[0].id == ev.token && ev.top[0].logprob == ev.logprob);
+            CHECK(ev.logprob <= 0 && ev.top[1].logprob <= ev.top[0].logprob && ev.top[4].logprob <= ev.top[3].logprob);
+        }
+        qevent_free(&ev);
+    }
+    CHECK_EQ_INT(n, 5);
+    qengine_destroy(e);
+}
+
 static void test_submit_errors(void)
 {
     qengine *e = engine(0, 0, 0);
@@ -414,6 +445,7 @@ int main(void)
     QT_RUN(test_cancel_frees_everything);
     QT_RUN(test_stop_strings_and_eos);
     QT_RUN(test_parallel_sampling);
+    QT_RUN(test_logprobs);
     QT_RUN(test_submit_errors);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
