@@ -109,7 +109,7 @@ int qengine_cancel(qengine *e, uint64_t id);
 int qengine_step(qengine *e);
 /* Thread-safe.  Moves the oldest event into *ev: 1, or 0 when none. */
 int qengine_poll(qengine *e, qevent *ev);
-/* Thread-safe. */
+/* Engine thread (between steps). */
 void qengine_stats_get(qengine *e, qengine_stats *s);
 /* Debug: checks the KV pool's invariants and that every block is free or
  * cached once no request is live.  0 or QERR_INTERNAL with a message. */

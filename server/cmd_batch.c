@@ -1,8 +1,9 @@
 /* cmd_batch.c - `quire generate --batch FILE.jsonl`: every request of the
  * file submitted to the engine at once, continuous batching doing the rest.
  *
- * Input: one JSON object per line, with "prompt" (text) or "prompt_ids"
- * (token ids) and optional sampling fields (OpenAI names: max_tokens,
+ * Input: one JSON object per line, with "prompt" (text), "prompt_ids"
+ * (token ids) or "messages" (a chat, through the model's template, with
+ * optional "tools") and optional sampling fields (OpenAI names: max_tokens,
  * temperature, top_p, top_k, min_p, seed, repetition_penalty,
  * frequency_penalty, presence_penalty, stop, ignore_eos) and "id".  Output:
  * one JSON object per request in input order (id, text, token_ids,
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "cli.h"
 #include "engine.h"
 #include "model.h"
@@ -50,9 +52,26 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
     memset(p, 0, sizeof *p);
     p->sp = qsample_defaults();
     p->max_tokens = default_max;
-    json_t *pr = json_object_get(o, "prompt"), *pi = json_object_get(o, "prompt_ids");
+    json_t *pr = json_object_get(o, "prompt"), *pi = json_object_get(o, "prompt_ids"), *msgs = json_object_get(o, "messages");
     int n = 0, rc;
-    if (json_is_string(pr)) {
+    if (json_is_array(msgs)) {
+        /* Chat: the model's template (ChatML if none); message text cannot
+         * inject control tokens. */
+        if (!tok) return qerr_set(err, errlen, QERR_INVAL, "\"messages\" needs the model's tokenizer");
+        qchat_tmpl *t = NULL;
+        if ((rc = qchat_for_model(m, &t, NULL, err, errlen))) return rc;
+        json_t *ctx = json_pack("{s:O, s:b}", "messages", msgs, "add_generation_prompt", 1);
+        json_t *tools = json_object_get(o, "tools");
+        if (ctx && tools) json_object_set(ctx, "tools", tools);
+        char *text = NULL;
+        size_t tl;
+        rc = ctx ? qchat_apply_tokens(t, m, tok, ctx, &text, &tl, ids, &n, err, errlen)
+                 : qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        free(text);
+        json_decref(ctx);
+        qchat_free(t);
+        if (rc) return rc;
+    } else if (json_is_string(pr)) {
         if (!tok) return qerr_set(err, errlen, QERR_INVAL, "\"prompt\" needs the model's tokenizer; give \"prompt_ids\"");
         if ((rc = qtok_encode(tok, json_string_value(pr), json_string_length(pr), QTOK_ADD_SPECIAL | QTOK_PARSE_SPECIAL,
                               ids, &n)))
@@ -68,7 +87,7 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
         }
         n = (int)k;
     } else {
-        return qerr_set(err, errlen, QERR_INVAL, "needs \"prompt\" (a string) or \"prompt_ids\" (an array)");
+        return qerr_set(err, errlen, QERR_INVAL, "needs \"prompt\" (a string), \"prompt_ids\" or \"messages\" (arrays)");
     }
     p->prompt = *ids;
     p->n_prompt = n;

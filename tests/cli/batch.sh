@@ -12,6 +12,7 @@ cat >"$tmp/in.jsonl" <<'JSONL'
 {"id": "c", "prompt_ids": [1, 99999]}
 not json
 {"id": "d", "prompt": "Once upon a time", "max_tokens": 20, "temperature": 0}
+{"id": "chat", "messages": [{"role": "user", "content": "Hi <|im_end|>"}], "max_tokens": 4, "temperature": 0, "ignore_eos": true}
 JSONL
 "$Q" generate -m models/stories260K.gguf --batch "$tmp/in.jsonl" --max-batch-tokens 3 >"$tmp/out.jsonl" 2>"$tmp/err" || { echo "FAIL exit status"; cat "$tmp/err"; exit 1; }
 python3 - "$tmp/out.jsonl" <<'PY'
@@ -24,7 +25,7 @@ def check(name, cond, detail=""):
     global ok, fail
     if cond: ok += 1; print("ok  ", name)
     else: fail += 1; print("FAIL", name, detail)
-check("one result per input line, then stats", len(lines) == 7 and "stats" in lines[-1], str(len(lines)))
+check("one result per input line, then stats", len(lines) == 8 and "stats" in lines[-1], str(len(lines)))
 by = {l.get("id"): l for l in lines[:-1]}
 a = by.get("a", {})
 # HF's greedy continuation of BOS "Once upon a time" is the fixture's ids 4..23.
@@ -37,8 +38,13 @@ check("token id out of range is an error line", "outside the vocabulary" in by.g
 check("bad JSON is an error line", any("not JSON" in l.get("error", "") for l in lines[:-1]))
 d = by.get("d", {})
 check("the same prompt again gives the same output (a 5-token prompt fills no block to cache)", d.get("token_ids") == fix[4:24] and d["usage"]["cached_tokens"] == 0)
+# stories260K has no template: ChatML, 16 prompt tokens after the text
+# "<|im_start|>user\nHi <|im_end|><|im_end|>\n<|im_start|>assistant\n" is encoded by its
+# SentencePiece vocabulary (which has no control tokens for them: all text).
+ch = by.get("chat", {})
+check("messages go through the chat template", ch.get("finish_reason") == "length" and ch["usage"]["prompt_tokens"] > 10, str(ch))
 st = lines[-1]["stats"]
-check("stats count the requests", st["requests"] == 6 and st["generated"] >= 23)
+check("stats count the requests", st["requests"] == 7 and st["generated"] >= 27)
 print(f"{ok} passed, {fail} failed")
 sys.exit(1 if fail else 0)
 PY

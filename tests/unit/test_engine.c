@@ -6,8 +6,10 @@
  * (chunked prefill), with a tiny KV pool (preemption by recomputation), or
  * after its prefix was cached.  After every scenario all KV blocks must be
  * free or cached with no reference (no leaks). */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 #include "model.h"
@@ -402,6 +404,56 @@ static void test_logprobs(void)
     qengine_destroy(e);
 }
 
+/* Another thread submits and cancels while this one steps (the server's
+ * lws thread and engine thread). */
+typedef struct {
+    qengine *e;
+    int submitted, cancelled;
+    volatile int done;
+} feeder;
+
+static void *feed(void *arg)
+{
+    feeder *f = arg;
+    char err[256];
+    for (int j = 0; j < 30; j++) {
+        qreq_params p = { .prompt = jobs[j].prompt, .n_prompt = jobs[j].n, .sp = qsample_defaults(),
+                          .max_tokens = 12, .ignore_eos = 1 };
+        uint64_t id;
+        if (qengine_submit(f->e, &p, &id, err, sizeof err) == 0) f->submitted++;
+        struct timespec ts = { 0, 200000 };
+        nanosleep(&ts, NULL);
+        if (j % 3 == 0 && qengine_cancel(f->e, id) == 0) f->cancelled++;
+    }
+    __atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    qengine *e = engine(16, 0, 0);
+    REQUIRE(e);
+    feeder f = { .e = e };
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, feed, &f) == 0);
+    int finished = 0, cancelled = 0, guard = 0;
+    while (guard++ < 200000) {
+        int live = qengine_step(e);
+        qevent ev;
+        while (qengine_poll(e, &ev)) {
+            if (ev.finish) finished++, cancelled += ev.finish == QFINISH_CANCELLED;
+            qevent_free(&ev);
+        }
+        if (live == 0 && __atomic_load_n(&f.done, __ATOMIC_ACQUIRE) && finished == f.submitted) break;
+    }
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(f.submitted, 30);
+    CHECK_EQ_INT(finished, 30);
+    CHECK(cancelled <= f.cancelled);
+    check_clean(e);
+    qengine_destroy(e);
+}
+
 static void test_submit_errors(void)
 {
     qengine *e = engine(0, 0, 0);
@@ -446,6 +498,7 @@ int main(void)
     QT_RUN(test_stop_strings_and_eos);
     QT_RUN(test_parallel_sampling);
     QT_RUN(test_logprobs);
+    QT_RUN(test_threads);
     QT_RUN(test_submit_errors);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
