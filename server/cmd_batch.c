@@ -9,6 +9,7 @@
  * one JSON object per request in input order (id, text, token_ids,
  * finish_reason, usage, timings), then one with the engine statistics. */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,14 +22,21 @@
 #include "tokenizer.h"
 #include "util.h"
 
+/* One of a request's n samples. */
 typedef struct {
-    json_t *client_id;
-    uint64_t id;
     int32_t *ids;
     int n_ids, cap_ids;
     char *text;
     size_t text_len, text_cap;
+    json_t *logprobs;       /* [{"token", "logprob", "top": [[id, lp], ...]}] when asked */
     qevent fin;
+} choice;
+
+typedef struct {
+    json_t *client_id;
+    uint64_t id;
+    int n;
+    choice *ch;
     int failed;
     char err[256];
 } item;
@@ -110,6 +118,13 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
     if (json_object_get(o, "frequency_penalty")) p->sp.frequency_penalty = (float)d;
     if ((rc = num_field(o, "presence_penalty", -2, 2, &d, err, errlen))) return rc;
     if (json_object_get(o, "presence_penalty")) p->sp.presence_penalty = (float)d;
+    if ((rc = num_field(o, "n", 1, QENGINE_MAX_N, &d, err, errlen))) return rc;
+    if (json_object_get(o, "n")) p->n = (int)d;
+    if ((rc = num_field(o, "logprobs", 0, QSAMPLE_MAX_LOGPROBS, &d, err, errlen))) return rc;
+    if (json_object_get(o, "logprobs") && !json_is_null(json_object_get(o, "logprobs"))) {
+        p->sp.logprobs = 1; /* OpenAI completions: logprobs = how many alternatives */
+        p->sp.top_logprobs = (int)d;
+    }
     json_t *ie = json_object_get(o, "ignore_eos");
     if (ie && !json_is_boolean(ie)) return qerr_set(err, errlen, QERR_INVAL, "\"ignore_eos\" must be true or false");
     p->ignore_eos = json_is_true(ie);
@@ -172,9 +187,16 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
         if (!o) {
             snprintf(it->err, sizeof it->err, "line %d is not JSON: %s", n, je.text);
             it->failed = 1;
-        } else if (parse_line(o, m, tok, default_max, &p, &ids, it->err, sizeof it->err) ||
-                   qengine_submit(e, &p, &it->id, it->err, sizeof it->err)) {
+        } else if (parse_line(o, m, tok, default_max, &p, &ids, it->err, sizeof it->err)) {
             it->failed = 1;
+        } else {
+            it->n = p.n > 1 ? p.n : 1;
+            if (!(it->ch = calloc((size_t)it->n, sizeof *it->ch))) {
+                snprintf(it->err, sizeof it->err, "out of memory");
+                it->failed = 1;
+            } else if (qengine_submit(e, &p, &it->id, it->err, sizeof it->err)) {
+                it->failed = 1;
+            }
         }
         if (o) it->client_id = json_incref(json_object_get(o, "id"));
         free(ids);
@@ -194,26 +216,39 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
             item *it = NULL;
             for (int i = 0; i < n && !it; i++)
                 if (items[i].id == ev.id && !items[i].failed) it = &items[i];
-            if (it && ev.finish == QFINISH_NONE) {
-                if (it->n_ids == it->cap_ids) {
-                    int nc = it->cap_ids ? it->cap_ids * 2 : 64;
-                    int32_t *ni = realloc(it->ids, sizeof *ni * (size_t)nc);
-                    if (ni) it->ids = ni, it->cap_ids = nc;
+            choice *c = it && ev.index >= 0 && ev.index < it->n ? &it->ch[ev.index] : NULL;
+            if (c && ev.finish == QFINISH_NONE) {
+                if (c->n_ids == c->cap_ids) {
+                    int nc = c->cap_ids ? c->cap_ids * 2 : 64;
+                    int32_t *ni = realloc(c->ids, sizeof *ni * (size_t)nc);
+                    if (ni) c->ids = ni, c->cap_ids = nc;
                 }
-                if (it->n_ids < it->cap_ids) it->ids[it->n_ids++] = ev.token;
+                if (c->n_ids < c->cap_ids) c->ids[c->n_ids++] = ev.token;
+                if (ev.n_top || ev.logprob != 0) {
+                    if (!c->logprobs) c->logprobs = json_array();
+                    json_t *top = json_array();
+                    for (int k = 0; k < ev.n_top; k++)
+                        json_array_append_new(top, json_pack("[if]", ev.top[k].id,
+                                                             isfinite(ev.top[k].logprob) ? ev.top[k].logprob : -9999.0));
+                    json_array_append_new(c->logprobs, json_pack("{s:i, s:f, s:o}", "token", ev.token, "logprob",
+                                                                 isfinite(ev.logprob) ? ev.logprob : -9999.0, "top", top));
+                }
             }
-            if (it && ev.text_len) {
-                if (it->text_len + ev.text_len + 1 > it->text_cap) {
-                    size_t nc = (it->text_len + ev.text_len + 1) * 2;
-                    char *nt = realloc(it->text, nc);
-                    if (nt) it->text = nt, it->text_cap = nc;
+            if (c && ev.text_len) {
+                if (c->text_len + ev.text_len + 1 > c->text_cap) {
+                    size_t nc = (c->text_len + ev.text_len + 1) * 2;
+                    char *nt = realloc(c->text, nc);
+                    if (nt) c->text = nt, c->text_cap = nc;
                 }
-                if (it->text_len + ev.text_len + 1 <= it->text_cap) {
-                    memcpy(it->text + it->text_len, ev.text, ev.text_len);
-                    it->text_len += ev.text_len;
+                if (c->text_len + ev.text_len + 1 <= c->text_cap) {
+                    memcpy(c->text + c->text_len, ev.text, ev.text_len);
+                    c->text_len += ev.text_len;
                 }
             }
-            if (it && ev.finish != QFINISH_NONE) it->fin = ev;
+            if (c && ev.finish != QFINISH_NONE) {
+                c->fin = ev;
+                c->fin.text = NULL;
+            }
             qevent_free(&ev);
         }
     }
@@ -225,22 +260,50 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
         if (it->failed) {
             o = json_pack("{s:O?, s:s}", "id", it->client_id, "error", it->err);
         } else {
-            json_t *ids = json_array();
-            for (int k = 0; k < it->n_ids; k++) json_array_append_new(ids, json_integer(it->ids[k]));
-            gen += (uint64_t)it->fin.completion_tokens;
-            o = json_pack("{s:O?, s:s%, s:o, s:s, s:{s:i, s:i, s:i}, s:f, s:f}", "id", it->client_id, "text",
-                          it->text ? it->text : "", it->text_len, "token_ids", ids, "finish_reason",
-                          qfinish_name(it->fin.finish), "usage", "prompt_tokens", it->fin.prompt_tokens,
-                          "completion_tokens", it->fin.completion_tokens, "cached_tokens", it->fin.cached_tokens,
-                          "ttft_s", it->fin.ttft_s, "total_s", it->fin.total_s);
+            /* n == 1: the fields at the top level; n > 1: one "choices" entry
+             * per sample and the usage summed. */
+            json_t *choices = json_array();
+            int completion = 0;
+            for (int k = 0; k < it->n; k++) {
+                choice *c = &it->ch[k];
+                json_t *ids = json_array();
+                for (int q = 0; q < c->n_ids; q++) json_array_append_new(ids, json_integer(c->ids[q]));
+                completion += c->fin.completion_tokens;
+                json_t *co = json_pack("{s:i, s:s%, s:o, s:s}", "index", k, "text", c->text ? c->text : "",
+                                       c->text_len, "token_ids", ids, "finish_reason", qfinish_name(c->fin.finish));
+                if (co && c->logprobs) json_object_set(co, "logprobs", c->logprobs);
+                json_array_append_new(choices, co);
+            }
+            gen += (uint64_t)completion;
+            const qevent *f0 = &it->ch[0].fin;
+            if (it->n == 1) {
+                o = json_deep_copy(json_array_get(choices, 0));
+                json_object_del(o, "index");
+            } else {
+                o = json_object();
+                json_object_set(o, "choices", choices);
+            }
+            json_t *front = json_pack("{s:O?}", "id", it->client_id);
+            json_object_update(front, o);
+            json_decref(o);
+            o = front;
+            json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", f0->prompt_tokens,
+                                                      "completion_tokens", completion, "cached_tokens", f0->cached_tokens));
+            json_object_set_new(o, "ttft_s", json_real(f0->ttft_s));
+            json_object_set_new(o, "total_s", json_real(f0->total_s));
+            json_decref(choices);
         }
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
         if (s) puts(s);
         free(s);
         json_decref(o);
         json_decref(it->client_id);
-        free(it->ids);
-        free(it->text);
+        for (int k = 0; it->ch && k < it->n; k++) {
+            free(it->ch[k].ids);
+            free(it->ch[k].text);
+            json_decref(it->ch[k].logprobs);
+        }
+        free(it->ch);
     }
     qengine_stats st;
     qengine_stats_get(e, &st);
