@@ -882,11 +882,18 @@ qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, q
         }
         int64_t width = -1, prec = -1;
         if (i < fmt->len && fmt->s[i] == '*') qcj_fail(c, QERR_UNSUPPORTED, lineof(at), "'*' width is not supported");
-        while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9') width = (width < 0 ? 0 : width) * 10 + (fmt->s[i++] - '0');
+        /* Digits past 10^9 only keep the value large: the limit check below fails it. */
+        while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9') {
+            int64_t d = fmt->s[i++] - '0';
+            width = width < 0 ? d : width < 1000000000 ? width * 10 + d : width;
+        }
         if (i < fmt->len && fmt->s[i] == '.') {
             i++;
             prec = 0;
-            while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9') prec = prec * 10 + (fmt->s[i++] - '0');
+            while (i < fmt->len && fmt->s[i] >= '0' && fmt->s[i] <= '9') {
+                int64_t d = fmt->s[i++] - '0';
+                prec = prec < 1000000000 ? prec * 10 + d : prec;
+            }
         }
         while (i < fmt->len && strchr("hlL", fmt->s[i])) i++;
         if (i >= fmt->len) qcj_fail(c, QERR_INVAL, lineof(at), "incomplete format");

@@ -5,7 +5,8 @@
 #   3. libFuzzer targets, FUZZ_SECONDS each (default 60);
 #   4. end-to-end tests: pytest against the real binary, in a venv with the
 #      pinned versions of tests/e2e/requirements.txt.
-# Environment: FUZZ_SECONDS, JOBS (default: nproc).
+# Environment: FUZZ_SECONDS, FUZZ_SEED (libFuzzer seed, default 1: CI runs
+# are reproducible; other seeds explore further locally), JOBS (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
@@ -42,7 +43,7 @@ for f in build/fuzz/fuzz_*; do
   [ -d "$corpus_src" ] && cp -r "$corpus_src"/. "$work"/
   echo "-- $name"
   rc=0
-  "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+  "$f" -max_total_time="$FUZZ_SECONDS" -seed="${FUZZ_SEED:-1}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     -artifact_prefix=build/fuzz/ "$work" >"build/fuzz/$name.log" 2>&1 || rc=$?
   grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|SUMMARY" "build/fuzz/$name.log" || true
   if [ "$rc" -ne 0 ]; then tail -50 "build/fuzz/$name.log"; echo "FAIL $name"; exit 1; fi
