@@ -160,6 +160,17 @@ struct qbackend {
 int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out,
                        char *err, size_t errlen);
 
+/* RoPE inverse frequencies (rope_dim / 2 floats) for w: theta, llama3 or
+ * linear scaling, GGUF rope_freqs, bf16 rounding as HF does for bf16
+ * checkpoints.  Every backend uses this one definition.  Cannot fail. */
+void qrope_inv_freq(const qweights *w, float *inv_freq);
+
+#ifdef QUIRE_HAVE_CUDA
+/* The CUDA backend (kernels/cuda): float32 weights and cuBLAS, the exactness
+ * baseline.  QERR_DEVICE with a message when there is no usable device. */
+int cuda_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err, size_t errlen);
+#endif
+
 static inline void qbackend_destroy(qbackend *be)
 {
     if (be) be->ops->destroy(be);

@@ -49,7 +49,7 @@ typedef struct {
 
 /* ---- RoPE frequencies ----------------------------------------------------- */
 
-static void rope_init(const qweights *w, float *inv_freq)
+void qrope_inv_freq(const qweights *w, float *inv_freq)
 {
     const qhparams *hp = &w->hp;
     int half = hp->rope_dim / 2;
@@ -460,7 +460,7 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
     }
     /* Not zeroed: a position is always written before any pass reads it,
      * and untouched pages of a large pool then cost no memory. */
-    rope_init(w, be->inv_freq);
+    qrope_inv_freq(w, be->inv_freq);
     *out = &be->base;
     return 0;
 }

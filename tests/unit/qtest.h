@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int qt_failed_checks_;
-static int qt_passed_, qt_failed_;
-static const char *qt_current_;
+static int qt_failed_checks_ __attribute__((unused));
+static int qt_passed_ __attribute__((unused)), qt_failed_ __attribute__((unused));
+static const char *qt_current_ __attribute__((unused));
 
 #define CHECK(cond)                                                                  \
     do {                                                                             \
