@@ -74,6 +74,7 @@ typedef struct req {
     int want_logprobs, top_logprobs;
     int cancelled;
     int in_batch;           /* static batching: member of the current batch */
+    int preempted_now;      /* preempted during the current step's scheduling */
     int index;              /* sample index within the request (n > 1) */
     struct req **forks;     /* samples 1..n-1, waiting for this one's prompt */
     int n_forks;
@@ -468,6 +469,7 @@ static void preempt(qengine *e, req *r)
     rl_remove(&e->running, r);
     kv_seq_free(e->pool, &r->kv);
     r->n_computed = 0;
+    r->preempted_now = 1;
     rl_push_front(&e->waiting, r);
     e->st.preemptions++;
 }
@@ -604,13 +606,10 @@ int qengine_step(qengine *e)
     req **snap = n_run ? malloc(sizeof *snap * (size_t)n_run) : NULL;
     if (n_run && !snap) return QERR_NOMEM;
     int k = 0;
-    for (req *q = e->running.head; q; q = q->next) snap[k++] = q;
+    for (req *q = e->running.head; q; q = q->next) snap[k++] = q, q->preempted_now = 0;
     for (int i = 0; i < n_run && n_seqs < e->o.max_seqs && budget > 0; i++) {
         req *q = snap[i];
-        int still = 0;
-        for (req *x = e->running.head; x; x = x->next)
-            if (x == q) still = 1;
-        if (!still) continue; /* preempted by an older request */
+        if (q->preempted_now) continue; /* preempted by an older request */
         rc = reserve_decode(e, q);
         if (rc < 0) {
             free(snap);

@@ -1,3 +1,4 @@
+/* qerr.c - messages and names for the error codes of qerr.h's one table. */
 #include "qerr.h"
 
 #include <stdarg.h>

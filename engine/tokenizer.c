@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 /* tokenizer.c - the tokenizer's public face: added tokens, the encode
  * pipeline, the post-processor, lookups.
  *
@@ -28,6 +27,7 @@
  * never written again except for its word cache, which is guarded by
  * cache_lock.
  */
+#define _GNU_SOURCE
 #include "tok_internal.h"
 
 #include <string.h>

@@ -1,3 +1,5 @@
+/* util.c - logging, checked allocation, the 128-bit hash, the monotonic
+ * clock, fp16/bf16 conversion and whole-file reads (see util.h). */
 #define _GNU_SOURCE
 #include "util.h"
 #include "qerr.h"

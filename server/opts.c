@@ -1,3 +1,5 @@
+/* opts.c - parses argv and prints --help from a subcommand's table of
+ * flags (opts.h), so the two cannot drift apart. */
 #include "opts.h"
 
 #include <errno.h>

@@ -1,3 +1,6 @@
+/* pool.c - the CPU backend's worker pool: a run hands tasks out through an
+ * atomic counter; workers and the caller spin briefly, then sleep on condition
+ * variables (see pool.h for the contract). */
 #include "pool.h"
 
 #include <pthread.h>
