@@ -129,8 +129,23 @@ typedef struct qbackend qbackend;
 
 typedef struct {
     int n_threads;      /* CPU worker threads (0: all cores) */
-    int num_blocks;     /* KV blocks in the pool */
+    int num_blocks;     /* KV blocks in the pool.  CUDA: 0 sizes the pool from
+                         * the device memory left after the weights and scratch
+                         * (gpu_mem_util); the backend writes the number it
+                         * chose back into its own opts. */
     int block_size;     /* tokens per block */
+    /* CUDA: keep weights, activations and KV in float32 (exactness tests);
+     * otherwise weights are bf16 (f16 checkpoints stay f16) with float32
+     * accumulation. */
+    int exact;
+    float gpu_mem_util; /* CUDA: fraction of the device memory quire may hold (0: 0.90) */
+    /* Tensors whose data is NULL are filled with random values from seed
+     * (benchmarks on real shapes without a checkpoint).  CUDA fills on the
+     * device; the CPU backend refuses NULL weights. */
+    int random_weights;
+    uint64_t seed;
+    int max_tokens;     /* CUDA: most tokens one forward pass will carry (0: 2048);
+                         * scratch is sized for it up front */
 } qbackend_opts;
 
 typedef struct {
@@ -143,7 +158,8 @@ typedef struct {
     int (*copy_block)(qbackend *be, int src, int dst);
     /* Bytes of one block across all layers (K and V). */
     size_t (*block_bytes)(const qbackend *be);
-    /* Reads / writes one block's bytes (all layers) for the persistent tier. */
+    /* Reads / writes one block's bytes (all layers) for the persistent tier
+     * and for swapping to host memory. */
     int (*read_block)(qbackend *be, int block, void *dst);
     int (*write_block)(qbackend *be, int block, const void *src);
     void (*destroy)(qbackend *be);
@@ -166,9 +182,12 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
 void qrope_inv_freq(const qweights *w, float *inv_freq);
 
 #ifdef QUIRE_HAVE_CUDA
-/* The CUDA backend (kernels/cuda): float32 weights and cuBLAS, the exactness
- * baseline.  QERR_DEVICE with a message when there is no usable device. */
+/* The CUDA backend (kernels/cuda): bf16/f16 weights (float32 with
+ * opts->exact), cuBLAS projections, paged-attention kernels.  QERR_DEVICE
+ * with a message when there is no usable device or a CUDA call fails. */
 int cuda_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err, size_t errlen);
+/* Free and total bytes of device memory; 0 or QERR_DEVICE. */
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 #endif
 
 static inline void qbackend_destroy(qbackend *be)
