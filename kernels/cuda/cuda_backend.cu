@@ -1,353 +1,393 @@
-// cuda_backend.cu - the CUDA backend, first version: float32 weights and
-// activations on the device, cuBLAS SGEMM for every projection, simple
-// kernels for the rest, and attention that reads K/V through the same block
-// tables as the CPU backend.  It is the exactness baseline the bf16 /
-// tensor-core kernels of issue 5 will be measured against; tests/gpu compares
-// it with the CPU backend.
+// cuda_backend.cu - the CUDA backend: weights and the paged KV cache on one
+// GPU, cuBLAS for the projections, the kernels of cuda_ops.cu and
+// cuda_attn.cu for the rest.
 //
-// KV layout, as on the CPU: per layer, K and V each hold num_blocks blocks of
-// (n_kv_heads, block_size, head_dim) floats.
+// Storage type T: bf16 by default (f16 when the checkpoint's matrices are
+// all f16), float with opts.exact (tests).  Projections read T and
+// accumulate and write float (cublasGemmEx, CUBLAS_COMPUTE_32F; pedantic
+// float32 in the exact mode).  The residual stream is float; the output
+// and FFN-down projections add into it directly (beta = 1).  Q, K, V are
+// one fused projection, gate and up another.
+//
+// KV layout, as on the CPU: per layer, K and V each hold num_blocks blocks
+// of (n_kv_heads, block_size, head_dim) elements of T.
+//
+// One forward pass: the host checks the batch, packs every index the
+// kernels need (token ids, positions, sequence of each token, block tables,
+// logit rows, the decode list and the prefill tiles) into one pinned buffer
+// and copies it with one transfer; the kernels then run on one stream and
+// the logits come back with one more.
 #include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-extern "C" {
-#include "backend.h"
-#include "util.h"
-}
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            QLOGE("cuda: %s: %s", #call, cudaGetErrorString(e_));                                  \
-            return QERR_DEVICE;                                                                    \
-        }                                                                                          \
-    } while (0)
+#include "cuda_kernels.cuh"
 
 typedef struct {
-    float *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    void *wqkv, *wo, *wgu, *wdown; // T: (Q + 2 KVd, D), (D, Q), (2F, D), (D, F)
+    float *bqkv;                   // (Q + 2 KVd) or NULL
+    float *attn_norm, *ffn_norm;   // (D)
 } dlayer;
 
 typedef struct {
     qbackend base;
+    int wt;                        // QDT_F32 / QDT_BF16 / QDT_F16: storage of weights, activations, KV
+    size_t esz;
     cublasHandle_t blas;
     cudaStream_t stream;
+    int n_sm;
     dlayer *L;
-    float *tok_embd, *out_norm, *output, *inv_freq;
-    float *kc, *vc;              // (n_layers, num_blocks, n_kv, bs, hd)
-    size_t block_floats;
-    // scratch
-    int cap_t, cap_ctx_blocks, cap_logits;
-    float *x, *xn, *q, *k, *v, *att, *g, *u, *tmp;
-    int32_t *d_tok, *d_pos, *d_seq, *d_tables, *d_seq_info, *d_lidx;
-    float *d_logits, *h_out;
-    size_t tables_cap;
+    void *tok_embd, *output;       // T: (V, D)
+    float *out_norm, *inv_freq;
+    void *kc, *vc;                 // T: (n_layers, num_blocks, block_elems)
+    size_t block_elems;
+    // scratch for cap_t tokens
+    int cap_t;
+    float *x, *qkv, *gu;
+    void *xn, *qb, *att, *h;
+    int cap_logits;
+    float *logits;
+    size_t cap_part;
+    float *part_acc, *part_ml;
+    size_t meta_cap;               // int32 elements
+    int32_t *h_meta, *d_meta;
+    uint64_t seed_ctr;
 } cuda_be;
 
-// ---- host helpers -------------------------------------------------------------
+static int qdt_cuda(int wt) { return wt == QDT_F32 ? CUDA_R_32F : wt == QDT_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
 
-static int upload_f32(const qtensor *t, float **out)
+// ---- weights --------------------------------------------------------------------------
+
+// Uploads host tensor src (any dtype) into device memory dst of type T, at
+// element offset off; or fills it with uniform random values in [lo, hi)
+// when src has no data and the model is a random one.
+template <typename T>
+static int upload(cuda_be *be, T *dst, const qtensor *src, float lo, float hi)
 {
-    *out = NULL;
-    if (!t->data) return 0;
-    size_t n = (size_t)qt_numel(t);
-    float *h = (float *)malloc(n * sizeof(float));
-    if (!h) return QERR_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        if (t->dtype == QDT_F32) h[i] = ((const float *)t->data)[i];
-        else if (t->dtype == QDT_F16) h[i] = q_f16_to_f32(((const uint16_t *)t->data)[i]);
-        else h[i] = q_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    const size_t n = (size_t)qt_numel(src);
+    if (!src->data) {
+        if (!be->base.opts.random_weights) return QERR_INVAL;
+        return qk_fill_uniform<T>(be->stream, dst, n, be->base.opts.seed + 0x632be59bd9b4e019ULL * ++be->seed_ctr, lo,
+                                  hi);
     }
-    cudaError_t e = cudaMalloc(out, n * sizeof(float));
-    if (e == cudaSuccess) e = cudaMemcpy(*out, h, n * sizeof(float), cudaMemcpyHostToDevice);
-    free(h);
+    const size_t ssz = qdt_size(src->dtype);
+    if (src->dtype == QDT_F32 && sizeof(T) == 4) {
+        CK(cudaMemcpyAsync(dst, src->data, n * 4, cudaMemcpyHostToDevice, be->stream));
+        return 0;
+    }
+    if ((src->dtype == QDT_BF16 && be->wt == QDT_BF16) || (src->dtype == QDT_F16 && be->wt == QDT_F16)) {
+        CK(cudaMemcpyAsync(dst, src->data, n * 2, cudaMemcpyHostToDevice, be->stream));
+        return 0;
+    }
+    // Convert on the device through a staging buffer, in chunks.
+    const size_t chunk = (size_t)16 << 20;
+    void *stage = NULL;
+    CK(cudaMalloc(&stage, (n < chunk ? n : chunk) * ssz));
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i += chunk) {
+        size_t c = n - i < chunk ? n - i : chunk;
+        if (cudaMemcpyAsync(stage, (const char *)src->data + i * ssz, c * ssz, cudaMemcpyHostToDevice, be->stream) !=
+            cudaSuccess) {
+            rc = QERR_DEVICE;
+            break;
+        }
+        if (src->dtype == QDT_F32) rc = qk_convert<T, float>(be->stream, dst + i, (const float *)stage, c);
+        else if (src->dtype == QDT_BF16) rc = qk_convert<T, bf16>(be->stream, dst + i, (const bf16 *)stage, c);
+        else rc = qk_convert<T, __half>(be->stream, dst + i, (const __half *)stage, c);
+        // The staging buffer is reused: wait for the conversion.
+        if (!rc && cudaStreamSynchronize(be->stream) != cudaSuccess) rc = QERR_DEVICE;
+    }
+    cudaFree(stage);
+    return rc;
+}
+
+static int dmalloc(void **p, size_t bytes)
+{
+    *p = NULL;
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
-        QLOGE("cuda: uploading weights: %s", cudaGetErrorString(e));
+        QLOGE("cuda: allocating %zu bytes: %s", bytes, cudaGetErrorString(e));
+        *p = NULL;
         return QERR_DEVICE;
     }
     return 0;
 }
 
-// ---- kernels ----------------------------------------------------------------------
-
-__global__ void embed_kernel(float *x, const float *emb, const int32_t *tok, int D)
+template <typename T> static int upload_weights(cuda_be *be)
 {
-    int t = blockIdx.x;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) x[(size_t)t * D + i] = emb[(size_t)tok[t] * D + i];
+    const qweights *w = be->base.w;
+    const qhparams *hp = &w->hp;
+    const size_t D = hp->dim, Q = (size_t)hp->n_heads * hp->head_dim, KVd = (size_t)hp->n_kv_heads * hp->head_dim,
+                 F = hp->ffn_dim, V = hp->n_vocab;
+    const float a = 0.0346f; // uniform(-a, a): standard deviation 0.02, like HF's initializer_range
+    int rc = 0;
+    for (int l = 0; l < hp->n_layers && !rc; l++) {
+        const qlayer *s = &w->layers[l];
+        dlayer *d = &be->L[l];
+        if ((rc = dmalloc(&d->wqkv, (Q + 2 * KVd) * D * sizeof(T))) || (rc = dmalloc(&d->wo, D * Q * sizeof(T))) ||
+            (rc = dmalloc(&d->wgu, 2 * F * D * sizeof(T))) || (rc = dmalloc(&d->wdown, D * F * sizeof(T))) ||
+            (rc = dmalloc((void **)&d->attn_norm, D * 4)) || (rc = dmalloc((void **)&d->ffn_norm, D * 4)))
+            break;
+        T *qkv = (T *)d->wqkv, *gu = (T *)d->wgu;
+        if ((rc = upload<T>(be, qkv, &s->wq, -a, a)) || (rc = upload<T>(be, qkv + Q * D, &s->wk, -a, a)) ||
+            (rc = upload<T>(be, qkv + (Q + KVd) * D, &s->wv, -a, a)) || (rc = upload<T>(be, (T *)d->wo, &s->wo, -a, a)) ||
+            (rc = upload<T>(be, gu, &s->w_gate, -a, a)) || (rc = upload<T>(be, gu + F * D, &s->w_up, -a, a)) ||
+            (rc = upload<T>(be, (T *)d->wdown, &s->w_down, -a, a)) ||
+            (rc = upload<float>(be, d->attn_norm, &s->attn_norm, 0.9f, 1.1f)) ||
+            (rc = upload<float>(be, d->ffn_norm, &s->ffn_norm, 0.9f, 1.1f)))
+            break;
+        if (hp->attn_bias) {
+            if ((rc = dmalloc((void **)&d->bqkv, (Q + 2 * KVd) * 4)) || (rc = upload<float>(be, d->bqkv, &s->bq, -a, a)) ||
+                (rc = upload<float>(be, d->bqkv + Q, &s->bk, -a, a)) ||
+                (rc = upload<float>(be, d->bqkv + Q + KVd, &s->bv, -a, a)))
+                break;
+        }
+    }
+    if (!rc) rc = dmalloc(&be->tok_embd, V * D * sizeof(T));
+    if (!rc) rc = upload<T>(be, (T *)be->tok_embd, &w->tok_embd, -a, a);
+    if (!rc) rc = dmalloc((void **)&be->out_norm, D * 4);
+    if (!rc) rc = upload<float>(be, be->out_norm, &w->out_norm, 0.9f, 1.1f);
+    if (!rc) {
+        if (hp->tied_embeddings || (w->output.data && w->output.data == w->tok_embd.data)) {
+            be->output = be->tok_embd;
+        } else {
+            rc = dmalloc(&be->output, V * D * sizeof(T));
+            if (!rc) rc = upload<T>(be, (T *)be->output, &w->output, -a, a);
+        }
+    }
+    if (!rc && cudaStreamSynchronize(be->stream) != cudaSuccess) rc = QERR_DEVICE;
+    return rc;
 }
 
-// y = x / rms(x) * w, one block per row (double accumulation, as the CPU).
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, float eps, const int32_t *rows)
+// ---- scratch ------------------------------------------------------------------------------
+
+static int ensure_tokens(cuda_be *be, int T)
 {
-    __shared__ double red[256];
-    int r = rows ? rows[blockIdx.x] : blockIdx.x;
-    const float *xr = x + (size_t)r * D;
-    double s = 0;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) s += (double)xr[i] * xr[i];
-    red[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
-        __syncthreads();
+    if (T <= be->cap_t) return 0;
+    const qhparams *hp = &be->base.w->hp;
+    const size_t cap = T < 64 ? 64 : (size_t)T, D = hp->dim, Q = (size_t)hp->n_heads * hp->head_dim,
+                 KVd = (size_t)hp->n_kv_heads * hp->head_dim, F = hp->ffn_dim, e = be->esz;
+    void **bufs[] = { (void **)&be->x, (void **)&be->qkv, (void **)&be->gu, &be->xn, &be->qb, &be->att, &be->h };
+    const size_t sizes[] = { cap * D * 4, cap * (Q + 2 * KVd) * 4, cap * 2 * F * 4, cap * D * e, cap * Q * e,
+                             cap * Q * e, cap * F * e };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        cudaFree(*bufs[i]);
+        if (dmalloc(bufs[i], sizes[i])) return QERR_DEVICE;
     }
-    float scale = (float)(1.0 / sqrt(red[0] / D + eps));
-    float *yr = y + (size_t)blockIdx.x * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
+    be->cap_t = (int)cap;
+    return 0;
 }
 
-__global__ void add_bias_kernel(float *y, const float *b, int N)
+static int ensure_logits(cuda_be *be, int n)
 {
-    int t = blockIdx.x;
-    for (int i = threadIdx.x; i < N; i += blockDim.x) y[(size_t)t * N + i] += b[i];
+    if (n <= be->cap_logits) return 0;
+    cudaFree(be->logits);
+    if (dmalloc((void **)&be->logits, (size_t)n * be->base.w->hp.n_vocab * 4)) return QERR_DEVICE;
+    be->cap_logits = n;
+    return 0;
 }
 
-__global__ void add_kernel(float *y, const float *x, size_t n)
+static int ensure_part(cuda_be *be, size_t slots)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] += x[i];
+    if (slots <= be->cap_part) return 0;
+    cudaFree(be->part_acc);
+    cudaFree(be->part_ml);
+    be->part_ml = NULL;
+    if (dmalloc((void **)&be->part_acc, slots * be->base.w->hp.head_dim * 4) ||
+        dmalloc((void **)&be->part_ml, slots * 2 * 4))
+        return QERR_DEVICE;
+    be->cap_part = slots;
+    return 0;
 }
 
-__global__ void swiglu_kernel(float *g, const float *u, size_t n)
+static int ensure_meta(cuda_be *be, size_t n)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    if (n <= be->meta_cap) return 0;
+    size_t cap = n * 2 > 4096 ? n * 2 : 4096;
+    cudaFreeHost(be->h_meta);
+    cudaFree(be->d_meta);
+    be->h_meta = NULL;
+    be->d_meta = NULL;
+    be->meta_cap = 0;
+    CK(cudaMallocHost((void **)&be->h_meta, cap * 4));
+    CK(cudaMalloc((void **)&be->d_meta, cap * 4));
+    be->meta_cap = cap;
+    return 0;
 }
 
-// RoPE on q (H heads) and k (KV heads) of token blockIdx.x; then k, v go to
-// the cache at the token's position.
-__global__ void rope_store_kernel(float *q, float *k, const float *v, float *kc, float *vc, const float *inv_freq,
-                                  const int32_t *pos, const int32_t *seq, const int32_t *seq_info,
-                                  const int32_t *tables, int H, int KV, int hd, int rope_dim, int neox, int bs,
-                                  size_t block_floats)
+// y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
+static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta)
 {
-    int t = blockIdx.x, p = pos[t], half = rope_dim / 2;
-    for (int idx = threadIdx.x; idx < (H + KV) * half; idx += blockDim.x) {
-        int h = idx / half, i = idx % half;
-        float *base = h < H ? q + ((size_t)t * H + h) * hd : k + ((size_t)t * KV + (h - H)) * hd;
-        int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        float ang = (float)p * inv_freq[i];
-        float c = cosf(ang), s = sinf(ang), x0 = base[a], x1 = base[b];
-        base[a] = x0 * c - x1 * s;
-        base[b] = x1 * c + x0 * s;
+    const float one = 1.0f;
+    const cudaDataType dt = (cudaDataType)qdt_cuda(be->wt);
+    const cublasComputeType_t ct = be->wt == QDT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    cublasStatus_t s = cublasGemmEx(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, W, dt, K, x, dt, K, &beta, y,
+                                    CUDA_R_32F, N, ct, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        QLOGE("cuda: cublasGemmEx (%d x %d x %d) failed: %s", T, N, K, cublasGetStatusString(s));
+        return QERR_DEVICE;
     }
-    __syncthreads();
-    const int32_t *tab = tables + seq_info[seq[t] * 2];
-    size_t blk = (size_t)tab[p / bs] * block_floats;
-    for (int idx = threadIdx.x; idx < KV * hd; idx += blockDim.x) {
-        int g = idx / hd, d = idx % hd;
-        size_t off = blk + ((size_t)g * bs + p % bs) * hd + d;
-        kc[off] = k[(size_t)t * KV * hd + idx];
-        vc[off] = v[(size_t)t * KV * hd + idx];
-    }
-}
-
-// One block per (token, head): scores over positions 0..pos, softmax, V sum.
-__global__ void attn_kernel(float *out, const float *q, const float *kc, const float *vc, const int32_t *pos,
-                            const int32_t *seq, const int32_t *seq_info, const int32_t *tables, int H, int KV,
-                            int hd, int bs, size_t block_floats, float scale)
-{
-    extern __shared__ float sh[];
-    int t = blockIdx.x / H, h = blockIdx.x % H, g = h / (H / KV), n = pos[t] + 1;
-    float *sc = sh;                 // (n)
-    __shared__ float red[256];
-    const float *qv = q + ((size_t)t * H + h) * hd;
-    const int32_t *tab = tables + seq_info[seq[t] * 2];
-    float mx = -INFINITY;
-    for (int p = threadIdx.x; p < n; p += blockDim.x) {
-        const float *kp = kc + (size_t)tab[p / bs] * block_floats + ((size_t)g * bs + p % bs) * hd;
-        float s = 0;
-        for (int d = 0; d < hd; d++) s += qv[d] * kp[d];
-        s *= scale;
-        sc[p] = s;
-        mx = fmaxf(mx, s);
-    }
-    red[threadIdx.x] = mx;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + k]);
-        __syncthreads();
-    }
-    mx = red[0];
-    __syncthreads();
-    float sum = 0;
-    for (int p = threadIdx.x; p < n; p += blockDim.x) {
-        sc[p] = expf(sc[p] - mx);
-        sum += sc[p];
-    }
-    red[threadIdx.x] = sum;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if (threadIdx.x < k) red[threadIdx.x] += red[threadIdx.x + k];
-        __syncthreads();
-    }
-    float inv = 1.0f / red[0];
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0;
-        for (int p = 0; p < n; p++)
-            acc += sc[p] * vc[(size_t)tab[p / bs] * block_floats + ((size_t)g * bs + p % bs) * hd + d];
-        out[((size_t)t * H + h) * hd + d] = acc * inv;
-    }
+    return 0;
 }
 
 // ---- the forward pass ---------------------------------------------------------------
 
-static int dalloc(float **p, size_t n)
-{
-    cudaFree(*p);
-    *p = NULL;
-    return cudaMalloc(p, n * sizeof(float)) == cudaSuccess ? 0 : QERR_DEVICE;
-}
+// Where each array lives in the packed metadata (int32 offsets).
+typedef struct {
+    size_t tiles, tok, pos, seq, lidx, dec, info, tables, total;
+    int n_dec, n_tiles, n_split, split_len;
+} meta_plan;
 
-static int ensure(cuda_be *be, int T, int n_logits, size_t n_table)
+// Checks the batch (nothing invalid reaches a kernel) and packs the metadata.
+static int plan_batch(cuda_be *be, const qbatch *b, meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
-    if (T > be->cap_t) {
-        int cap = T < 64 ? 64 : T;
-        size_t D = hp->dim, Q = (size_t)hp->n_heads * hp->head_dim, KVd = (size_t)hp->n_kv_heads * hp->head_dim,
-               F = hp->ffn_dim, mx = D > Q ? D : Q;
-        if (dalloc(&be->x, cap * D) || dalloc(&be->xn, cap * mx) || dalloc(&be->q, cap * Q) ||
-            dalloc(&be->k, cap * KVd) || dalloc(&be->v, cap * KVd) || dalloc(&be->att, cap * Q) ||
-            dalloc(&be->g, cap * F) || dalloc(&be->u, cap * F) || dalloc(&be->tmp, cap * mx))
-            return QERR_DEVICE;
-        cudaFree(be->d_tok);
-        cudaFree(be->d_pos);
-        cudaFree(be->d_seq);
-        cudaFree(be->d_lidx);
-        if (cudaMalloc(&be->d_tok, cap * 4) || cudaMalloc(&be->d_pos, cap * 4) || cudaMalloc(&be->d_seq, cap * 4) ||
-            cudaMalloc(&be->d_lidx, cap * 4))
-            return QERR_DEVICE;
-        be->cap_t = cap;
+    const int T = b->n_tokens, bs = be->base.opts.block_size, nb = be->base.opts.num_blocks;
+    if (T <= 0 || b->n_seqs <= 0 || b->n_logits < 0 || b->n_logits > T) return QERR_INVAL;
+    size_t n_table = 0;
+    int covered = 0, n_dec = 0, n_tiles = 0;
+    const bool tiles_ok = qk_attn_prefill_ok((int)be->esz, hp->head_dim);
+    for (int s = 0; s < b->n_seqs; s++) {
+        const qbatch_seq *q = &b->seqs[s];
+        if (q->first != covered || q->n_tokens <= 0 || q->pos0 < 0) return QERR_INVAL;
+        covered += q->n_tokens;
+        if (covered > T) return QERR_RANGE;
+        long need = ((long)q->pos0 + q->n_tokens + bs - 1) / bs;
+        if (need > q->n_blocks) return QERR_RANGE;
+        for (long i = 0; i < need; i++)
+            if (q->block_table[i] < 0 || q->block_table[i] >= nb) return QERR_RANGE;
+        n_table += (size_t)need;
+        if (q->n_tokens > 1 && tiles_ok) n_tiles += (q->n_tokens + 63) / 64;
+        else n_dec += q->n_tokens;
     }
-    if (n_logits > be->cap_logits) {
-        cudaFree(be->d_logits);
-        free(be->h_out);
-        if (cudaMalloc(&be->d_logits, (size_t)n_logits * hp->n_vocab * sizeof(float))) return QERR_DEVICE;
-        be->cap_logits = n_logits;
+    if (covered != T) return QERR_INVAL;
+    for (int i = 0; i < T; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab) return QERR_RANGE;
+    for (int r = 0; r < b->n_logits; r++)
+        if (b->logits_idx[r] < 0 || b->logits_idx[r] >= T || (r && b->logits_idx[r] <= b->logits_idx[r - 1]))
+            return QERR_INVAL;
+    mp->tiles = 0;
+    mp->tok = mp->tiles + 4 * (size_t)n_tiles;
+    mp->pos = mp->tok + T;
+    mp->seq = mp->pos + T;
+    mp->lidx = mp->seq + T;
+    mp->dec = mp->lidx + b->n_logits;
+    mp->info = mp->dec + n_dec;
+    mp->tables = mp->info + 2 * (size_t)b->n_seqs;
+    mp->total = mp->tables + n_table + 1;
+    mp->n_dec = n_dec;
+    mp->n_tiles = n_tiles;
+    if (ensure_meta(be, mp->total)) return QERR_DEVICE;
+    int32_t *h = be->h_meta;
+    memcpy(h + mp->tok, b->tokens, 4 * (size_t)T);
+    if (b->n_logits) memcpy(h + mp->lidx, b->logits_idx, 4 * (size_t)b->n_logits);
+    size_t off = 0;
+    int di = 0, ti = 0, max_ctx = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const qbatch_seq *q = &b->seqs[s];
+        const long need = ((long)q->pos0 + q->n_tokens + bs - 1) / bs;
+        h[mp->info + 2 * s] = (int32_t)off;
+        h[mp->info + 2 * s + 1] = (int32_t)need;
+        memcpy(h + mp->tables + off, q->block_table, 4 * (size_t)need);
+        off += (size_t)need;
+        for (int i = 0; i < q->n_tokens; i++) {
+            h[mp->pos + q->first + i] = q->pos0 + i;
+            h[mp->seq + q->first + i] = s;
+        }
+        if (q->n_tokens > 1 && tiles_ok) {
+            for (int i = 0; i < q->n_tokens; i += 64) {
+                int32_t *t4 = h + mp->tiles + 4 * (size_t)ti++;
+                t4[0] = q->first + i;
+                t4[1] = q->n_tokens - i < 64 ? q->n_tokens - i : 64;
+                t4[2] = s;
+                t4[3] = 0;
+            }
+        } else {
+            for (int i = 0; i < q->n_tokens; i++) h[mp->dec + di++] = q->first + i;
+            if (q->pos0 + q->n_tokens > max_ctx) max_ctx = q->pos0 + q->n_tokens;
+        }
     }
-    if (n_table > be->tables_cap) {
-        cudaFree(be->d_tables);
-        cudaFree(be->d_seq_info);
-        if (cudaMalloc(&be->d_tables, n_table * 4) || cudaMalloc(&be->d_seq_info, n_table * 2 * 4)) return QERR_DEVICE;
-        be->tables_cap = n_table;
+    // Splits: enough blocks to fill the GPU twice, at least 128 positions each.
+    mp->n_split = 1;
+    mp->split_len = max_ctx > 0 ? max_ctx : 1;
+    if (n_dec > 0) {
+        const long blocks = (long)n_dec * hp->n_kv_heads;
+        long want = (2L * be->n_sm + blocks - 1) / blocks;
+        long most = (max_ctx + 127) / 128;
+        long ns = want < most ? want : most;
+        if (ns > 32) ns = 32;
+        if (ns < 1) ns = 1;
+        int len = (int)((max_ctx + ns - 1) / ns);
+        len = (len + 31) / 32 * 32;
+        mp->split_len = len;
+        mp->n_split = (max_ctx + len - 1) / len;
     }
     return 0;
 }
 
-// y(T, N) = x(T, K) W(N, K)^T, row-major, through column-major SGEMM.
-static int gemm(cuda_be *be, float *y, const float *x, const float *W, int T, int N, int K)
+template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp, float *logits_out)
 {
-    const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t s = cublasSgemm(be->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, W, K, x, K, &zero, y, N);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        QLOGE("cuda: cublasSgemm failed (%d)", (int)s);
-        return QERR_DEVICE;
+    const qhparams *hp = &be->base.w->hp;
+    const int T_ = b->n_tokens, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, F = hp->ffn_dim;
+    const int qd = H * hd, kvd = KV * hd, nb = be->base.opts.num_blocks;
+    cudaStream_t st = be->stream;
+    const int32_t *dm = be->d_meta;
+    qattn_geom g;
+    g.pos = dm + mp->pos;
+    g.seq = dm + mp->seq;
+    g.seq_info = dm + mp->info;
+    g.tables = dm + mp->tables;
+    g.H = H;
+    g.KV = KV;
+    g.hd = hd;
+    g.bs = be->base.opts.block_size;
+    g.block_elems = be->block_elems;
+    g.scale = 1.0f / sqrtf((float)hd);
+    const size_t layer_elems = (size_t)nb * be->block_elems;
+    T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
+    int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D);
+    for (int l = 0; l < hp->n_layers && !rc; l++) {
+        const dlayer *L = &be->L[l];
+        T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
+        if ((rc = qk_rmsnorm<T>(st, xn, be->x, L->attn_norm, T_, D, hp->norm_eps, NULL)) ||
+            (rc = gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)) ||
+            (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)) ||
+            (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att)) ||
+            (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, dm + mp->dec, mp->n_dec, mp->n_split, mp->split_len,
+                                    be->part_acc, be->part_ml, att)) ||
+            (rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f)) ||
+            (rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL)) ||
+            (rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f)) || (rc = qk_swiglu<T>(st, h, be->gu, T_, F)) ||
+            (rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f)))
+            break;
     }
-    return 0;
+    if (!rc && b->n_logits > 0) {
+        if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, b->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
+            (rc = gemm(be, be->logits, xn, be->output, b->n_logits, hp->n_vocab, D, 0.0f)))
+            return rc;
+        if (cudaMemcpyAsync(logits_out, be->logits, sizeof(float) * b->n_logits * hp->n_vocab, cudaMemcpyDeviceToHost,
+                            st) != cudaSuccess)
+            rc = QERR_DEVICE;
+    }
+    return rc;
 }
 
 static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
 {
     cuda_be *be = (cuda_be *)base;
-    const qhparams *hp = &base->w->hp;
-    const int T = b->n_tokens, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim;
-    const int bs = base->opts.block_size, nb = base->opts.num_blocks;
-    // The same checks as the CPU backend: nothing invalid reaches a kernel.
-    if (T <= 0 || b->n_seqs <= 0) return QERR_INVAL;
-    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * T), *seq = (int32_t *)malloc(sizeof(int32_t) * T);
-    size_t n_table = 0;
-    int max_ctx = 0, rc = 0, covered = 0;
-    for (int s = 0; s < b->n_seqs && !rc; s++) {
-        const qbatch_seq *q = &b->seqs[s];
-        if (q->first != covered || q->n_tokens <= 0 || q->pos0 < 0) rc = QERR_INVAL;
-        covered += q->n_tokens;
-        long need = ((long)q->pos0 + q->n_tokens + bs - 1) / bs;
-        if (!rc && (need > q->n_blocks || covered > T)) rc = QERR_RANGE;
-        for (long i = 0; !rc && i < need; i++)
-            if (q->block_table[i] < 0 || q->block_table[i] >= nb) rc = QERR_RANGE;
-        for (int i = 0; !rc && i < q->n_tokens; i++) {
-            pos[q->first + i] = q->pos0 + i;
-            seq[q->first + i] = s;
-        }
-        if (q->pos0 + q->n_tokens > max_ctx) max_ctx = q->pos0 + q->n_tokens;
-        n_table += (size_t)need;
-    }
-    if (!rc && covered != T) rc = QERR_INVAL;
-    for (int i = 0; !rc && i < T; i++)
-        if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab) rc = QERR_RANGE;
-    for (int r = 0; !rc && r < b->n_logits; r++)
-        if (b->logits_idx[r] < 0 || b->logits_idx[r] >= T || (r && b->logits_idx[r] <= b->logits_idx[r - 1])) rc = QERR_INVAL;
-    if (!rc && (size_t)max_ctx * sizeof(float) > 40000) rc = QERR_LIMIT; // attention scores live in shared memory
-    if (!rc) rc = ensure(be, T, b->n_logits, n_table + (size_t)b->n_seqs);
-    int32_t *tables = NULL, *info = NULL;
-    if (!rc) {
-        tables = (int32_t *)malloc(sizeof(int32_t) * (n_table + 1));
-        info = (int32_t *)malloc(sizeof(int32_t) * 2 * b->n_seqs);
-        size_t off = 0;
-        for (int s = 0; s < b->n_seqs; s++) {
-            const qbatch_seq *q = &b->seqs[s];
-            long need = ((long)q->pos0 + q->n_tokens + bs - 1) / bs;
-            info[2 * s] = (int32_t)off;
-            info[2 * s + 1] = (int32_t)need;
-            memcpy(tables + off, q->block_table, sizeof(int32_t) * need);
-            off += (size_t)need;
-        }
-        cudaStream_t st = be->stream;
-        if (cudaMemcpyAsync(be->d_tok, b->tokens, 4 * T, cudaMemcpyHostToDevice, st) ||
-            cudaMemcpyAsync(be->d_pos, pos, 4 * T, cudaMemcpyHostToDevice, st) ||
-            cudaMemcpyAsync(be->d_seq, seq, 4 * T, cudaMemcpyHostToDevice, st) ||
-            cudaMemcpyAsync(be->d_tables, tables, 4 * n_table, cudaMemcpyHostToDevice, st) ||
-            cudaMemcpyAsync(be->d_seq_info, info, 8 * b->n_seqs, cudaMemcpyHostToDevice, st) ||
-            (b->n_logits && cudaMemcpyAsync(be->d_lidx, b->logits_idx, 4 * b->n_logits, cudaMemcpyHostToDevice, st)))
-            rc = QERR_DEVICE;
-        cudaStreamSynchronize(st);
-    }
-    free(pos);
-    free(seq);
-    free(tables);
-    free(info);
+    meta_plan mp;
+    int rc = plan_batch(be, b, &mp);
     if (rc) return rc;
-
-    cudaStream_t st = be->stream;
-    const int qd = H * hd, kvd = KV * hd, F = hp->ffn_dim;
-    const size_t layer_floats = (size_t)nb * be->block_floats;
-    embed_kernel<<<T, 128, 0, st>>>(be->x, be->tok_embd, be->d_tok, D);
-    for (int l = 0; l < hp->n_layers && !rc; l++) {
-        const dlayer *L = &be->L[l];
-        rmsnorm_kernel<<<T, 256, 0, st>>>(be->xn, be->x, L->attn_norm, D, hp->norm_eps, NULL);
-        if ((rc = gemm(be, be->q, be->xn, L->wq, T, qd, D)) || (rc = gemm(be, be->k, be->xn, L->wk, T, kvd, D)) ||
-            (rc = gemm(be, be->v, be->xn, L->wv, T, kvd, D)))
-            break;
-        if (L->bq) add_bias_kernel<<<T, 128, 0, st>>>(be->q, L->bq, qd);
-        if (L->bk) add_bias_kernel<<<T, 128, 0, st>>>(be->k, L->bk, kvd);
-        if (L->bv) add_bias_kernel<<<T, 128, 0, st>>>(be->v, L->bv, kvd);
-        float *kc = be->kc + (size_t)l * layer_floats, *vc = be->vc + (size_t)l * layer_floats;
-        rope_store_kernel<<<T, 128, 0, st>>>(be->q, be->k, be->v, kc, vc, be->inv_freq, be->d_pos, be->d_seq,
-                                             be->d_seq_info, be->d_tables, H, KV, hd, hp->rope_dim, hp->rope_neox, bs,
-                                             be->block_floats);
-        attn_kernel<<<T * H, 128, (size_t)max_ctx * sizeof(float), st>>>(
-            be->att, be->q, kc, vc, be->d_pos, be->d_seq, be->d_seq_info, be->d_tables, H, KV, hd, bs,
-            be->block_floats, 1.0f / sqrtf((float)hd));
-        if ((rc = gemm(be, be->tmp, be->att, L->wo, T, D, qd))) break;
-        add_kernel<<<(T * D + 255) / 256, 256, 0, st>>>(be->x, be->tmp, (size_t)T * D);
-        rmsnorm_kernel<<<T, 256, 0, st>>>(be->xn, be->x, L->ffn_norm, D, hp->norm_eps, NULL);
-        if ((rc = gemm(be, be->g, be->xn, L->w_gate, T, F, D)) || (rc = gemm(be, be->u, be->xn, L->w_up, T, F, D)))
-            break;
-        swiglu_kernel<<<(T * F + 255) / 256, 256, 0, st>>>(be->g, be->u, (size_t)T * F);
-        if ((rc = gemm(be, be->tmp, be->g, L->w_down, T, D, F))) break;
-        add_kernel<<<(T * D + 255) / 256, 256, 0, st>>>(be->x, be->tmp, (size_t)T * D);
-    }
-    if (!rc && b->n_logits > 0) {
-        rmsnorm_kernel<<<b->n_logits, 256, 0, st>>>(be->xn, be->x, be->out_norm, D, hp->norm_eps, be->d_lidx);
-        rc = gemm(be, be->d_logits, be->xn, be->output, b->n_logits, hp->n_vocab, D);
-        if (!rc && cudaMemcpyAsync(logits, be->d_logits, sizeof(float) * b->n_logits * hp->n_vocab,
-                                   cudaMemcpyDeviceToHost, st))
-            rc = QERR_DEVICE;
-    }
-    cudaError_t e = cudaStreamSynchronize(st);
+    if ((rc = ensure_tokens(be, b->n_tokens)) || (rc = ensure_logits(be, b->n_logits)) ||
+        (rc = ensure_part(be, (size_t)mp.n_dec * base->w->hp.n_heads * (mp.n_split > 1 ? mp.n_split : 0))))
+        return rc;
+    CK(cudaMemcpyAsync(be->d_meta, be->h_meta, 4 * mp.total, cudaMemcpyHostToDevice, be->stream));
+    if (be->wt == QDT_F32) rc = forward_t<float>(be, b, &mp, logits);
+    else if (be->wt == QDT_BF16) rc = forward_t<bf16>(be, b, &mp, logits);
+    else rc = forward_t<__half>(be, b, &mp, logits);
+    cudaError_t e = cudaStreamSynchronize(be->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
         QLOGE("cuda: forward: %s", cudaGetErrorString(e));
@@ -356,12 +396,12 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     return rc;
 }
 
-// ---- blocks -------------------------------------------------------------------------
+// ---- blocks ---------------------------------------------------------------------------
 
 static size_t cuda_block_bytes(const qbackend *base)
 {
     const cuda_be *be = (const cuda_be *)base;
-    return 2 * (size_t)base->w->hp.n_layers * be->block_floats * sizeof(float);
+    return 2 * (size_t)base->w->hp.n_layers * be->block_elems * be->esz;
 }
 
 static int cuda_copy_block(qbackend *base, int src, int dst)
@@ -370,13 +410,12 @@ static int cuda_copy_block(qbackend *base, int src, int dst)
     const int nb = base->opts.num_blocks;
     if (src < 0 || src >= nb || dst < 0 || dst >= nb) return QERR_RANGE;
     if (src == dst) return 0;
-    size_t n = be->block_floats * sizeof(float);
-    for (int l = 0; l < base->w->hp.n_layers; l++) {
-        size_t lo = (size_t)l * nb * be->block_floats;
-        CK(cudaMemcpyAsync(be->kc + lo + (size_t)dst * be->block_floats, be->kc + lo + (size_t)src * be->block_floats, n,
-                           cudaMemcpyDeviceToDevice, be->stream));
-        CK(cudaMemcpyAsync(be->vc + lo + (size_t)dst * be->block_floats, be->vc + lo + (size_t)src * be->block_floats, n,
-                           cudaMemcpyDeviceToDevice, be->stream));
+    const size_t n = be->block_elems * be->esz, layer = (size_t)nb * n;
+    for (int c = 0; c < 2; c++) {
+        char *cache = (char *)(c ? be->vc : be->kc);
+        for (int l = 0; l < base->w->hp.n_layers; l++)
+            CK(cudaMemcpyAsync(cache + l * layer + (size_t)dst * n, cache + l * layer + (size_t)src * n, n,
+                               cudaMemcpyDeviceToDevice, be->stream));
     }
     CK(cudaStreamSynchronize(be->stream));
     return 0;
@@ -387,16 +426,17 @@ static int cuda_rw_block(qbackend *base, int block, void *host, int write)
     cuda_be *be = (cuda_be *)base;
     const int nb = base->opts.num_blocks, L = base->w->hp.n_layers;
     if (block < 0 || block >= nb) return QERR_RANGE;
-    size_t n = be->block_floats * sizeof(float);
+    const size_t n = be->block_elems * be->esz, layer = (size_t)nb * n;
     char *h = (char *)host;
     for (int c = 0; c < 2; c++) {
-        float *cache = c ? be->vc : be->kc;
+        char *cache = (char *)(c ? be->vc : be->kc);
         for (int l = 0; l < L; l++, h += n) {
-            float *p = cache + ((size_t)l * nb + (size_t)block) * be->block_floats;
-            if (write) CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
-            else CK(cudaMemcpy(h, p, n, cudaMemcpyDeviceToHost));
+            char *p = cache + l * layer + (size_t)block * n;
+            if (write) CK(cudaMemcpyAsync(p, h, n, cudaMemcpyHostToDevice, be->stream));
+            else CK(cudaMemcpyAsync(h, p, n, cudaMemcpyDeviceToHost, be->stream));
         }
     }
+    CK(cudaStreamSynchronize(be->stream));
     return 0;
 }
 
@@ -412,18 +452,17 @@ static void cuda_destroy(qbackend *base)
     if (!be) return;
     if (be->L) {
         for (int l = 0; l < base->w->hp.n_layers; l++) {
-            float **ps = &be->L[l].attn_norm;
-            for (size_t i = 0; i < sizeof(dlayer) / sizeof(float *); i++) cudaFree(ps[i]);
+            dlayer *d = &be->L[l];
+            void *ps[] = { d->wqkv, d->wo, d->wgu, d->wdown, d->bqkv, d->attn_norm, d->ffn_norm };
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
         }
         free(be->L);
     }
-    float *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->xn, be->q, be->k,
-                      be->v, be->att, be->g, be->u, be->tmp, be->d_logits };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
-    int32_t *ibufs[] = { be->d_tok, be->d_pos, be->d_seq, be->d_tables, be->d_seq_info, be->d_lidx };
-    for (size_t i = 0; i < sizeof ibufs / sizeof ibufs[0]; i++) cudaFree(ibufs[i]);
-    free(be->h_out);
+    void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
+                     be->qb, be->att, be->h, be->logits, be->part_acc, be->part_ml, be->d_meta };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    cudaFreeHost(be->h_meta);
     if (be->blas) cublasDestroy(be->blas);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
@@ -433,67 +472,121 @@ static const qbackend_ops cuda_ops = {
     "cuda", cuda_forward, cuda_copy_block, cuda_block_bytes, cuda_read_block, cuda_write_block, cuda_destroy,
 };
 
+// The storage type: float in the exact mode; f16 when every matrix of the
+// checkpoint is f16; bf16 otherwise (and for random weights).
+static int pick_storage(const qweights *w, int exact)
+{
+    if (exact) return QDT_F32;
+    int all_f16 = w->tok_embd.data != NULL;
+    for (int l = 0; l < w->hp.n_layers && all_f16; l++) {
+        const qlayer *s = &w->layers[l];
+        const qtensor *m[] = { &s->wq, &s->wk, &s->wv, &s->wo, &s->w_gate, &s->w_up, &s->w_down };
+        for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+            if (m[i]->dtype != QDT_F16) all_f16 = 0;
+    }
+    if (w->tok_embd.dtype != QDT_F16) all_f16 = 0;
+    return all_f16 ? QDT_F16 : QDT_BF16;
+}
+
 extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err,
                                    size_t errlen)
 {
     *out = NULL;
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-        return qerr_set(err, errlen, QERR_DEVICE, "no CUDA device");
-    if (opts->num_blocks <= 0 || opts->block_size <= 0 || opts->block_size > 4096)
+    cudaError_t ce = cudaGetDeviceCount(&n);
+    if (ce != cudaSuccess || n == 0)
+        return qerr_set(err, errlen, QERR_DEVICE, "no CUDA device (%s)",
+                        ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
+    const qhparams *hp = &w->hp;
+    if (opts->num_blocks < 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cuda backend: %d blocks of %d tokens", opts->num_blocks,
                         opts->block_size);
-    const qhparams *hp = &w->hp;
+    if (opts->gpu_mem_util < 0 || opts->gpu_mem_util > 1)
+        return qerr_set(err, errlen, QERR_INVAL, "cuda backend: gpu_mem_util %g is not in (0, 1]",
+                        (double)opts->gpu_mem_util);
+    if (hp->head_dim > 256 || hp->n_heads % hp->n_kv_heads || hp->n_heads / hp->n_kv_heads > 16)
+        return qerr_set(err, errlen, QERR_UNSUPPORTED,
+                        "cuda backend: head_dim %d with %d query heads per KV head (at most 256 and 16)", hp->head_dim,
+                        hp->n_heads / (hp->n_kv_heads ? hp->n_kv_heads : 1));
+    if ((size_t)(hp->n_heads + 2 * hp->n_kv_heads) * hp->head_dim * 4 > 48 * 1024)
+        return qerr_set(err, errlen, QERR_UNSUPPORTED, "cuda backend: %d + 2 x %d heads of %d do not fit the RoPE kernel",
+                        hp->n_heads, hp->n_kv_heads, hp->head_dim);
     cuda_be *be = (cuda_be *)calloc(1, sizeof *be);
     if (!be) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
     be->base.ops = &cuda_ops;
     be->base.w = w;
     be->base.opts = *opts;
-    be->block_floats = (size_t)hp->n_kv_heads * opts->block_size * hp->head_dim;
+    be->wt = pick_storage(w, opts->exact);
+    be->esz = qdt_size(be->wt);
+    be->block_elems = (size_t)hp->n_kv_heads * opts->block_size * hp->head_dim;
     int rc = 0;
-    if (cudaStreamCreate(&be->stream) != cudaSuccess || cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS ||
+    const char *what = "creating the stream and cuBLAS";
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || cudaStreamCreate(&be->stream) != cudaSuccess ||
+        cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(be->blas, be->stream) != CUBLAS_STATUS_SUCCESS)
         rc = QERR_DEVICE;
-    // Exact float32 products: no TF32 shortcut.
-    if (!rc) cublasSetMathMode(be->blas, CUBLAS_PEDANTIC_MATH);
-    be->L = (dlayer *)calloc((size_t)hp->n_layers, sizeof *be->L);
-    if (!be->L) rc = QERR_NOMEM;
-    for (int l = 0; !rc && l < hp->n_layers; l++) {
-        const qlayer *s = &w->layers[l];
-        dlayer *d = &be->L[l];
-        if ((rc = upload_f32(&s->attn_norm, &d->attn_norm)) || (rc = upload_f32(&s->wq, &d->wq)) ||
-            (rc = upload_f32(&s->wk, &d->wk)) || (rc = upload_f32(&s->wv, &d->wv)) || (rc = upload_f32(&s->bq, &d->bq)) ||
-            (rc = upload_f32(&s->bk, &d->bk)) || (rc = upload_f32(&s->bv, &d->bv)) || (rc = upload_f32(&s->wo, &d->wo)) ||
-            (rc = upload_f32(&s->ffn_norm, &d->ffn_norm)) || (rc = upload_f32(&s->w_gate, &d->w_gate)) ||
-            (rc = upload_f32(&s->w_up, &d->w_up)) || (rc = upload_f32(&s->w_down, &d->w_down)))
-            break;
-    }
-    if (!rc) rc = upload_f32(&w->tok_embd, &be->tok_embd);
-    if (!rc) rc = upload_f32(&w->out_norm, &be->out_norm);
     if (!rc) {
-        if (w->output.data == w->tok_embd.data) be->output = be->tok_embd;
-        else rc = upload_f32(&w->output, &be->output);
+        be->n_sm = prop.multiProcessorCount;
+        // Exact float32 products in the exact mode: no TF32 shortcut.
+        cublasSetMathMode(be->blas, be->wt == QDT_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH);
+        be->L = (dlayer *)calloc((size_t)hp->n_layers, sizeof *be->L);
+        if (!be->L) rc = QERR_NOMEM;
+    }
+    if (!rc) {
+        what = "uploading the weights";
+        if (be->wt == QDT_F32) rc = upload_weights<float>(be);
+        else if (be->wt == QDT_BF16) rc = upload_weights<bf16>(be);
+        else rc = upload_weights<__half>(be);
+        if (rc == QERR_INVAL) what = "uploading the weights (a tensor has no data)";
     }
     // RoPE frequencies: computed once on the host exactly as the CPU backend does.
     if (!rc) {
+        what = "RoPE frequencies";
         int half = hp->rope_dim / 2;
         float *f = (float *)malloc(sizeof(float) * (half + 1));
         if (!f) rc = QERR_NOMEM;
         else {
             qrope_inv_freq(w, f);
-            if (cudaMalloc(&be->inv_freq, sizeof(float) * (half + 1)) ||
-                cudaMemcpy(be->inv_freq, f, sizeof(float) * half, cudaMemcpyHostToDevice))
+            if (dmalloc((void **)&be->inv_freq, sizeof(float) * (half + 1)) ||
+                cudaMemcpy(be->inv_freq, f, sizeof(float) * half, cudaMemcpyHostToDevice) != cudaSuccess)
                 rc = QERR_DEVICE;
             free(f);
         }
     }
-    size_t total = be->block_floats * (size_t)opts->num_blocks * hp->n_layers * sizeof(float);
-    if (!rc && (cudaMalloc(&be->kc, total) != cudaSuccess || cudaMalloc(&be->vc, total) != cudaSuccess))
-        rc = QERR_DEVICE;
+    if (!rc) {
+        what = "scratch buffers";
+        rc = ensure_tokens(be, opts->max_tokens > 0 ? opts->max_tokens : 2048);
+        if (!rc) rc = ensure_logits(be, 256);
+        if (!rc) rc = ensure_meta(be, 1 << 16);
+    }
+    const size_t per_block = 2 * (size_t)hp->n_layers * be->block_elems * be->esz;
+    if (!rc && opts->num_blocks == 0) {
+        what = "sizing the KV pool";
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) rc = QERR_DEVICE;
+        else {
+            double util = opts->gpu_mem_util > 0 ? opts->gpu_mem_util : 0.90;
+            double avail = (double)fr - (1.0 - util) * (double)tot - 512.0 * 1048576.0; // cuBLAS, logits, splits
+            double nbk = avail / (double)per_block;
+            if (nbk < 1) {
+                rc = QERR_NOMEM;
+                what = "sizing the KV pool: no device memory left for one block after the weights";
+            } else be->base.opts.num_blocks = nbk > (1 << 24) ? (1 << 24) : (int)nbk;
+        }
+    }
+    if (!rc) {
+        what = "allocating the KV pool";
+        size_t total = per_block / 2 * (size_t)be->base.opts.num_blocks;
+        if (dmalloc(&be->kc, total) || dmalloc(&be->vc, total)) rc = QERR_DEVICE;
+    }
+    if (!rc && cudaStreamSynchronize(be->stream) != cudaSuccess) rc = QERR_DEVICE;
     if (rc) {
         cuda_destroy(&be->base);
-        return qerr_set(err, errlen, rc, "cuda backend: cannot allocate or upload (%s)", qerr_str(rc));
+        return qerr_set(err, errlen, rc, "cuda backend: %s failed (%s)", what, qerr_str(rc));
     }
+    QLOGI("cuda: %s, %s weights, KV pool %d blocks of %d tokens (%.1f MiB)", prop.name, qdt_name(be->wt),
+          be->base.opts.num_blocks, opts->block_size, (double)per_block * be->base.opts.num_blocks / 1048576.0);
     *out = &be->base;
     return 0;
 }

@@ -1,0 +1,227 @@
+/* bench_gpu.c - the CUDA backend on real model shapes with random weights
+ * (bench/configs/*.json), against the physical limits measured in the same
+ * run: batch-1 decode time per token vs the floor (weight bytes / copy
+ * bandwidth), decode throughput at batch 1 to 256, and prefill of one long
+ * prompt vs the bf16 GEMM roofline.  Timings are host clocks around whole
+ * forward passes (each ends with a stream synchronisation and the logits
+ * copied to the host), after a warm-up.
+ *
+ * usage: bench_gpu [--config PATH]... [--batches 1,8,64,256] [--prompt 128]
+ *                  [--gen 128] [--prefill 2048] [--mem-util 0.85]
+ * Prints a markdown table per configuration. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_info.h"
+#include "model.h"
+#include "util.h"
+
+typedef struct {
+    const char *configs[8];
+    int n_configs;
+    int batches[16], n_batches;
+    int prompt, gen, prefill;
+    float mem_util;
+} bopts;
+
+static uint64_t rng = 0x1234;
+static int32_t rand_tok(int V)
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (int32_t)((rng >> 33) % (uint64_t)V);
+}
+
+static double weight_bytes(const qweights *w, double *matmul_params)
+{
+    const qhparams *hp = &w->hp;
+    double per_layer = 0;
+    const qlayer *L = &w->layers[0];
+    const qtensor *ts[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) per_layer += (double)qt_numel(ts[i]);
+    double mm = per_layer * hp->n_layers + (double)hp->n_vocab * hp->dim; /* + output projection */
+    *matmul_params = mm;
+    double embed = hp->tied_embeddings ? 0 : (double)hp->n_vocab * hp->dim;
+    return 2.0 * (mm + embed);
+}
+
+/* Decode B sequences: prefill their prompts (several per pass), then time
+ * gen steps of B tokens.  Returns seconds per step, or < 0. */
+static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int max_tokens)
+{
+    const int bs = be->opts.block_size, per = (prompt + gen + bs - 1) / bs;
+    if ((long)B * per > be->opts.num_blocks) return -2;
+    int32_t *tables = malloc(sizeof(int32_t) * (size_t)B * per), *tok = malloc(sizeof(int32_t) * (size_t)max_tokens),
+            *li = malloc(sizeof(int32_t) * (size_t)B);
+    qbatch_seq *sq = malloc(sizeof *sq * (size_t)B);
+    float *lg = malloc(sizeof(float) * (size_t)B * V);
+    for (int i = 0; i < B * per; i++) tables[i] = i;
+    int rc = 0;
+    /* Prefill: as many whole prompts per pass as fit max_tokens. */
+    for (int s0 = 0; s0 < B && !rc;) {
+        int ns = max_tokens / prompt;
+        if (ns < 1) ns = 1;
+        if (ns > B - s0) ns = B - s0;
+        for (int s = 0; s < ns; s++) {
+            qbatch_seq q = { s * prompt, prompt, 0, tables + (size_t)(s0 + s) * per, per };
+            sq[s] = q;
+            for (int i = 0; i < prompt; i++) tok[s * prompt + i] = rand_tok(V);
+        }
+        qbatch b = { ns * prompt, tok, ns, sq, 0, NULL };
+        rc = be->ops->forward(be, &b, lg);
+        s0 += ns;
+    }
+    double t0 = 0;
+    for (int g = 0; g < gen + 2 && !rc; g++) {
+        if (g == 2) t0 = q_now(); /* two warm-up steps */
+        for (int s = 0; s < B; s++) {
+            qbatch_seq q = { s, 1, prompt + g, tables + (size_t)s * per, per };
+            sq[s] = q;
+            tok[s] = rand_tok(V);
+            li[s] = s;
+        }
+        qbatch b = { B, tok, B, sq, B, li };
+        rc = be->ops->forward(be, &b, lg);
+    }
+    double dt = q_now() - t0;
+    free(tables), free(tok), free(li), free(sq), free(lg);
+    return rc ? -1 : dt / gen;
+}
+
+static double run_prefill(qbackend *be, int V, int n)
+{
+    const int bs = be->opts.block_size, nb = (n + bs - 1) / bs;
+    if (nb > be->opts.num_blocks) return -2;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)nb), *tok = malloc(sizeof(int32_t) * (size_t)n), li = n - 1;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < nb; i++) table[i] = nb - 1 - i;
+    for (int i = 0; i < n; i++) tok[i] = rand_tok(V);
+    qbatch_seq sq = { 0, n, 0, table, nb };
+    qbatch b = { n, tok, 1, &sq, 1, &li };
+    double times[7];
+    int rc = 0;
+    for (int r = 0; r < 7 && !rc; r++) {
+        double t0 = q_now();
+        rc = be->ops->forward(be, &b, lg);
+        times[r] = q_now() - t0;
+    }
+    free(table), free(tok), free(lg);
+    if (rc) return -1;
+    /* median of the last five */
+    for (int i = 2; i < 7; i++)
+        for (int j = i + 1; j < 7; j++)
+            if (times[j] < times[i]) {
+                double t = times[i];
+                times[i] = times[j];
+                times[j] = t;
+            }
+    return times[4];
+}
+
+static int parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    while (*s && n < max) {
+        out[n++] = atoi(s);
+        const char *c = strchr(s, ',');
+        if (!c) break;
+        s = c + 1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    bopts o = { .n_configs = 0, .prompt = 128, .gen = 128, .prefill = 2048, .mem_util = 0.85f };
+    o.n_batches = parse_list("1,8,32,64,128,256", o.batches, 16);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "bench_gpu: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--config") && o.n_configs < 8) o.configs[o.n_configs++] = v;
+        else if (!strcmp(a, "--batches")) o.n_batches = parse_list(v, o.batches, 16);
+        else if (!strcmp(a, "--prompt")) o.prompt = atoi(v);
+        else if (!strcmp(a, "--gen")) o.gen = atoi(v);
+        else if (!strcmp(a, "--prefill")) o.prefill = atoi(v);
+        else if (!strcmp(a, "--mem-util")) o.mem_util = (float)atof(v);
+        else {
+            fprintf(stderr, "bench_gpu: unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!o.n_configs) o.configs[o.n_configs++] = "bench/configs/bench-1b-v32k.json";
+    char err[512], name[256] = "?";
+    if (cuda_device_count(err, sizeof err) <= 0) {
+        fprintf(stderr, "bench_gpu: no CUDA device (%s)\n", err);
+        return 1;
+    }
+    cuda_device_name(0, name, sizeof name);
+    double copy_tbs = 0, tflops = 0;
+    if (cuda_measure_ceilings(&copy_tbs, &tflops)) {
+        fprintf(stderr, "bench_gpu: measuring the ceilings failed\n");
+        return 1;
+    }
+    printf("device: %s; measured: copy %.2f TB/s (read + write), cuBLAS bf16 8192^3 %.0f TFLOP/s\n\n", name, copy_tbs,
+           tflops);
+    for (int c = 0; c < o.n_configs; c++) {
+        qmodel *m = NULL;
+        if (qmodel_random(o.configs[c], 0, 1, &m, err, sizeof err)) {
+            fprintf(stderr, "bench_gpu: %s: %s\n", o.configs[c], err);
+            return 1;
+        }
+        int maxb = 0;
+        for (int i = 0; i < o.n_batches; i++) maxb = o.batches[i] > maxb ? o.batches[i] : maxb;
+        int max_tokens = o.prefill > maxb ? o.prefill : maxb;
+        if (max_tokens < 2048) max_tokens = 2048;
+        qbackend_opts bo = { .num_blocks = 0, .block_size = 16, .gpu_mem_util = o.mem_util, .random_weights = 1,
+                             .seed = 7, .max_tokens = max_tokens };
+        qbackend *be = NULL;
+        double t0 = q_now();
+        if (cuda_backend_create(&m->w, &bo, &be, err, sizeof err)) {
+            fprintf(stderr, "bench_gpu: %s: %s\n", o.configs[c], err);
+            return 1;
+        }
+        const int V = m->hp.n_vocab;
+        double mm_params, wbytes = weight_bytes(&m->w, &mm_params);
+        const qhparams *hp = &m->hp;
+        printf("### %s: %.2fB parameters, bf16 weights %.2f GB (made on the device in %.1f s), KV pool %d blocks\n\n",
+               o.configs[c], wbytes / 2e9, wbytes / 1e9, q_now() - t0, be->opts.num_blocks);
+        printf("| workload | quire | floor or roofline | quire / limit |\n|---|---|---|---|\n");
+        const double floor_s = wbytes / (copy_tbs * 1e12);
+        for (int i = 0; i < o.n_batches; i++) {
+            const int B = o.batches[i];
+            double s = run_decode(be, V, B, o.prompt, o.gen, max_tokens);
+            if (s < 0) {
+                printf("| decode, batch %d (tok/s) | %s | | |\n", B, s < -1.5 ? "pool too small" : "failed");
+                continue;
+            }
+            if (B == 1)
+                printf("| decode, batch 1: ms per token | %.3f | %.3f (weights / copy bandwidth) | %.0f%% of the floor's speed |\n",
+                       s * 1e3, floor_s * 1e3, 100.0 * floor_s / s);
+            printf("| decode, batch %d, context %d-%d (tok/s, sum) | %.0f | %s | |\n", B, o.prompt, o.prompt + o.gen,
+                   B / s, B == 1 ? "" : "");
+            fflush(stdout);
+        }
+        double ps = run_prefill(be, V, o.prefill);
+        if (ps > 0) {
+            const double n = o.prefill;
+            /* projections of every token, the output projection of the last */
+            double flops = 2.0 * (mm_params - (double)V * hp->dim) * n + 2.0 * V * hp->dim;
+            double attn = 4.0 * hp->n_layers * hp->n_heads * (double)hp->head_dim * (n * (n + 1) / 2);
+            double roof = (flops + attn) / (tflops * 1e12);
+            printf("| prefill, %d-token prompt (tok/s) | %.0f | %.0f (GEMM roofline) | %.0f%% |\n", o.prefill, n / ps,
+                   n / roof, 100.0 * roof / ps);
+        } else {
+            printf("| prefill, %d-token prompt | failed | | |\n", o.prefill);
+        }
+        printf("\n");
+        fflush(stdout);
+        qbackend_destroy(be);
+        qmodel_destroy(m);
+    }
+    return 0;
+}

@@ -1,0 +1,102 @@
+// cuda_common.cuh - what every CUDA file of the backend shares: error
+// checks that log and return QERR_DEVICE, and float conversions for the
+// three storage types (float for the exact mode, bf16 and f16 otherwise).
+#ifndef QUIRE_CUDA_COMMON_CUH
+#define QUIRE_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend.h"
+#include "util.h"
+}
+
+// A CUDA runtime call that must succeed; otherwise log and return QERR_DEVICE.
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            QLOGE("cuda: %s: %s", #call, cudaGetErrorString(e_));                                  \
+            return QERR_DEVICE;                                                                    \
+        }                                                                                          \
+    } while (0)
+
+// After a kernel launch: a bad configuration or a sticky error fails here.
+#define CK_LAUNCH(what)                                                                            \
+    do {                                                                                           \
+        cudaError_t e_ = cudaGetLastError();                                                       \
+        if (e_ != cudaSuccess) {                                                                   \
+            QLOGE("cuda: launching %s: %s", what, cudaGetErrorString(e_));                         \
+            return QERR_DEVICE;                                                                    \
+        }                                                                                          \
+    } while (0)
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ float tof(float x) { return x; }
+__device__ __forceinline__ float tof(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float tof(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T fromf(float x);
+template <> __device__ __forceinline__ float fromf<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 fromf<bf16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ __half fromf<__half>(float x) { return __float2half(x); }
+
+// Loads n (1, 2, 4 or 8) consecutive elements as floats; p must be aligned
+// to n elements.
+template <typename T, int N> __device__ __forceinline__ void load_vec(const T *p, float *out)
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) out[i] = tof(p[i]);
+}
+template <> __device__ __forceinline__ void load_vec<bf16, 8>(const bf16 *p, float *out)
+{
+    uint4 u = *(const uint4 *)p;
+    const bf16 *h = (const bf16 *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = __bfloat162float(h[i]);
+}
+template <> __device__ __forceinline__ void load_vec<__half, 8>(const __half *p, float *out)
+{
+    uint4 u = *(const uint4 *)p;
+    const __half *h = (const __half *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = __half2float(h[i]);
+}
+template <> __device__ __forceinline__ void load_vec<bf16, 4>(const bf16 *p, float *out)
+{
+    uint2 u = *(const uint2 *)p;
+    const bf16 *h = (const bf16 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) out[i] = __bfloat162float(h[i]);
+}
+template <> __device__ __forceinline__ void load_vec<__half, 4>(const __half *p, float *out)
+{
+    uint2 u = *(const uint2 *)p;
+    const __half *h = (const __half *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) out[i] = __half2float(h[i]);
+}
+template <> __device__ __forceinline__ void load_vec<float, 4>(const float *p, float *out)
+{
+    float4 u = *(const float4 *)p;
+    out[0] = u.x, out[1] = u.y, out[2] = u.z, out[3] = u.w;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

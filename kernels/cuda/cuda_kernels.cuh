@@ -1,0 +1,53 @@
+// cuda_kernels.cuh - launchers of the CUDA backend's kernels (defined in
+// cuda_ops.cu and cuda_attn.cu, instantiated for float, bf16 and f16
+// storage).  Each returns 0 or QERR_DEVICE (the launch failed) /
+// QERR_UNSUPPORTED (no kernel for this shape).  All run on the given stream
+// and never synchronise.
+#ifndef QUIRE_CUDA_KERNELS_CUH
+#define QUIRE_CUDA_KERNELS_CUH
+
+#include "cuda_common.cuh"
+
+// What the attention and cache-writing kernels need to find K/V: for token t,
+// its position pos[t] and sequence seq[t]; sequence s's block table starts at
+// tables[seq_info[2s]].  One layer's K (or V) cache is num_blocks blocks of
+// block_elems = KV * bs * hd elements, laid out (block, kv head, slot, dim).
+struct qattn_geom {
+    const int32_t *pos, *seq, *seq_info, *tables;
+    int H, KV, hd, bs;
+    size_t block_elems;
+    float scale;             // 1/sqrt(hd)
+};
+
+// x[i] (float, D) = emb[tok[i]] for n tokens.
+template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D);
+// y[i] = x[rows ? rows[i] : i] / rms * w, for n rows of D.
+template <typename T>
+int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows);
+// From qkv (float, n x (H+2KV)*hd, bias added when given): RoPE on q and k,
+// q stored to q_out (n x H*hd), k and v stored to the layer's cache.
+template <typename T>
+int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out, T *kc, T *vc, const float *inv_freq,
+                  const qattn_geom *g, int n, int rope_dim, int neox);
+// h[i][j] = silu(gu[i][j]) * gu[i][F + j].
+template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F);
+// Attention of n single query tokens (tok_list) over their whole context,
+// split in n_split ranges of split_len positions and reduced (n_split 1:
+// direct).  part_* hold n * H * n_split partial results.
+template <typename T>
+int qk_attn_decode(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int32_t *tok_list,
+                   int n, int n_split, int split_len, float *part_acc, float *part_ml, T *out);
+// Tiled attention with tensor cores for chunks of up to 64 consecutive query
+// tokens of one sequence (tiles: {first token, count, sequence, 0}); keys are
+// the sequence's positions 0 .. last query, read through its block table.
+// bf16 and f16 only, head_dim 64 or 128 (qk_attn_prefill_ok).
+template <typename T>
+int qk_attn_prefill(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int4 *tiles,
+                    int n_tiles, T *out);
+bool qk_attn_prefill_ok(int elem_bytes, int hd);
+// p[i] uniform in [lo, hi) from seed (random-weight models).
+template <typename T> int qk_fill_uniform(cudaStream_t st, T *p, size_t n, uint64_t seed, float lo, float hi);
+// dst[i] = src[i] converted (weights uploaded as f32/f16/bf16 and stored as T).
+template <typename T, typename S> int qk_convert(cudaStream_t st, T *dst, const S *src, size_t n);
+
+#endif

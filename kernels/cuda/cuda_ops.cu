@@ -1,0 +1,172 @@
+// cuda_ops.cu - the CUDA backend's small kernels: embedding gather, RMSNorm
+// (to the storage type the next projection reads), RoPE fused with the bias
+// add and the store of K and V into the paged cache, SwiGLU, and the fills
+// and conversions used when weights are uploaded or made up.  Each mirrors a
+// step of the CPU backend (kernels/cpu/cpu_backend.c), which is its
+// reference in tests/unit/test_gpu.c.
+#include "cuda_kernels.cuh"
+
+template <typename T> __global__ void embed_kernel(float *x, const T *emb, const int32_t *tok, int D)
+{
+    const T *row = emb + (size_t)tok[blockIdx.x] * D;
+    float *out = x + (size_t)blockIdx.x * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) out[i] = tof(row[i]);
+}
+
+template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D)
+{
+    if (n <= 0) return 0;
+    embed_kernel<T><<<n, 256, 0, st>>>(x, emb, tok, D);
+    CK_LAUNCH("embed");
+    return 0;
+}
+
+// One block per row; the sum of squares in double, as the CPU backend does.
+template <typename T>
+__global__ void rmsnorm_kernel(T *y, const float *x, const float *w, int D, float eps, const int32_t *rows)
+{
+    __shared__ double red[32];
+    const int r = rows ? rows[blockIdx.x] : blockIdx.x;
+    const float *xr = x + (size_t)r * D;
+    double s = 0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) s += (double)xr[i] * xr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    const float scale = (float)(1.0 / sqrt(red[0] / D + eps));
+    T *yr = y + (size_t)blockIdx.x * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = fromf<T>((xr[i] * scale) * w[i]);
+}
+
+template <typename T>
+int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows)
+{
+    if (n <= 0) return 0;
+    rmsnorm_kernel<T><<<n, 256, 0, st>>>(y, x, w, D, eps, rows);
+    CK_LAUNCH("rmsnorm");
+    return 0;
+}
+
+// One block per token.  The rotation is computed in float from the same
+// inverse frequencies as the CPU; angles use the precise sincosf.
+template <typename T>
+__global__ void rope_store_kernel(const float *qkv, const float *bias, T *q_out, T *kc, T *vc, const float *inv_freq,
+                                  qattn_geom g, int rope_dim, int neox)
+{
+    extern __shared__ float row[]; // (H + 2 KV) * hd
+    const int t = blockIdx.x, p = g.pos[t], half = rope_dim / 2;
+    const int W = (g.H + 2 * g.KV) * g.hd;
+    const float *src = qkv + (size_t)t * W;
+    for (int i = threadIdx.x; i < W; i += blockDim.x) row[i] = src[i] + (bias ? bias[i] : 0.0f);
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < (g.H + g.KV) * half; idx += blockDim.x) {
+        const int h = idx / half, i = idx % half;
+        float *base = row + (size_t)h * g.hd;
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float s, c;
+        sincosf((float)p * inv_freq[i], &s, &c);
+        const float x0 = base[a], x1 = base[b];
+        base[a] = x0 * c - x1 * s;
+        base[b] = x1 * c + x0 * s;
+    }
+    __syncthreads();
+    const int qd = g.H * g.hd, kvd = g.KV * g.hd;
+    for (int i = threadIdx.x; i < qd; i += blockDim.x) q_out[(size_t)t * qd + i] = fromf<T>(row[i]);
+    const int32_t *tab = g.tables + g.seq_info[2 * g.seq[t]];
+    const size_t blk = (size_t)tab[p / g.bs] * g.block_elems;
+    for (int i = threadIdx.x; i < kvd; i += blockDim.x) {
+        const int h = i / g.hd, d = i % g.hd;
+        const size_t off = blk + ((size_t)h * g.bs + p % g.bs) * g.hd + d;
+        kc[off] = fromf<T>(row[qd + i]);
+        vc[off] = fromf<T>(row[qd + kvd + i]);
+    }
+}
+
+template <typename T>
+int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out, T *kc, T *vc, const float *inv_freq,
+                  const qattn_geom *g, int n, int rope_dim, int neox)
+{
+    if (n <= 0) return 0;
+    size_t sh = sizeof(float) * (size_t)(g->H + 2 * g->KV) * g->hd;
+    if (sh > 48 * 1024) return QERR_UNSUPPORTED;
+    rope_store_kernel<T><<<n, 256, sh, st>>>(qkv, bias, q_out, kc, vc, inv_freq, *g, rope_dim, neox);
+    CK_LAUNCH("rope_store");
+    return 0;
+}
+
+template <typename T> __global__ void swiglu_kernel(T *h, const float *gu, int F, size_t total)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    size_t t = i / F, j = i % F;
+    const float gt = gu[t * 2 * F + j], up = gu[t * 2 * F + F + j];
+    h[i] = fromf<T>(gt / (1.0f + expf(-gt)) * up);
+}
+
+template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F)
+{
+    size_t total = (size_t)n * F;
+    if (!total) return 0;
+    swiglu_kernel<T><<<(unsigned)((total + 255) / 256), 256, 0, st>>>(h, gu, F, total);
+    CK_LAUNCH("swiglu");
+    return 0;
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+template <typename T> __global__ void fill_kernel(T *p, size_t n, uint64_t seed, float lo, float hi)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float u = (float)(mix64(seed + 0x9e3779b97f4a7c15ULL * (i + 1)) >> 40) * (1.0f / 16777216.0f);
+        p[i] = fromf<T>(lo + (hi - lo) * u);
+    }
+}
+
+template <typename T> int qk_fill_uniform(cudaStream_t st, T *p, size_t n, uint64_t seed, float lo, float hi)
+{
+    if (!n) return 0;
+    fill_kernel<T><<<1024, 256, 0, st>>>(p, n, seed, lo, hi);
+    CK_LAUNCH("fill_uniform");
+    return 0;
+}
+
+template <typename T, typename S> __global__ void convert_kernel(T *dst, const S *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = fromf<T>(tof(src[i]));
+}
+
+template <typename T, typename S> int qk_convert(cudaStream_t st, T *dst, const S *src, size_t n)
+{
+    if (!n) return 0;
+    convert_kernel<T, S><<<1024, 256, 0, st>>>(dst, src, n);
+    CK_LAUNCH("convert");
+    return 0;
+}
+
+#define INST(T)                                                                                                        \
+    template int qk_embed<T>(cudaStream_t, float *, const T *, const int32_t *, int, int);                             \
+    template int qk_rmsnorm<T>(cudaStream_t, T *, const float *, const float *, int, int, float, const int32_t *);     \
+    template int qk_rope_store<T>(cudaStream_t, const float *, const float *, T *, T *, T *, const float *,            \
+                                  const qattn_geom *, int, int, int);                                                  \
+    template int qk_swiglu<T>(cudaStream_t, T *, const float *, int, int);                                             \
+    template int qk_fill_uniform<T>(cudaStream_t, T *, size_t, uint64_t, float, float);                                \
+    template int qk_convert<T, float>(cudaStream_t, T *, const float *, size_t);                                       \
+    template int qk_convert<T, bf16>(cudaStream_t, T *, const bf16 *, size_t);                                         \
+    template int qk_convert<T, __half>(cudaStream_t, T *, const __half *, size_t);
+INST(float)
+INST(bf16)
+INST(__half)

@@ -1,0 +1,173 @@
+// cuda_selftest.cu - runs single kernels of the CUDA backend on host data,
+// for tests/gpu (each kernel against a CPU reference computed there) and
+// the ceilings of bench/gpu (copy bandwidth, cuBLAS bf16 matrix rate).
+// Outputs are poisoned (NaN) before each run, so an element a kernel fails
+// to write cannot pass.
+#include <cublas_v2.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.cuh"
+
+extern "C" {
+#include "cuda_info.h"
+}
+
+template <typename T> static T *to_device(const float *h, size_t n)
+{
+    T *d = NULL;
+    // Convert on the device from a float copy: one definition of rounding.
+    float *df = NULL;
+    if (cudaMalloc(&df, n * 4 + 4) != cudaSuccess) return NULL;
+    if (cudaMalloc(&d, n * sizeof(T) + 16) != cudaSuccess ||
+        cudaMemcpy(df, h, n * 4, cudaMemcpyHostToDevice) != cudaSuccess || qk_convert<T, float>(0, d, df, n) ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+        cudaFree(df);
+        cudaFree(d);
+        return NULL;
+    }
+    cudaFree(df);
+    return d;
+}
+
+template <typename T> static int to_host(float *h, const T *d, size_t n)
+{
+    float *df = NULL;
+    CK(cudaMalloc(&df, n * 4 + 4));
+    int rc = qk_convert<float, T>(0, df, d, n);
+    if (!rc && cudaMemcpy(h, df, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) rc = QERR_DEVICE;
+    cudaFree(df);
+    return rc;
+}
+
+template <typename T>
+static int attention_t(const cuda_attn_case *c, float *out)
+{
+    const size_t cache_n = (size_t)c->num_blocks * c->KV * c->bs * c->hd, q_n = (size_t)c->n_tok * c->H * c->hd;
+    T *kc = to_device<T>(c->kc, cache_n), *vc = to_device<T>(c->vc, cache_n), *q = to_device<T>(c->q, q_n), *o = NULL;
+    int32_t *meta = NULL;
+    float *pa = NULL, *pm = NULL;
+    int rc = kc && vc && q ? 0 : QERR_DEVICE;
+    // Metadata: pos, seq, seq_info, tables, token list, tiles (int4-aligned first).
+    int n_tiles = 0;
+    int4 *tiles = (int4 *)malloc(sizeof(int4) * (size_t)(c->n_tok + 1));
+    int32_t *list = (int32_t *)malloc(sizeof(int32_t) * (size_t)(c->n_tok + 1));
+    if (!tiles || !list) rc = QERR_NOMEM;
+    for (int t = 0; !rc && t < c->n_tok;) {
+        int e = t + 1;
+        while (e < c->n_tok && e - t < 64 && c->seq[e] == c->seq[t] && c->pos[e] == c->pos[e - 1] + 1) e++;
+        tiles[n_tiles++] = make_int4(t, e - t, c->seq[t], 0);
+        t = e;
+    }
+    for (int t = 0; t < c->n_tok && list; t++) list[t] = t;
+    const size_t nt4 = 4 * (size_t)n_tiles, off_pos = nt4, off_seq = off_pos + c->n_tok, off_info = off_seq + c->n_tok,
+                 off_tab = off_info + 2 * (size_t)c->n_seqs, off_list = off_tab + c->n_table,
+                 total = off_list + c->n_tok;
+    if (!rc) {
+        if (cudaMalloc(&meta, total * 4) != cudaSuccess) rc = QERR_DEVICE;
+        else if (cudaMemcpy(meta, tiles, nt4 * 4, cudaMemcpyHostToDevice) ||
+                 cudaMemcpy(meta + off_pos, c->pos, 4 * (size_t)c->n_tok, cudaMemcpyHostToDevice) ||
+                 cudaMemcpy(meta + off_seq, c->seq, 4 * (size_t)c->n_tok, cudaMemcpyHostToDevice) ||
+                 cudaMemcpy(meta + off_info, c->seq_info, 8 * (size_t)c->n_seqs, cudaMemcpyHostToDevice) ||
+                 cudaMemcpy(meta + off_tab, c->tables, 4 * (size_t)c->n_table, cudaMemcpyHostToDevice) ||
+                 cudaMemcpy(meta + off_list, list, 4 * (size_t)c->n_tok, cudaMemcpyHostToDevice))
+            rc = QERR_DEVICE;
+    }
+    if (!rc && (cudaMalloc(&o, q_n * sizeof(T)) != cudaSuccess || cudaMemset(o, 0xff, q_n * sizeof(T)) != cudaSuccess))
+        rc = QERR_DEVICE; // 0xff..: NaN in every storage type
+    const size_t slots = (size_t)c->n_tok * c->H * (c->n_split > 0 ? c->n_split : 1);
+    if (!rc && c->n_split > 1 &&
+        (cudaMalloc(&pa, slots * c->hd * 4) != cudaSuccess || cudaMalloc(&pm, slots * 8) != cudaSuccess))
+        rc = QERR_DEVICE;
+    if (!rc) {
+        qattn_geom g;
+        g.pos = meta + off_pos;
+        g.seq = meta + off_seq;
+        g.seq_info = meta + off_info;
+        g.tables = meta + off_tab;
+        g.H = c->H;
+        g.KV = c->KV;
+        g.hd = c->hd;
+        g.bs = c->bs;
+        g.block_elems = (size_t)c->KV * c->bs * c->hd;
+        g.scale = 1.0f / sqrtf((float)c->hd);
+        if (c->prefill) rc = qk_attn_prefill<T>(0, q, kc, vc, &g, (const int4 *)meta, n_tiles, o);
+        else rc = qk_attn_decode<T>(0, q, kc, vc, &g, meta + off_list, c->n_tok, c->n_split > 0 ? c->n_split : 1,
+                                    c->split_len, pa, pm, o);
+        if (!rc && cudaDeviceSynchronize() != cudaSuccess) rc = QERR_DEVICE;
+        if (!rc) rc = to_host<T>(out, o, q_n);
+    }
+    cudaFree(kc);
+    cudaFree(vc);
+    cudaFree(q);
+    cudaFree(o);
+    cudaFree(meta);
+    cudaFree(pa);
+    cudaFree(pm);
+    free(tiles);
+    free(list);
+    return rc;
+}
+
+extern "C" int cuda_selftest_attention(const cuda_attn_case *c, float *out)
+{
+    if (c->dtype == QDT_F32) return attention_t<float>(c, out);
+    if (c->dtype == QDT_BF16) return attention_t<bf16>(c, out);
+    if (c->dtype == QDT_F16) return attention_t<__half>(c, out);
+    return QERR_INVAL;
+}
+
+extern "C" int cuda_selftest_round(int dtype, float *x, size_t n)
+{
+    float *d = NULL;
+    int rc = 0;
+    if (dtype == QDT_F32) return 0;
+    if (dtype == QDT_BF16) d = (float *)to_device<bf16>(x, n), rc = d ? to_host<bf16>(x, (bf16 *)d, n) : QERR_DEVICE;
+    else d = (float *)to_device<__half>(x, n), rc = d ? to_host<__half>(x, (__half *)d, n) : QERR_DEVICE;
+    cudaFree(d);
+    return rc;
+}
+
+extern "C" int cuda_measure_ceilings(double *copy_tbs, double *bf16_tflops)
+{
+    const size_t bytes = (size_t)4 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    int rc = qk_fill_uniform<bf16>(0, (bf16 *)a, bytes / 2, 1, -1, 1);
+    float ms = 0, best = 1e30f;
+    for (int i = 0; !rc && i < 8; i++) {
+        if (cudaEventRecord(e0) || cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice) || cudaEventRecord(e1) ||
+            cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1))
+            rc = QERR_DEVICE;
+        if (i >= 2 && ms < best) best = ms; // median-free: the best of six after two warm-ups
+    }
+    if (!rc) *copy_tbs = 2.0 * (double)bytes / (best * 1e-3) / 1e12;
+    // 8192^3 bf16 product on random data, float accumulation.
+    cublasHandle_t h = NULL;
+    const int N = 8192;
+    if (!rc && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) rc = QERR_DEVICE;
+    if (!rc) rc = qk_fill_uniform<bf16>(0, (bf16 *)b, (size_t)3 * N * N, 2, -1, 1);
+    const float one = 1, zero = 0;
+    bf16 *A = (bf16 *)b, *B = A + (size_t)N * N, *C = B + (size_t)N * N;
+    best = 1e30f;
+    for (int i = 0; !rc && i < 10; i++) {
+        if (cudaEventRecord(e0) ||
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &one, A, CUDA_R_16BF, N, B, CUDA_R_16BF, N, &zero, C,
+                         CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS ||
+            cudaEventRecord(e1) || cudaEventSynchronize(e1) || cudaEventElapsedTime(&ms, e0, e1))
+            rc = QERR_DEVICE;
+        if (i >= 3 && ms < best) best = ms;
+    }
+    if (!rc) *bf16_tflops = 2.0 * N * (double)N * N / (best * 1e-3) / 1e12;
+    if (h) cublasDestroy(h);
+    cudaFree(a);
+    cudaFree(b);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return rc;
+}
