@@ -52,6 +52,19 @@ int qdevice_parse(const char *s, int *out)
     return QERR_INVAL;
 }
 
+int qdevice_resolve(int device)
+{
+    if (device != QDEVICE_AUTO) return device;
+#ifdef QUIRE_HAVE_CUDA
+    char why[256] = "";
+    if (cuda_device_count(why, sizeof why) > 0) return QDEVICE_CUDA;
+    QLOGI("no CUDA device: %s; running on the CPU", why[0] ? why : "none found");
+#else
+    QLOGI("no CUDA device: this build has no CUDA backend; running on the CPU");
+#endif
+    return QDEVICE_CPU;
+}
+
 /* Blocks of block_size tokens that fit in mb MiB at elem_bytes per K/V
  * element, K and V, every layer: at least 1, at most 2^24. */
 static int blocks_for_mb(const qhparams *hp, int block_size, double mb, double elem_bytes)
@@ -73,20 +86,7 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
     if (!(o->gpu_mem_util >= 0 && o->gpu_mem_util <= 1))
         return qerr_set(err, errlen, QERR_RANGE, "gpu_mem_util = %g (0 < x <= 1, or 0 for the default)",
                         (double)o->gpu_mem_util);
-    if (device == QDEVICE_AUTO) {
-#ifdef QUIRE_HAVE_CUDA
-        char why[256] = "";
-        if (cuda_device_count(why, sizeof why) > 0) {
-            device = QDEVICE_CUDA;
-        } else {
-            QLOGI("no CUDA device: %s; running on the CPU", why[0] ? why : "none found");
-            device = QDEVICE_CPU;
-        }
-#else
-        QLOGI("no CUDA device: this build has no CUDA backend; running on the CPU");
-        device = QDEVICE_CPU;
-#endif
-    }
+    device = qdevice_resolve(device);
     qbackend_opts bo = {
         .n_threads = o->n_threads,
         .num_blocks = num_blocks,

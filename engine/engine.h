@@ -29,6 +29,11 @@ typedef enum { QDEVICE_AUTO = 0, QDEVICE_CPU = 1, QDEVICE_CUDA = 2 } qdevice;
 const char *qdevice_name(int device);
 /* Parses one of those names into *out: 0, or QERR_INVAL. */
 int qdevice_parse(const char *s, int *out);
+/* QDEVICE_CPU or QDEVICE_CUDA for device: AUTO becomes CUDA when the build
+ * has it and a device is visible, else CPU with one log line saying why;
+ * CPU and CUDA stay as they are (whether CUDA works is the backend's to say).
+ * Cannot fail. */
+int qdevice_resolve(int device);
 
 typedef struct {
     int device;             /* qdevice (default QDEVICE_AUTO) */
