@@ -103,6 +103,9 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
         return cpu_backend_create(&m->w, &bo, out, err, errlen);
     }
 #ifdef QUIRE_HAVE_CUDA
+    char why[256] = "";
+    if (cuda_device_count(why, sizeof why) <= 0)
+        return qerr_set(err, errlen, QERR_DEVICE, "device cuda: no usable CUDA device (%s)", why[0] ? why : "none found");
     if (bo.num_blocks <= 0 && o->kv_mem_mb)
         bo.num_blocks = blocks_for_mb(&m->hp, bs, (double)o->kv_mem_mb, o->exact ? 4.0 : 2.0);
     return cuda_backend_create(&m->w, &bo, out, err, errlen);

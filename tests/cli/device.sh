@@ -32,7 +32,7 @@ if [ $has_gpu -eq 0 ]; then
   else
     bad "--device auto (rc=$rc)"; cat "$tmp/auto.err"
   fi
-  expect_rc "--device cuda without a device fails cleanly" 1 "cuda" "$Q" generate -m $M -n 4 --device cuda
+  expect_rc "--device cuda without a device fails cleanly" 1 "device cuda: .*CUDA" "$Q" generate -m $M -n 4 --device cuda
   if [ -s "$tmp/o" ]; then bad "--device cuda printed output"; else ok "--device cuda printed nothing on stdout"; fi
 else
   echo "skip --device auto/cuda failure checks: nvidia-smi is present"

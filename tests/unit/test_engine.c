@@ -551,6 +551,7 @@ static void test_device_selection(void)
         qengine_destroy(e);
     } else {
         CHECK(rc < 0 && e == NULL);
+        CHECK_STR_CONTAINS(err, "device cuda");
 #ifndef QUIRE_HAVE_CUDA
         CHECK(rc == QERR_UNSUPPORTED);
         CHECK_STR_CONTAINS(err, "built without CUDA");
