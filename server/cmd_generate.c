@@ -75,7 +75,7 @@ static const qopt gen_table[] = {
     { NULL, "--min-p", "P", OPT_FLOAT, F_(sp.min_p), "drop tokens below P times the best one's probability (default 0)" },
     { NULL, "--seed", "S", OPT_U64, F_(sp.seed), "random seed; the same seed gives the same output (default 0)" },
     { NULL, "--batch", "FILE", OPT_STR, F_(batch), "run every request of a JSONL file through the engine at once (see README)" },
-    { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "--batch: KV cache budget in MiB (default 256)" },
+    { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "--batch: KV cache budget in MiB (default: 256 on the CPU; cuda: from --gpu-mem-util)" },
     { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "--batch: tokens per engine step (default 512)" },
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "--batch: sequences per engine step (default 64)" },
     { NULL, "--static-batching", NULL, OPT_FLAG, F_(static_batching), "--batch: admit a new batch only when the last has finished" },
