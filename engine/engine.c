@@ -130,7 +130,6 @@ void qevent_free(qevent *e)
 void qengine_opts_default(qengine_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->kv_mem_mb = 256;
     o->block_size = 16;
     o->max_batch_tokens = 512;
     o->max_seqs = 64;
@@ -763,28 +762,30 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
     if (e->o.max_seqs <= 0) e->o.max_seqs = 64;
     if (e->o.max_seqs > e->o.max_batch_tokens) e->o.max_seqs = e->o.max_batch_tokens;
     pthread_mutex_init(&e->mu, NULL);
-    int nb = e->o.num_blocks;
-    if (nb <= 0) {
-        /* K and V, f32, every layer: bytes per block. */
-        const qhparams *hp = &m->hp;
-        double per_block = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * 4.0 * e->o.block_size;
-        double mb = e->o.kv_mem_mb ? (double)e->o.kv_mem_mb : 256.0;
-        double n = mb * 1048576.0 / per_block;
-        nb = n > (1 << 24) ? (1 << 24) : (int)n;
-        if (nb < 1) nb = 1;
-    }
-    int rc;
-    qbackend_opts bo = { .n_threads = e->o.n_threads, .num_blocks = nb, .block_size = e->o.block_size };
-    if ((rc = cpu_backend_create(&m->w, &bo, &e->be, err, errlen)) ||
-        (rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) ||
-        (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs))) {
-        if (rc == QERR_NOMEM) qerr_set(err, errlen, rc, "out of memory for the engine");
+    int rc, nb = 0;
+    if (!(rc = qengine_backend_create(m, &e->o, e->o.num_blocks, e->o.max_batch_tokens + e->o.max_seqs, &e->be,
+                                      err, errlen)))
+        nb = e->be->opts.num_blocks;
+    if (!rc && !(rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) &&
+        (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs)))
+        qerr_set(err, errlen, rc, "out of memory for the engine");
+    if (rc) {
         qengine_destroy(e);
         return rc;
     }
     e->o.num_blocks = nb;
     *out = e;
     return 0;
+}
+
+const char *qengine_backend_name(const qengine *e)
+{
+    return e->be->ops->name;
+}
+
+int qengine_num_blocks(const qengine *e)
+{
+    return e->o.num_blocks;
 }
 
 void qengine_destroy(qengine *e)

@@ -21,10 +21,33 @@ struct qtok;
 
 typedef struct qengine qengine;
 
+/* Where the forward passes run.  AUTO: CUDA when the build has it and a
+ * device is visible, else the CPU (with one log line saying why). */
+typedef enum { QDEVICE_AUTO = 0, QDEVICE_CPU = 1, QDEVICE_CUDA = 2 } qdevice;
+
+/* "auto", "cpu", "cuda"; "?" for anything else.  Cannot fail. */
+const char *qdevice_name(int device);
+/* Parses one of those names into *out: 0, or QERR_INVAL. */
+int qdevice_parse(const char *s, int *out);
+/* QDEVICE_CPU or QDEVICE_CUDA for device: AUTO becomes CUDA when the build
+ * has it and a device is visible, else CPU with one log line saying why;
+ * CPU and CUDA stay as they are (whether CUDA works is the backend's to say).
+ * Cannot fail. */
+int qdevice_resolve(int device);
+
 typedef struct {
+    int device;             /* qdevice (default QDEVICE_AUTO) */
     int n_threads;          /* CPU threads (0: all cores) */
-    int num_blocks;         /* KV pool size in blocks (0: from kv_mem_mb) */
-    size_t kv_mem_mb;       /* KV pool budget in MiB when num_blocks is 0 (default 256) */
+    int num_blocks;         /* KV pool size in blocks (0: from kv_mem_mb, or on CUDA
+                             * from gpu_mem_util when kv_mem_mb is 0 too) */
+    size_t kv_mem_mb;       /* KV pool budget in MiB when num_blocks is 0 (0: 256 on the
+                             * CPU, float32 K/V; CUDA: what gpu_mem_util leaves) */
+    float gpu_mem_util;     /* CUDA: fraction of device memory to hold (0: the backend's 0.90) */
+    int exact;              /* CUDA: float32 weights, activations and KV (exactness tests) */
+    /* The backend fills weights whose data is NULL from seed.  A model from
+     * qmodel_random(host_data = 0) turns this on by itself, with its own seed. */
+    int random_weights;
+    uint64_t seed;
     int block_size;         /* tokens per block (default 16) */
     int max_batch_tokens;   /* token budget of one step (default 512) */
     int max_seqs;           /* sequences in one step (default 64) */
@@ -95,6 +118,20 @@ typedef struct {
 int qengine_create(const struct qmodel *m, const struct qtok *tok, const qengine_opts *o, qengine **out,
                    char *err, size_t errlen);
 void qengine_destroy(qengine *e);
+
+/* The backend o->device names, for m's weights, with num_blocks KV blocks
+ * (0: sized from o->kv_mem_mb, or on CUDA from gpu_mem_util) and scratch for
+ * max_tokens tokens per forward pass.  qengine_create uses it; so do tools
+ * that run the backend directly.  The pool size chosen is
+ * (*out)->opts.num_blocks.  QERR_UNSUPPORTED "built without CUDA",
+ * QERR_DEVICE (no usable device) or the backend's error, with a message. */
+int qengine_backend_create(const struct qmodel *m, const qengine_opts *o, int num_blocks, int max_tokens,
+                           qbackend **out, char *err, size_t errlen);
+
+/* The backend this engine runs on ("cpu", "cuda").  Cannot fail. */
+const char *qengine_backend_name(const qengine *e);
+/* KV blocks in the engine's pool.  Cannot fail. */
+int qengine_num_blocks(const qengine *e);
 
 /* Thread-safe.  Checks the request (QERR_INVAL / QERR_RANGE with a message:
  * empty or too long prompt, bad ids, bad sampling parameters), queues it and

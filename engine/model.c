@@ -12,17 +12,20 @@
  *      view handed to a backend, so a backend may trust every shape.
  *
  * Invariants after a successful bind:
- *   - every required qtensor in m->w has data != NULL and the exact shape its
- *     comment in backend.h gives;
- *   - optional tensors (biases, rope_freqs) are either absent (data == NULL)
- *     or have the exact shape;
+ *   - every required qtensor in m->w has the exact shape its comment in
+ *     backend.h gives, and data != NULL unless the model is a random one
+ *     filled by the backend (m->random_fill == QMODEL_RANDOM_DEVICE);
+ *   - optional tensors (biases, rope_freqs) are either absent (ndim == 0,
+ *     data == NULL) or have the exact shape;
  *   - hp.n_heads % hp.n_kv_heads == 0, hp.rope_dim is even and <= head_dim.
  *
  * The fingerprint is a 128-bit hash of the architecture, the hyperparameters,
  * every bound tensor's dtype and shape, and a fixed sample of each tensor's
  * bytes (head, tail and 16 strided windows).  Hashing every byte of a large
  * model would cost seconds at start-up; the sample tells apart any two
- * checkpoints met in practice (fine-tunes change every window).
+ * checkpoints met in practice (fine-tunes change every window).  A random
+ * model (model_random.c) hashes its fill mode and seed instead of bytes,
+ * which are the same thing for it and may not exist on the host.
  */
 #define _GNU_SOURCE
 #include "model.h"
@@ -303,12 +306,12 @@ static int check_hparams(qhparams *hp, char *err, size_t errlen)
     return 0;
 }
 
-static void fingerprint_tensor(qhash *h, const qtensor *t)
+static void fingerprint_tensor(qhash *h, const qtensor *t, int with_bytes)
 {
     qhash_u64(h, (uint64_t)t->dtype);
     qhash_u64(h, (uint64_t)t->ndim);
     for (int i = 0; i < t->ndim; i++) qhash_u64(h, (uint64_t)t->shape[i]);
-    if (!t->data) return;
+    if (!t->data || !with_bytes) return;
     size_t n = (size_t)qt_numel(t) * qdt_size(t->dtype);
     const unsigned char *p = t->data;
     const size_t win = 256;
@@ -346,7 +349,9 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
     if ((rc = bind_one(m, nm->embd, 0, V, dim, 0, &w->tok_embd, err, errlen))) return rc;
     if ((rc = bind_one(m, nm->norm, 0, dim, 0, 0, &w->out_norm, err, errlen))) return rc;
     if ((rc = bind_one(m, nm->output, 0, V, dim, 1, &w->output, err, errlen))) return rc;
-    if (!w->output.data || (m->format == QFMT_HF && hp->tied_embeddings)) {
+    /* Presence is ndim != 0, not data != NULL: a random model's tensors may
+     * have no host bytes yet. */
+    if (!w->output.ndim || (m->format == QFMT_HF && hp->tied_embeddings)) {
         w->output = w->tok_embd;
         hp->tied_embeddings = 1;
     } else {
@@ -372,7 +377,7 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
             (rc = bind_one(m, nm->up, l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)) ||
             (rc = bind_one(m, nm->down, l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)))
             return rc;
-        any_bias |= L->bq.data || L->bk.data || L->bv.data;
+        any_bias |= L->bq.ndim || L->bk.ndim || L->bv.ndim;
     }
     hp->attn_bias = any_bias;
     hp->rope_freq_bf16 = m->format == QFMT_HF && w->tok_embd.dtype == QDT_BF16;
@@ -395,17 +400,37 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) qhash_u64(&h, (uint64_t)hv[i]);
     float hf[] = { hp->norm_eps, hp->rope_theta, hp->rope_factor, hp->rope_low_freq_factor, hp->rope_high_freq_factor };
     qhash_update(&h, hf, sizeof hf);
-    fingerprint_tensor(&h, &w->tok_embd);
-    fingerprint_tensor(&h, &w->out_norm);
-    fingerprint_tensor(&h, &w->output);
-    fingerprint_tensor(&h, &w->rope_freqs);
+    int bytes = !m->random_fill;
+    if (m->random_fill) {
+        qhash_update(&h, "random", 6);
+        qhash_u64(&h, (uint64_t)m->random_fill);
+        qhash_u64(&h, m->random_seed);
+    }
+    fingerprint_tensor(&h, &w->tok_embd, bytes);
+    fingerprint_tensor(&h, &w->out_norm, bytes);
+    fingerprint_tensor(&h, &w->output, bytes);
+    fingerprint_tensor(&h, &w->rope_freqs, bytes);
     for (int l = 0; l < hp->n_layers; l++) {
         const qtensor *ts = &w->layers[l].attn_norm;
-        for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor); i++) fingerprint_tensor(&h, &ts[i]);
+        for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor); i++) fingerprint_tensor(&h, &ts[i], bytes);
     }
     qhash_final(&h, m->fingerprint);
     q_hex(m->fingerprint, 16, m->fingerprint_hex);
     return 0;
+}
+
+int64_t qmodel_param_count(const qmodel *m)
+{
+    const qweights *w = &m->w;
+    int64_t n = qt_numel(&w->tok_embd) + qt_numel(&w->out_norm);
+    if (!m->hp.tied_embeddings) n += qt_numel(&w->output);
+    if (w->rope_freqs.ndim) n += qt_numel(&w->rope_freqs);
+    for (int l = 0; w->layers && l < m->hp.n_layers; l++) {
+        const qtensor *ts = &w->layers[l].attn_norm;
+        for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor); i++)
+            if (ts[i].ndim) n += qt_numel(&ts[i]);
+    }
+    return n;
 }
 
 /* ---- loading ------------------------------------------------------------ */

@@ -86,7 +86,15 @@ typedef struct qmodel {
      * list) or chat_template.jinja; NULL when the model has none. */
     char *chat_template;
 
-    uint8_t fingerprint[16];     /* hash of the architecture, shapes and sampled weight bytes */
+    /* Random weights (qmodel_random): 0 for a model read from a file;
+     * QMODEL_RANDOM_HOST when the tensors hold host buffers filled from
+     * random_seed; QMODEL_RANDOM_DEVICE when every tensor's data is NULL and
+     * the backend fills them (qbackend_opts.random_weights). */
+    int random_fill;
+    uint64_t random_seed;
+
+    uint8_t fingerprint[16];     /* hash of the architecture, shapes and sampled weight bytes
+                                  * (random models: shapes, fill mode and seed) */
     char fingerprint_hex[33];
 
     /* Storage the tensors point into; released by qmodel_destroy. */
@@ -159,5 +167,36 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen);
 
 /* Releases everything; NULL is a no-op. */
 void qmodel_destroy(qmodel *m);
+
+/* ---- random weights (model_random.c) ------------------------------------ */
+
+enum { QMODEL_RANDOM_HOST = 1, QMODEL_RANDOM_DEVICE = 2 };
+
+/* Most parameters a random model may have (2 TB of bf16): configs beyond it
+ * are QERR_RANGE before anything is allocated. */
+#define QMODEL_RANDOM_MAX_PARAMS ((int64_t)1 << 40)
+
+/* Builds a model with real shapes and random weights from an HF config.json
+ * (llama, mistral, qwen2: what hf_parse_config accepts), for benchmarks
+ * without a checkpoint.  Every tensor is BF16 under its HF name; Qwen2 gets
+ * q/k/v biases; tie_word_embeddings leaves out lm_head.
+ *
+ * host_data = 0: every tensor's data is NULL (a backend with
+ * opts.random_weights fills them on the device; the CPU backend refuses
+ * such a model).  host_data = 1: the model owns host buffers filled
+ * deterministically from seed (the same seed gives the same bytes whatever
+ * the thread count): matrices uniform in [-0.035, 0.035] (std ~0.02), norm
+ * weights 1 +- 0.02, biases uniform in [-0.02, 0.02].
+ *
+ * The model is named "random:<config file name>", has no vocabulary
+ * (vocab.kind QVOCAB_NONE), takes bos/eos ids from the config, and its
+ * fingerprint hashes the shapes, the fill mode and the seed.  Returns 0 and
+ * *out (qmodel_destroy), or QERR_IO (unreadable file), QERR_FORMAT (bad
+ * JSON), QERR_UNSUPPORTED (architecture), QERR_RANGE (absurd sizes),
+ * QERR_NOMEM (host buffers do not fit) with a message; *out is then NULL. */
+int qmodel_random(const char *config_path, int host_data, uint64_t seed, qmodel **out, char *err, size_t errlen);
+
+/* Parameters of m's bound weights (tied embeddings counted once).  Cannot fail. */
+int64_t qmodel_param_count(const qmodel *m);
 
 #endif

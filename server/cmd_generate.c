@@ -1,6 +1,12 @@
 /* cmd_generate.c - `quire generate`: load a model, run one prompt, stream the
  * generated text to stdout and the speed to stderr.
  *
+ * --device picks the backend (engine/device.c); --random-weights CONFIG.json
+ * stands in for -m with a model of that config's shapes and seeded random
+ * weights (filled on the host for the CPU, on the device for CUDA).  Such a
+ * model has no vocabulary: prompts are --prompt-ids and the output is token
+ * ids, as with --ids.
+ *
  * One sequence, its KV blocks allocated up front (the engine's block pool
  * and scheduler take over this job in the engine issue).  The prompt is
  * prefilled in chunks of --chunk tokens, then tokens are decoded one at a
@@ -19,6 +25,7 @@
 #include "backend.h"
 #include "chat.h"
 #include "cli.h"
+#include "engine.h"
 #include "model.h"
 #include "opts.h"
 #include "sample.h"
@@ -27,6 +34,10 @@
 
 typedef struct {
     const char *model;
+    const char *random_weights;
+    uint64_t weight_seed;
+    const char *device;
+    float gpu_mem_util;
     const char *prompt_ids;
     const char *prompt;
     const char *system;
@@ -48,6 +59,10 @@ typedef struct {
 #define F_(field) offsetof(gen_opts, field)
 static const qopt gen_table[] = {
     { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
+    { NULL, "--random-weights", "CONFIG", OPT_STR, F_(random_weights), "instead of -m: an HF config.json's shapes with random weights (needs --prompt-ids; prints ids)" },
+    { NULL, "--weight-seed", "S", OPT_U64, F_(weight_seed), "--random-weights: seed of the weights (default 0)" },
+    { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto: cuda when a device is visible)" },
+    { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use, 0 < F <= 1 (default 0.9)" },
     { "-p", "--prompt", "TEXT", OPT_STR, F_(prompt), "prompt text, tokenized with the model's tokenizer (BOS as it says)" },
     { NULL, "--chat", NULL, OPT_FLAG, F_(chat), "-p is a user message: apply the model's chat template (ChatML if none)" },
     { NULL, "--system", "TEXT", OPT_STR, F_(system), "with --chat: a system message before the user's" },
@@ -60,7 +75,7 @@ static const qopt gen_table[] = {
     { NULL, "--min-p", "P", OPT_FLOAT, F_(sp.min_p), "drop tokens below P times the best one's probability (default 0)" },
     { NULL, "--seed", "S", OPT_U64, F_(sp.seed), "random seed; the same seed gives the same output (default 0)" },
     { NULL, "--batch", "FILE", OPT_STR, F_(batch), "run every request of a JSONL file through the engine at once (see README)" },
-    { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "--batch: KV cache budget in MiB (default 256)" },
+    { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "--batch: KV cache budget in MiB (default: 256 on the CPU; cuda: from --gpu-mem-util)" },
     { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "--batch: tokens per engine step (default 512)" },
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "--batch: sequences per engine step (default 64)" },
     { NULL, "--static-batching", NULL, OPT_FLAG, F_(static_batching), "--batch: admit a new batch only when the last has finished" },
@@ -144,15 +159,33 @@ static int is_eos(const qmodel *m, int id)
 
 int cmd_generate(int argc, char **argv)
 {
-    gen_opts o = { .n_predict = 128, .threads = 0, .block_size = 16, .chunk = 512, .sp = qsample_defaults() };
+    gen_opts o = { .n_predict = 128, .threads = 0, .block_size = 16, .chunk = 512, .gpu_mem_util = 0.9f,
+                   .sp = qsample_defaults() };
     if (qopt_parse("generate", gen_table, N_GEN_OPTS, argc, argv, &o)) return 2;
     if (o.help) {
         gen_usage(stdout);
         return 0;
     }
-    if (!o.model) {
-        fprintf(stderr, "quire generate: -m MODEL is required\n\n");
+    if (!o.model && !o.random_weights) {
+        fprintf(stderr, "quire generate: -m MODEL is required (or --random-weights CONFIG.json)\n\n");
         gen_usage(stderr);
+        return 2;
+    }
+    if (o.model && o.random_weights) {
+        fprintf(stderr, "quire generate: give -m or --random-weights, not both\n");
+        return 2;
+    }
+    int device = QDEVICE_AUTO;
+    if (o.device && qdevice_parse(o.device, &device)) {
+        fprintf(stderr, "quire generate: --device: '%s' is not auto, cpu or cuda\n", o.device);
+        return 2;
+    }
+    if (!(o.gpu_mem_util > 0 && o.gpu_mem_util <= 1)) {
+        fprintf(stderr, "quire generate: --gpu-mem-util: %g is not in (0, 1]\n", (double)o.gpu_mem_util);
+        return 2;
+    }
+    if (o.random_weights && !o.batch && (o.prompt || o.chat || !o.prompt_ids)) {
+        fprintf(stderr, "quire generate: --random-weights has no vocabulary: give the prompt as --prompt-ids\n");
         return 2;
     }
     char err[512];
@@ -184,17 +217,30 @@ int cmd_generate(int argc, char **argv)
     float *logits = NULL;
 
     double t0 = q_now();
-    int rc = qmodel_load(o.model, &m, err, sizeof err);
+    /* Resolved now: random weights are filled on the host only for the CPU. */
+    device = qdevice_resolve(device);
+    int rc = o.random_weights ? qmodel_random(o.random_weights, device == QDEVICE_CPU, o.weight_seed, &m, err, sizeof err)
+                              : qmodel_load(o.model, &m, err, sizeof err);
     if (rc) {
-        fprintf(stderr, "quire generate: cannot load model: %s\n", err);
+        fprintf(stderr, "quire generate: cannot %s model: %s\n", o.random_weights ? "make the random" : "load", err);
         goto done;
     }
+    qengine_opts eo;
+    qengine_opts_default(&eo);
+    eo.device = device;
+    eo.gpu_mem_util = o.gpu_mem_util;
+    eo.n_threads = o.threads;
+    eo.block_size = o.block_size;
     const qhparams *hp = &m->hp;
     QLOGI("model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, %s weights, fingerprint %s",
           m->name, hp->arch == QARCH_QWEN2 ? "qwen2" : "llama", hp->n_layers, hp->dim, hp->n_heads,
           hp->n_kv_heads, hp->n_vocab, qdt_name(m->w.tok_embd.dtype), m->fingerprint_hex);
 
-    if ((rc = qtok_for_model(m, &tok, err, sizeof err))) {
+    if (m->random_fill) {
+        QLOGI("random weights (seed %llu): no vocabulary, prompts and output are token ids",
+              (unsigned long long)m->random_seed);
+        o.print_ids = 1;
+    } else if ((rc = qtok_for_model(m, &tok, err, sizeof err))) {
         if (o.batch) {
             QLOGW("no tokenizer (%s): --batch takes only prompt_ids", err);
         } else if (o.prompt) {
@@ -205,10 +251,6 @@ int cmd_generate(int argc, char **argv)
     }
 
     if (o.batch) {
-        qengine_opts eo;
-        qengine_opts_default(&eo);
-        eo.n_threads = o.threads;
-        eo.block_size = o.block_size;
         if (o.kv_mem) eo.kv_mem_mb = (size_t)o.kv_mem;
         if (o.max_batch_tokens) eo.max_batch_tokens = o.max_batch_tokens;
         if (o.max_seqs) eo.max_seqs = o.max_seqs;
@@ -280,14 +322,16 @@ int cmd_generate(int argc, char **argv)
     if (!table || !out_ids || !logits) goto oom;
     for (int i = 0; i < n_blocks; i++) table[i] = i;
 
-    qbackend_opts bo = { .n_threads = o.threads, .num_blocks = n_blocks, .block_size = bs };
-    if ((rc = cpu_backend_create(&m->w, &bo, &be, err, sizeof err))) {
+    if ((rc = qengine_backend_create(m, &eo, n_blocks, o.chunk, &be, err, sizeof err))) {
         fprintf(stderr, "quire generate: %s\n", err);
         goto done;
     }
     smp = qsampler_create(&o.sp, hp->n_vocab);
     if (!smp) goto oom;
-    QLOGI("loaded in %.3f s; cpu backend, %d threads", q_now() - t0, be->opts.n_threads);
+    if (!strcmp(be->ops->name, "cpu"))
+        QLOGI("loaded in %.3f s; cpu backend, %d threads", q_now() - t0, be->opts.n_threads);
+    else
+        QLOGI("loaded in %.3f s; %s backend", q_now() - t0, be->ops->name);
 
     /* Prefill, in chunks; logits only for the last prompt token. */
     double tp = q_now();

@@ -423,12 +423,43 @@ static const qbackend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
+/* QERR_INVAL naming the first tensor that is present (ndim > 0) but has no
+ * bytes: a random model meant to be filled on a device. */
+static int check_weights_present(const qweights *w, char *err, size_t errlen)
+{
+    static const char *const layer_names[] = { "attn_norm", "wq", "wk", "wv", "bq", "bk", "bv",
+                                               "wo", "ffn_norm", "w_gate", "w_up", "w_down" };
+    _Static_assert(sizeof layer_names / sizeof layer_names[0] == sizeof(qlayer) / sizeof(qtensor),
+                   "one name per qlayer tensor");
+    const char *missing = NULL;
+    int layer = -1;
+    if (!w->tok_embd.data) missing = "tok_embd";
+    else if (!w->out_norm.data) missing = "out_norm";
+    else if (!w->output.data) missing = "output";
+    for (int l = 0; !missing && w->layers && l < w->hp.n_layers; l++) {
+        const qtensor *ts = &w->layers[l].attn_norm;
+        for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor) && !missing; i++)
+            if (ts[i].ndim && !ts[i].data) missing = layer_names[i], layer = l;
+    }
+    if (!missing && !w->layers) missing = "layers";
+    if (!missing) return 0;
+    if (layer >= 0)
+        return qerr_set(err, errlen, QERR_INVAL,
+                        "cpu backend: layer %d's %s has no data (random weights for the device?); "
+                        "the CPU backend needs weights in host memory", layer, missing);
+    return qerr_set(err, errlen, QERR_INVAL,
+                    "cpu backend: %s has no data (random weights for the device?); "
+                    "the CPU backend needs weights in host memory", missing);
+}
+
 int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err, size_t errlen)
 {
     *out = NULL;
     const qhparams *hp = &w->hp;
     if (opts->num_blocks <= 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cpu backend: %d blocks of %d tokens", opts->num_blocks, opts->block_size);
+    int rc = check_weights_present(w, err, errlen);
+    if (rc) return rc;
     cpu_be *be = calloc(1, sizeof *be);
     if (!be) return qerr_set(err, errlen, QERR_NOMEM, "cpu backend: out of memory");
     be->base.ops = &cpu_ops;

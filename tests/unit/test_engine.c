@@ -5,22 +5,41 @@
  * the same whether it runs alone, with 49 others, with a tiny token budget
  * (chunked prefill), with a tiny KV pool (preemption by recomputation), or
  * after its prefix was cached.  After every scenario all KV blocks must be
- * free or cached with no reference (no leaks). */
+ * free or cached with no reference (no leaks).
+ *
+ * QUIRE_TEST_DEVICE picks the backend every engine here runs on: "cpu" (the
+ * default) or "cuda" (exact mode: float32 weights and KV, so that greedy
+ * outputs stay comparable); with "cuda" and no CUDA build or device the test
+ * prints "skipped: ..." and passes. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "qtest.h"
+#ifdef QUIRE_HAVE_CUDA
+#include "cuda_info.h"
+#endif
 
 #define NREQ 50
 #define MAXGEN 24
 
 static qmodel *g_model;
 static qtok *g_tok;
+static int g_device = QDEVICE_CPU;
+
+/* Engine options for the device under test. */
+static void test_opts(qengine_opts *o)
+{
+    qengine_opts_default(o);
+    o->device = g_device;
+    o->exact = g_device == QDEVICE_CUDA;
+}
 
 typedef struct {
     int32_t prompt[80];
@@ -103,7 +122,7 @@ static int run(qengine *e, int lo, int hi, job *got, float temp, uint64_t seed)
 static qengine *engine(int budget, int blocks, int max_seqs)
 {
     qengine_opts o;
-    qengine_opts_default(&o);
+    test_opts(&o);
     o.n_threads = 2;
     if (budget) o.max_batch_tokens = budget;
     o.num_blocks = blocks ? blocks : 512;
@@ -482,9 +501,153 @@ static void test_submit_errors(void)
     qengine_destroy(e);
 }
 
+static void test_device_selection(void)
+{
+    int d = -1;
+    CHECK(qdevice_parse("cpu", &d) == 0 && d == QDEVICE_CPU);
+    CHECK(qdevice_parse("cuda", &d) == 0 && d == QDEVICE_CUDA);
+    CHECK(qdevice_parse("auto", &d) == 0 && d == QDEVICE_AUTO);
+    CHECK(qdevice_parse("gpu", &d) == QERR_INVAL && d == QDEVICE_AUTO);
+    CHECK(qdevice_parse(NULL, &d) == QERR_INVAL);
+    CHECK(!strcmp(qdevice_name(QDEVICE_CUDA), "cuda") && !strcmp(qdevice_name(7), "?"));
+
+    char err[512] = "";
+    qengine_opts o;
+    qengine_opts_default(&o);
+    CHECK(o.device == QDEVICE_AUTO && o.kv_mem_mb == 0);
+    qengine *e = NULL;
+    /* The CPU, its pool sized from 256 MiB of float32 K/V by default and
+     * from kv_mem_mb when given. */
+    o.device = QDEVICE_CPU;
+    o.n_threads = 1;
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    CHECK(!strcmp(qengine_backend_name(e), "cpu"));
+    const qhparams *hp = &g_model->hp;
+    double per_block = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * 4.0 * 16;
+    CHECK_EQ_INT(qengine_num_blocks(e), (int)(256.0 * 1048576.0 / per_block));
+    qengine_destroy(e);
+    o.kv_mem_mb = 1;
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    CHECK_EQ_INT(qengine_num_blocks(e), (int)(1048576.0 / per_block));
+    qengine_destroy(e);
+
+    /* AUTO: CUDA exactly when a device is there. */
+    int have_cuda = 0;
+#ifdef QUIRE_HAVE_CUDA
+    have_cuda = cuda_device_count(err, sizeof err) > 0;
+#endif
+    o.device = QDEVICE_AUTO;
+    o.kv_mem_mb = 16;
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    CHECK(!strcmp(qengine_backend_name(e), have_cuda ? "cuda" : "cpu"));
+    qengine_destroy(e);
+
+    /* CUDA without a device or without the build: an error, no engine. */
+    o.device = QDEVICE_CUDA;
+    e = (qengine *)&e;
+    int rc = qengine_create(g_model, g_tok, &o, &e, err, sizeof err);
+    if (have_cuda) {
+        CHECK(rc == 0 && !strcmp(qengine_backend_name(e), "cuda"));
+        qengine_destroy(e);
+    } else {
+        CHECK(rc < 0 && e == NULL);
+        CHECK_STR_CONTAINS(err, "device cuda");
+#ifndef QUIRE_HAVE_CUDA
+        CHECK(rc == QERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(err, "built without CUDA");
+#endif
+    }
+    o.device = 9;
+    CHECK(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == QERR_INVAL);
+    o.device = QDEVICE_CPU;
+    o.gpu_mem_util = 1.5f;
+    CHECK(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == QERR_RANGE);
+    CHECK_STR_CONTAINS(err, "gpu_mem_util");
+}
+
+/* Random weights through the engine: host-filled ones run on every device
+ * and give the same greedy tokens for the same seed; device-filled ones are
+ * refused by the CPU backend with a message. */
+static void test_random_weights(void)
+{
+    static const char cfg[] =
+        "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, \"eos_token_id\": 2}";
+    char path[] = "/tmp/quire-test-engine-XXXXXX", err[512];
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, cfg, sizeof cfg - 1) == (ssize_t)(sizeof cfg - 1));
+    close(fd);
+    int32_t out[2][8], prompt[4] = { 1, 7, 9, 11 };
+    for (int k = 0; k < 2; k++) {
+        qmodel *m = NULL;
+        int rc = qmodel_random(path, 1, 99, &m, err, sizeof err);
+        CHECK(rc == 0);
+        if (rc) break;
+        qengine_opts o;
+        test_opts(&o);
+        o.n_threads = 2;
+        o.num_blocks = 16;
+        qengine *e = NULL;
+        rc = qengine_create(m, NULL, &o, &e, err, sizeof err);
+        if (rc) fprintf(stderr, "  create: %s\n", err);
+        CHECK(rc == 0);
+        if (!rc) {
+            qreq_params p = { .prompt = prompt, .n_prompt = 4, .sp = qsample_defaults(), .max_tokens = 8, .ignore_eos = 1 };
+            p.sp.temperature = 0;
+            uint64_t id;
+            CHECK(qengine_submit(e, &p, &id, err, sizeof err) == 0);
+            int n = 0, live = 1;
+            while (live > 0) {
+                live = qengine_step(e);
+                qevent ev;
+                while (qengine_poll(e, &ev)) {
+                    if (ev.finish == QFINISH_NONE && n < 8) out[k][n++] = ev.token;
+                    qevent_free(&ev);
+                }
+            }
+            CHECK_EQ_INT(n, 8);
+            check_clean(e);
+            qengine_destroy(e);
+        }
+        qmodel_destroy(m);
+    }
+    CHECK(!memcmp(out[0], out[1], sizeof out[0]));
+
+    qmodel *m = NULL;
+    REQUIRE(qmodel_random(path, 0, 99, &m, err, sizeof err) == 0);
+    qengine_opts o;
+    qengine_opts_default(&o);
+    o.device = QDEVICE_CPU;
+    o.num_blocks = 16;
+    qengine *e = NULL;
+    CHECK(qengine_create(m, NULL, &o, &e, err, sizeof err) == QERR_INVAL && e == NULL);
+    CHECK_STR_CONTAINS(err, "no data");
+    qmodel_destroy(m);
+    unlink(path);
+}
+
 int main(void)
 {
     char path[1024], err[512];
+    const char *dev = getenv("QUIRE_TEST_DEVICE");
+    if (dev && *dev && qdevice_parse(dev, &g_device)) {
+        fprintf(stderr, "QUIRE_TEST_DEVICE=%s: expected cpu or cuda\n", dev);
+        return 1;
+    }
+    if (g_device == QDEVICE_AUTO) g_device = QDEVICE_CPU;
+    if (g_device == QDEVICE_CUDA) {
+#ifdef QUIRE_HAVE_CUDA
+        if (cuda_device_count(err, sizeof err) <= 0) {
+            printf("skipped: QUIRE_TEST_DEVICE=cuda but no CUDA device (%s)\n", err);
+            return 0;
+        }
+#else
+        printf("skipped: QUIRE_TEST_DEVICE=cuda but this build has no CUDA backend\n");
+        return 0;
+#endif
+    }
+    fprintf(stderr, "device: %s\n", qdevice_name(g_device));
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", qt_root());
     if (qmodel_load(path, &g_model, err, sizeof err) || qtok_for_model(g_model, &g_tok, err, sizeof err)) {
         fprintf(stderr, "cannot load %s: %s\n", path, err);
@@ -500,6 +663,8 @@ int main(void)
     QT_RUN(test_logprobs);
     QT_RUN(test_threads);
     QT_RUN(test_submit_errors);
+    QT_RUN(test_device_selection);
+    QT_RUN(test_random_weights);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
     QT_MAIN_END();
