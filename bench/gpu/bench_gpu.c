@@ -1,5 +1,5 @@
 /* bench_gpu.c - the CUDA backend on real model shapes with random weights
- * (bench/configs/*.json), against the physical limits measured in the same
+ * (the config.json files in bench/configs), against the physical limits measured in the same
  * run: batch-1 decode time per token vs the floor (weight bytes / copy
  * bandwidth), decode throughput at batch 1 to 256, and prefill of one long
  * prompt vs the bf16 GEMM roofline.  Timings are host clocks around whole
