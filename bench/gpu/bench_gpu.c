@@ -50,7 +50,7 @@ static double weight_bytes(const qweights *w, double *matmul_params)
  * gen steps of B tokens.  Returns seconds per step, or < 0. */
 static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int max_tokens)
 {
-    const int bs = be->opts.block_size, per = (prompt + gen + bs - 1) / bs;
+    const int bs = be->opts.block_size, per = (prompt + gen + 2 + bs - 1) / bs; /* + 2 warm-up steps */
     if ((long)B * per > be->opts.num_blocks) return -2;
     int32_t *tables = malloc(sizeof(int32_t) * (size_t)B * per), *tok = malloc(sizeof(int32_t) * (size_t)max_tokens),
             *li = malloc(sizeof(int32_t) * (size_t)B);

@@ -401,9 +401,9 @@ int qk_attn_prefill(cudaStream_t st, const T *q, const T *kc, const T *vc, const
 
 template <>
 int qk_attn_prefill<float>(cudaStream_t, const float *, const float *, const float *, const qattn_geom *, const int4 *,
-                           int, float *)
+                           int n_tiles, float *)
 {
-    return QERR_UNSUPPORTED;
+    return n_tiles > 0 ? QERR_UNSUPPORTED : 0;
 }
 
 template int qk_attn_decode<float>(cudaStream_t, const float *, const float *, const float *, const qattn_geom *,

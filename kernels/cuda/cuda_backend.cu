@@ -54,7 +54,53 @@ typedef struct {
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
+    // QUIRE_CUDA_PROFILE=1: events around each step of layer 1 and the whole
+    // pass, summed per batch size and printed when the batch size changes.
+    int prof, prof_T, prof_n;
+    cudaEvent_t ev[16];
+    double prof_ms[16];
 } cuda_be;
+
+enum { PF_START, PF_NORM1, PF_QKV, PF_ROPE, PF_PREFILL, PF_DECODE, PF_WO, PF_NORM2, PF_GU, PF_SWIGLU, PF_DOWN, PF_L1START,
+       PF_END, PF_N };
+static const char *const pf_names[PF_N] = { "start", "norm", "qkv gemm", "rope+store", "attn prefill", "attn decode",
+                                            "o gemm", "norm", "gate/up gemm", "swiglu", "down gemm", "-", "whole pass" };
+
+static void prof_mark(cuda_be *be, int i, int layer)
+{
+    if (be->prof && (layer == 1 || i == PF_START || i == PF_END)) cudaEventRecord(be->ev[i], be->stream);
+}
+
+static void prof_dump(cuda_be *be)
+{
+    if (!be->prof || !be->prof_n) return;
+    const int L = be->base.w->hp.n_layers;
+    fprintf(stderr, "cuda profile: %d passes of %d tokens, ms per pass:", be->prof_n, be->prof_T);
+    for (int i = PF_NORM1; i <= PF_DOWN; i++) fprintf(stderr, " %s %.3f;", pf_names[i], be->prof_ms[i] / be->prof_n * L);
+    fprintf(stderr, " whole %.3f (layer steps x %d layers)\n", be->prof_ms[PF_END] / be->prof_n, L);
+    memset(be->prof_ms, 0, sizeof be->prof_ms);
+    be->prof_n = 0;
+}
+
+static void prof_collect(cuda_be *be, int T)
+{
+    if (!be->prof) return;
+    if (T != be->prof_T) {
+        prof_dump(be);
+        be->prof_T = T;
+    }
+    float ms;
+    for (int i = PF_NORM1; i <= PF_DOWN; i++)
+        if (cudaEventElapsedTime(&ms, be->ev[i == PF_NORM1 ? PF_L1START : i - 1], be->ev[i]) == cudaSuccess)
+            be->prof_ms[i] += ms;
+    if (cudaEventElapsedTime(&ms, be->ev[PF_START], be->ev[PF_END]) == cudaSuccess) be->prof_ms[PF_END] += ms;
+    be->prof_n++;
+}
+
+template <typename T> static int qdt_of();
+template <> int qdt_of<float>() { return QDT_F32; }
+template <> int qdt_of<bf16>() { return QDT_BF16; }
+template <> int qdt_of<__half>() { return QDT_F16; }
 
 static int qdt_cuda(int wt) { return wt == QDT_F32 ? CUDA_R_32F : wt == QDT_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
 
@@ -73,12 +119,8 @@ static int upload(cuda_be *be, T *dst, const qtensor *src, float lo, float hi)
                                   hi);
     }
     const size_t ssz = qdt_size(src->dtype);
-    if (src->dtype == QDT_F32 && sizeof(T) == 4) {
-        CK(cudaMemcpyAsync(dst, src->data, n * 4, cudaMemcpyHostToDevice, be->stream));
-        return 0;
-    }
-    if ((src->dtype == QDT_BF16 && be->wt == QDT_BF16) || (src->dtype == QDT_F16 && be->wt == QDT_F16)) {
-        CK(cudaMemcpyAsync(dst, src->data, n * 2, cudaMemcpyHostToDevice, be->stream));
+    if ((int)src->dtype == qdt_of<T>()) { // stored as is
+        CK(cudaMemcpyAsync(dst, src->data, n * ssz, cudaMemcpyHostToDevice, be->stream));
         return 0;
     }
     // Convert on the device through a staging buffer, in chunks.
@@ -347,21 +389,35 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     g.scale = 1.0f / sqrtf((float)hd);
     const size_t layer_elems = (size_t)nb * be->block_elems;
     T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
+    prof_mark(be, PF_START, 0);
     int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D);
     for (int l = 0; l < hp->n_layers && !rc; l++) {
         const dlayer *L = &be->L[l];
         T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
-        if ((rc = qk_rmsnorm<T>(st, xn, be->x, L->attn_norm, T_, D, hp->norm_eps, NULL)) ||
-            (rc = gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)) ||
-            (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)) ||
-            (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att)) ||
-            (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, dm + mp->dec, mp->n_dec, mp->n_split, mp->split_len,
-                                    be->part_acc, be->part_ml, att)) ||
-            (rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f)) ||
-            (rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL)) ||
-            (rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f)) || (rc = qk_swiglu<T>(st, h, be->gu, T_, F)) ||
-            (rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f)))
+        prof_mark(be, PF_L1START, l);
+        if ((rc = qk_rmsnorm<T>(st, xn, be->x, L->attn_norm, T_, D, hp->norm_eps, NULL))) break;
+        prof_mark(be, PF_NORM1, l);
+        if ((rc = gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f))) break;
+        prof_mark(be, PF_QKV, l);
+        if ((rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)))
             break;
+        prof_mark(be, PF_ROPE, l);
+        if ((rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att))) break;
+        prof_mark(be, PF_PREFILL, l);
+        if ((rc = qk_attn_decode<T>(st, qb, kc, vc, &g, dm + mp->dec, mp->n_dec, mp->n_split, mp->split_len,
+                                    be->part_acc, be->part_ml, att)))
+            break;
+        prof_mark(be, PF_DECODE, l);
+        if ((rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f))) break;
+        prof_mark(be, PF_WO, l);
+        if ((rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL))) break;
+        prof_mark(be, PF_NORM2, l);
+        if ((rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f))) break;
+        prof_mark(be, PF_GU, l);
+        if ((rc = qk_swiglu<T>(st, h, be->gu, T_, F))) break;
+        prof_mark(be, PF_SWIGLU, l);
+        if ((rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f))) break;
+        prof_mark(be, PF_DOWN, l);
     }
     if (!rc && b->n_logits > 0) {
         if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, b->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
@@ -371,6 +427,7 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
                             st) != cudaSuccess)
             rc = QERR_DEVICE;
     }
+    prof_mark(be, PF_END, 0);
     return rc;
 }
 
@@ -393,6 +450,7 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
         QLOGE("cuda: forward: %s", cudaGetErrorString(e));
         return QERR_DEVICE;
     }
+    if (!rc && base->w->hp.n_layers > 1) prof_collect(be, b->n_tokens);
     return rc;
 }
 
@@ -450,6 +508,8 @@ static void cuda_destroy(qbackend *base)
 {
     cuda_be *be = (cuda_be *)base;
     if (!be) return;
+    prof_dump(be);
+    for (int i = 0; i < PF_N && be->prof; i++) cudaEventDestroy(be->ev[i]);
     if (be->L) {
         for (int l = 0; l < base->w->hp.n_layers; l++) {
             dlayer *d = &be->L[l];
@@ -526,6 +586,12 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
         cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(be->blas, be->stream) != CUBLAS_STATUS_SUCCESS)
         rc = QERR_DEVICE;
+    const char *pe = getenv("QUIRE_CUDA_PROFILE");
+    if (!rc && pe && *pe == '1') {
+        be->prof = 1;
+        for (int i = 0; i < PF_N; i++)
+            if (cudaEventCreate(&be->ev[i]) != cudaSuccess) rc = QERR_DEVICE;
+    }
     if (!rc) {
         be->n_sm = prop.multiProcessorCount;
         // Exact float32 products in the exact mode: no TF32 shortcut.
