@@ -62,11 +62,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     for (int base = p0 + warp * 32; base < p1; base += DEC_WARPS * 32) {
         const int p = base + lane;
         const bool valid = p < p1;
+        // This lane's row (a valid one for lanes past the end: their weight is 0).
+        const int pr = valid ? p : p1 - 1;
+        const long long row = (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off +
+                              (long long)(pr % g.bs) * hd;
         float s[MAXG];
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) s[gi] = 0;
         if (valid) {
-            const T *kp = kc + (size_t)tab[p / g.bs] * g.block_elems + head_off + (size_t)(p % g.bs) * hd;
+            const T *kp = kc + row;
             if (vec8) {
                 for (int d = 0; d < hd; d += 8) {
                     float kv[8];
@@ -100,11 +104,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             m[gi] = mnew;
             s[gi] = pr;
         }
-        const int nvalid = min(32, p1 - base);
+        // V rows: their offsets come from the lanes that scored them, all 32
+        // iterations unrolled so that the loads overlap.
         const int d0 = lane * DPL;
-        for (int j = 0; j < nvalid; j++) {
-            const int pj = base + j;
-            const T *vp = vc + (size_t)tab[pj / g.bs] * g.block_elems + head_off + (size_t)(pj % g.bs) * hd;
+#pragma unroll 8
+        for (int j = 0; j < 32; j++) {
+            const T *vp = vc + __shfl_sync(0xffffffffu, row, j);
             float v[DPL];
             if (d0 + DPL <= hd && (hd % DPL) == 0) {
                 load_vec<T, DPL>(vp + d0, v);
@@ -226,28 +231,73 @@ int qk_attn_decode(cudaStream_t st, const T *q, const T *kc, const T *vc, const 
     return QERR_UNSUPPORTED;
 }
 
-// ---- prefill: flash attention with WMMA ---------------------------------------------
+// ---- prefill: flash attention with tensor cores ----------------------------------------
+//
+// FlashAttention-2 style: 4 warps, each owning 16 query rows of a 64-row
+// tile; K and V tiles of 64 keys staged in shared memory; the scores, the
+// softmax state and the output accumulator stay in registers in the
+// layouts of mma.sync m16n8k16 (bf16/f16 in, float accumulate), so the
+// probabilities feed the P.V product without leaving registers.
 
 #define PF_BM 64
 #define PF_BN 64
 
-template <int HD> struct pf_layout {
-    static constexpr int LDT = HD + 8;     // Q/K/V rows (16-bit elements)
-    static constexpr int LDS = PF_BN + 4;  // scores (float)
-    static constexpr int LDP = PF_BN + 8;  // probabilities (16-bit)
-    static constexpr int LDO = HD + 4;     // output accumulator (float)
-    static constexpr size_t q_off = 0;
-    static constexpr size_t k_off = q_off + (size_t)PF_BM * LDT * 2;
-    static constexpr size_t v_off = k_off + (size_t)PF_BN * LDT * 2;
-    static constexpr size_t s_off = v_off + (size_t)PF_BN * LDT * 2;
-    static constexpr size_t p_off = s_off + (size_t)PF_BM * LDS * 4;
-    static constexpr size_t o_off = p_off + (size_t)PF_BM * LDP * 2;
-    static constexpr size_t r_off = o_off + (size_t)PF_BM * LDO * 4;
-    static constexpr size_t bytes = r_off + 3 * PF_BM * 4;
-};
+template <typename T> __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, const uint32_t *b);
+template <> __device__ __forceinline__ void mma16816<bf16>(float *c, const uint32_t *a, const uint32_t *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void mma16816<__half>(float *c, const uint32_t *a, const uint32_t *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 
-// Copies 8 16-bit elements.
-__device__ __forceinline__ void copy8(void *dst, const void *src) { *(uint4 *)dst = *(const uint4 *)src; }
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<bf16>(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi)
+{
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <int HD> struct pf_layout {
+    static constexpr int LD = HD + 8; // row stride in elements: 16 bytes of padding against bank conflicts
+    static constexpr size_t tile = (size_t)PF_BM * LD * 2;
+    static constexpr size_t bytes = 5 * tile; // Q, and two stages of K and V
+};
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__ q, const T *__restrict__ kc,
@@ -255,122 +305,166 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__
                                                            const int4 *__restrict__ tiles, T *out)
 {
     typedef pf_layout<HD> Lay;
+    constexpr int LD = Lay::LD, CH = HD / 8, NT = PF_BN / 8, DT = HD / 8;
     extern __shared__ __align__(128) unsigned char smem[];
-    T *Qs = (T *)(smem + Lay::q_off), *Ks = (T *)(smem + Lay::k_off), *Vs = (T *)(smem + Lay::v_off);
-    float *S = (float *)(smem + Lay::s_off), *O = (float *)(smem + Lay::o_off);
-    T *P = (T *)(smem + Lay::p_off);
-    float *rm = (float *)(smem + Lay::r_off), *rl = rm + PF_BM, *ra = rl + PF_BM;
+    T *Qs = (T *)smem;
+    // Stage s: K at tile 1 + 2s, V at tile 2 + 2s.
+#define PF_K(st) ((T *)(smem + (1 + 2 * (st)) * Lay::tile))
+#define PF_V(st) ((T *)(smem + (2 + 2 * (st)) * Lay::tile))
 
     const int4 tile = tiles[blockIdx.x];
     const int t0 = tile.x, nq = tile.y, h = blockIdx.y, kvh = h / (g.H / g.KV);
     const int pos0 = g.pos[t0], n_keys = pos0 + nq;
     const int32_t *tab = g.tables + g.seq_info[2 * tile.z];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    constexpr int CH = HD / 8; // 16-byte chunks per row
-
-    const uint4 zero4 = make_uint4(0, 0, 0, 0);
-    for (int idx = threadIdx.x; idx < PF_BM * CH; idx += blockDim.x) {
-        const int r = idx / CH, c = (idx % CH) * 8;
-        if (r < nq) copy8(Qs + r * Lay::LDT + c, q + (size_t)(t0 + r) * g.H * HD + (size_t)h * HD + c);
-        else *(uint4 *)(Qs + r * Lay::LDT + c) = zero4;
-    }
-    for (int idx = threadIdx.x; idx < PF_BM * HD; idx += blockDim.x) O[(idx / HD) * Lay::LDO + idx % HD] = 0;
-    if (threadIdx.x < PF_BM) {
-        rm[threadIdx.x] = -INFINITY;
-        rl[threadIdx.x] = 0;
-    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const size_t head_off = (size_t)kvh * g.bs * HD;
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
 
-    for (int kb = 0; kb < n_keys; kb += PF_BN) {
-        __syncthreads();
+    auto load_kv = [&](int kb, int stage) {
         for (int idx = threadIdx.x; idx < PF_BN * CH; idx += blockDim.x) {
             const int r = idx / CH, c = (idx % CH) * 8, p = kb + r;
             if (p < n_keys) {
                 const size_t off = (size_t)tab[p / g.bs] * g.block_elems + head_off + (size_t)(p % g.bs) * HD + c;
-                copy8(Ks + r * Lay::LDT + c, kc + off);
-                copy8(Vs + r * Lay::LDT + c, vc + off);
+                cp_async16(PF_K(stage) + r * LD + c, kc + off);
+                cp_async16(PF_V(stage) + r * LD + c, vc + off);
             } else {
-                *(uint4 *)(Ks + r * Lay::LDT + c) = zero4;
-                *(uint4 *)(Vs + r * Lay::LDT + c) = zero4;
+                *(uint4 *)(PF_K(stage) + r * LD + c) = zero4;
+                *(uint4 *)(PF_V(stage) + r * LD + c) = zero4;
             }
+        }
+        cp_async_commit();
+    };
+
+    for (int idx = threadIdx.x; idx < PF_BM * CH; idx += blockDim.x) {
+        const int r = idx / CH, c = (idx % CH) * 8;
+        if (r < nq) cp_async16(Qs + r * LD + c, q + (size_t)(t0 + r) * g.H * HD + (size_t)h * HD + c);
+        else *(uint4 *)(Qs + r * LD + c) = zero4;
+    }
+    cp_async_commit();
+    load_kv(0, 0);
+    cp_async_wait<1>();
+    __syncthreads();
+
+    // This warp's Q rows as A fragments, for every 16-wide slice of the head.
+    uint32_t qf[HD / 16][4];
+    {
+        const int mi = lane >> 3, rr = lane & 7;
+        const T *base = Qs + (warp * 16 + rr + (mi & 1) * 8) * LD + (mi >> 1) * 8;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qf[kk], base + kk * 16);
+    }
+    float o[DT][4];
+#pragma unroll
+    for (int j = 0; j < DT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+    float m[2] = { -INFINITY, -INFINITY }, l[2] = { 0, 0 };
+    const int row0 = warp * 16 + gq, qpos0 = pos0 + row0, qpos1 = qpos0 + 8;
+    const bool live0 = row0 < nq, live1 = row0 + 8 < nq;
+    const float sl2 = g.scale * 1.4426950408889634f; // exp(x) = exp2(x log2 e)
+
+    const int n_tiles = (n_keys + PF_BN - 1) / PF_BN;
+    for (int it = 0; it < n_tiles; it++) {
+        const int kb = it * PF_BN, st = it & 1;
+        if (it + 1 < n_tiles) {
+            load_kv(kb + PF_BN, st ^ 1); // the next tile streams in while this one is used
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
         }
         __syncthreads();
-        // S = Q K^T for this warp's 16 rows.
-        for (int nt = 0; nt < PF_BN / 16; nt++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
+        const T *K = PF_K(st), *V = PF_V(st);
+        float s[NT][4];
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
-                wmma::load_matrix_sync(a, Qs + warp * 16 * Lay::LDT + kk * 16, Lay::LDT);
-                wmma::load_matrix_sync(b, Ks + nt * 16 * Lay::LDT + kk * 16, Lay::LDT);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-            wmma::store_matrix_sync(S + warp * 16 * Lay::LDS + nt * 16, acc, Lay::LDS, wmma::mem_row_major);
-        }
-        __syncwarp();
-        // Online softmax: two lanes per row, 32 columns each.
+        for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0;
         {
-            const int r = warp * 16 + (lane >> 1), c0 = (lane & 1) * 32;
-            const int qpos = pos0 + r;
-            float *srow = S + r * Lay::LDS;
-            float mx = -INFINITY;
-            for (int c = c0; c < c0 + 32; c++) {
-                const int key = kb + c;
-                float sv = (r < nq && key <= qpos) ? srow[c] * g.scale : -INFINITY;
-                srow[c] = sv;
-                mx = fmaxf(mx, sv);
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            const float mold = rm[r];
-            float mnew = fmaxf(mold, mx);
-            if (mnew == -INFINITY) mnew = 0; // a padding row, or no visible key yet
-            const float alpha = mold == -INFINITY ? 0.0f : __expf(mold - mnew);
-            float sum = 0;
-            T *prow = P + r * Lay::LDP;
-            for (int c = c0; c < c0 + 32; c++) {
-                const float pv = srow[c] == -INFINITY ? 0.0f : __expf(srow[c] - mnew);
-                const T pt = fromf<T>(pv);
-                prow[c] = pt;
-                sum += tof(pt);
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            __syncwarp();
-            if ((lane & 1) == 0) {
-                rl[r] = rl[r] * alpha + sum;
-                rm[r] = mold == -INFINITY && mx == -INFINITY ? -INFINITY : mnew;
-                ra[r] = alpha;
-            }
+            const int mi = lane >> 3, rr = lane & 7;
+            const T *base = K + ((mi >> 1) * 8 + rr) * LD + (mi & 1) * 8;
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, base + np * 16 * LD + kk * 16);
+                    mma16816<T>(s[2 * np], qf[kk], b);
+                    mma16816<T>(s[2 * np + 1], qf[kk], b + 2);
+                }
         }
-        __syncwarp();
-        for (int idx = lane; idx < 16 * HD; idx += 32) {
-            const int r = warp * 16 + idx / HD;
-            O[r * Lay::LDO + idx % HD] *= ra[r];
+        // Mask (causal, padding rows) and the online softmax, in base 2.
+        float mx[2] = { -INFINITY, -INFINITY };
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = kb + j * 8 + 2 * tq + (e & 1);
+                const bool ok = e < 2 ? (live0 && key <= qpos0) : (live1 && key <= qpos1);
+                const float v = ok ? s[j][e] * sl2 : -INFINITY;
+                s[j][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+        float alpha[2], mb[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]);
+            mb[r] = mn == -INFINITY ? 0.0f : mn;
+            alpha[r] = m[r] == -INFINITY ? 0.0f : exp2f(m[r] - mb[r]);
+            m[r] = mn;
+            l[r] *= alpha[r];
         }
-        __syncwarp();
-        // O += P V for this warp's rows.
-        for (int nt = 0; nt < HD / 16; nt++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            float *op = O + warp * 16 * Lay::LDO + nt * 16;
-            wmma::load_matrix_sync(acc, op, Lay::LDO, wmma::mem_row_major);
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(s[j][e] - mb[e >> 1]);
+                s[j][e] = p;
+                l[e >> 1] += p;
+            }
+#pragma unroll
+        for (int j = 0; j < DT; j++) {
+            o[j][0] *= alpha[0];
+            o[j][1] *= alpha[0];
+            o[j][2] *= alpha[1];
+            o[j][3] *= alpha[1];
+        }
+        // O += P V: the score accumulators of two key octets form one A fragment.
+        {
+            const int mi = lane >> 3, rr = lane & 7;
+            const T *base = V + ((mi & 1) * 8 + rr) * LD + (mi >> 1) * 8;
 #pragma unroll
             for (int kk = 0; kk < PF_BN / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
-                wmma::load_matrix_sync(a, P + warp * 16 * Lay::LDP + kk * 16, Lay::LDP);
-                wmma::load_matrix_sync(b, Vs + kk * 16 * Lay::LDT + nt * 16, Lay::LDT);
-                wmma::mma_sync(acc, a, b, acc);
+                uint32_t a[4];
+                a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+                a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+                a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+                for (int dp = 0; dp < DT / 2; dp++) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, base + kk * 16 * LD + dp * 16);
+                    mma16816<T>(o[2 * dp], a, b);
+                    mma16816<T>(o[2 * dp + 1], a, b + 2);
+                }
             }
-            wmma::store_matrix_sync(op, acc, Lay::LDO, wmma::mem_row_major);
         }
+        __syncthreads(); // this stage is refilled two iterations on
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nq * HD; idx += blockDim.x) {
-        const int r = idx / HD, d = idx % HD;
-        out[(size_t)(t0 + r) * g.H * HD + (size_t)h * HD + d] = fromf<T>(O[r * Lay::LDO + d] / rl[r]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        if (row >= nq) continue;
+        const float inv = 1.0f / l[r];
+        T *dst = out + (size_t)(t0 + row) * g.H * HD + (size_t)h * HD + 2 * tq;
+#pragma unroll
+        for (int j = 0; j < DT; j++) *(uint32_t *)(dst + j * 8) = pack2<T>(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
     }
 }
+#undef PF_K
+#undef PF_V
 
 bool qk_attn_prefill_ok(int elem_bytes, int hd) { return elem_bytes == 2 && (hd == 64 || hd == 128); }
 

@@ -32,6 +32,12 @@ typedef struct {
 } dlayer;
 
 typedef struct {
+    int T, n_split, split_len;
+    unsigned gen;
+    cudaGraphExec_t exec;
+} dgraph;
+
+typedef struct {
     qbackend base;
     int wt;                        // QDT_F32 / QDT_BF16 / QDT_F16: storage of weights, activations, KV
     size_t esz;
@@ -54,6 +60,15 @@ typedef struct {
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
+    int gemv;                      // own kernel for projections of <= 8 tokens (QUIRE_CUDA_GEMV=0: cuBLAS)
+    // Decode steps run as CUDA graphs (QUIRE_CUDA_GRAPHS=0: launched one by
+    // one), one per (tokens, splits, split length); scratch reallocation
+    // bumps gen and so invalidates them.
+    int graphs;
+    unsigned gen;
+    dgraph g[32];
+    int n_graphs;
+    void *blas_ws;
     // QUIRE_CUDA_PROFILE=1: events around each step of layer 1 and the whole
     // pass, summed per batch size and printed when the batch size changes.
     int prof, prof_T, prof_n;
@@ -214,6 +229,7 @@ static int ensure_tokens(cuda_be *be, int T)
     void **bufs[] = { (void **)&be->x, (void **)&be->qkv, (void **)&be->gu, &be->xn, &be->qb, &be->att, &be->h };
     const size_t sizes[] = { cap * D * 4, cap * (Q + 2 * KVd) * 4, cap * 2 * F * 4, cap * D * e, cap * Q * e,
                              cap * Q * e, cap * F * e };
+    be->gen++;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         cudaFree(*bufs[i]);
         if (dmalloc(bufs[i], sizes[i])) return QERR_DEVICE;
@@ -225,6 +241,7 @@ static int ensure_tokens(cuda_be *be, int T)
 static int ensure_logits(cuda_be *be, int n)
 {
     if (n <= be->cap_logits) return 0;
+    be->gen++;
     cudaFree(be->logits);
     if (dmalloc((void **)&be->logits, (size_t)n * be->base.w->hp.n_vocab * 4)) return QERR_DEVICE;
     be->cap_logits = n;
@@ -234,6 +251,7 @@ static int ensure_logits(cuda_be *be, int n)
 static int ensure_part(cuda_be *be, size_t slots)
 {
     if (slots <= be->cap_part) return 0;
+    be->gen++;
     cudaFree(be->part_acc);
     cudaFree(be->part_ml);
     be->part_ml = NULL;
@@ -248,6 +266,7 @@ static int ensure_meta(cuda_be *be, size_t n)
 {
     if (n <= be->meta_cap) return 0;
     size_t cap = n * 2 > 4096 ? n * 2 : 4096;
+    be->gen++;
     cudaFreeHost(be->h_meta);
     cudaFree(be->d_meta);
     be->h_meta = NULL;
@@ -262,6 +281,10 @@ static int ensure_meta(cuda_be *be, size_t n)
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
 static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta)
 {
+    if (be->gemv && qk_gemv_ok((int)be->esz, T, K)) {
+        if (be->wt == QDT_BF16) return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta);
+        return qk_gemv<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta);
+    }
     const float one = 1.0f;
     const cudaDataType dt = (cudaDataType)qdt_cuda(be->wt);
     const cublasComputeType_t ct = be->wt == QDT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
@@ -351,25 +374,22 @@ static int plan_batch(cuda_be *be, const qbatch *b, meta_plan *mp)
             if (q->pos0 + q->n_tokens > max_ctx) max_ctx = q->pos0 + q->n_tokens;
         }
     }
-    // Splits: enough blocks to fill the GPU twice, at least 128 positions each.
+    // Splits: enough blocks to fill the GPU twice, a power-of-two length of
+    // at least 128 positions (so that few distinct plans, and graphs, occur).
     mp->n_split = 1;
-    mp->split_len = max_ctx > 0 ? max_ctx : 1;
+    mp->split_len = 128;
     if (n_dec > 0) {
         const long blocks = (long)n_dec * hp->n_kv_heads;
-        long want = (2L * be->n_sm + blocks - 1) / blocks;
-        long most = (max_ctx + 127) / 128;
-        long ns = want < most ? want : most;
-        if (ns > 32) ns = 32;
-        if (ns < 1) ns = 1;
-        int len = (int)((max_ctx + ns - 1) / ns);
-        len = (len + 31) / 32 * 32;
-        mp->split_len = len;
-        mp->n_split = (max_ctx + len - 1) / len;
+        long len = 128;
+        while (len < max_ctx && ((max_ctx + len - 1) / len) * blocks > 2L * be->n_sm) len *= 2;
+        while ((max_ctx + len - 1) / len > 64) len *= 2;
+        mp->split_len = (int)len;
+        mp->n_split = (int)((max_ctx + len - 1) / len);
     }
     return 0;
 }
 
-template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp, float *logits_out)
+template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
     const int T_ = b->n_tokens, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, F = hp->ffn_dim;
@@ -423,12 +443,60 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, b->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
             (rc = gemm(be, be->logits, xn, be->output, b->n_logits, hp->n_vocab, D, 0.0f)))
             return rc;
-        if (cudaMemcpyAsync(logits_out, be->logits, sizeof(float) * b->n_logits * hp->n_vocab, cudaMemcpyDeviceToHost,
-                            st) != cudaSuccess)
-            rc = QERR_DEVICE;
     }
     prof_mark(be, PF_END, 0);
     return rc;
+}
+
+static int run_layers(cuda_be *be, const qbatch *b, const meta_plan *mp)
+{
+    if (be->wt == QDT_F32) return forward_t<float>(be, b, mp);
+    if (be->wt == QDT_BF16) return forward_t<bf16>(be, b, mp);
+    return forward_t<__half>(be, b, mp);
+}
+
+static void drop_graphs(cuda_be *be)
+{
+    for (int i = 0; i < be->n_graphs; i++) cudaGraphExecDestroy(be->g[i].exec);
+    be->n_graphs = 0;
+}
+
+// A pure decode step (one token and one logit row per sequence) replays a
+// captured graph of the whole pass; anything else is launched directly.
+static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
+{
+    dgraph *e = NULL;
+    for (int i = 0; i < be->n_graphs; i++)
+        if (be->g[i].T == b->n_tokens && be->g[i].n_split == mp->n_split && be->g[i].split_len == mp->split_len)
+            e = &be->g[i];
+    if (e && e->gen != be->gen) {
+        cudaGraphExecDestroy(e->exec);
+        *e = be->g[--be->n_graphs];
+        e = NULL;
+    }
+    if (!e) {
+        if (be->n_graphs == (int)(sizeof be->g / sizeof be->g[0])) drop_graphs(be);
+        cudaGraph_t graph = NULL;
+        CK(cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal));
+        int rc = run_layers(be, b, mp);
+        cudaError_t ce = cudaStreamEndCapture(be->stream, &graph);
+        if (rc || ce != cudaSuccess) {
+            if (graph) cudaGraphDestroy(graph);
+            QLOGE("cuda: capturing a decode graph: %s", rc ? qerr_str(rc) : cudaGetErrorString(ce));
+            return rc ? rc : QERR_DEVICE;
+        }
+        e = &be->g[be->n_graphs];
+        ce = cudaGraphInstantiate(&e->exec, graph, 0);
+        cudaGraphDestroy(graph);
+        CK(ce);
+        e->T = b->n_tokens;
+        e->n_split = mp->n_split;
+        e->split_len = mp->split_len;
+        e->gen = be->gen;
+        be->n_graphs++;
+    }
+    CK(cudaGraphLaunch(e->exec, be->stream));
+    return 0;
 }
 
 static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
@@ -441,9 +509,13 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
         (rc = ensure_part(be, (size_t)mp.n_dec * base->w->hp.n_heads * (mp.n_split > 1 ? mp.n_split : 0))))
         return rc;
     CK(cudaMemcpyAsync(be->d_meta, be->h_meta, 4 * mp.total, cudaMemcpyHostToDevice, be->stream));
-    if (be->wt == QDT_F32) rc = forward_t<float>(be, b, &mp, logits);
-    else if (be->wt == QDT_BF16) rc = forward_t<bf16>(be, b, &mp, logits);
-    else rc = forward_t<__half>(be, b, &mp, logits);
+    const int decode_step = mp.n_tiles == 0 && b->n_logits == b->n_tokens && b->n_seqs == b->n_tokens;
+    if (be->graphs && decode_step && !be->prof) rc = run_graph(be, b, &mp);
+    else rc = run_layers(be, b, &mp);
+    if (!rc && b->n_logits > 0 &&
+        cudaMemcpyAsync(logits, be->logits, sizeof(float) * b->n_logits * base->w->hp.n_vocab, cudaMemcpyDeviceToHost,
+                        be->stream) != cudaSuccess)
+        rc = QERR_DEVICE;
     cudaError_t e = cudaStreamSynchronize(be->stream);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
@@ -510,6 +582,8 @@ static void cuda_destroy(qbackend *base)
     if (!be) return;
     prof_dump(be);
     for (int i = 0; i < PF_N && be->prof; i++) cudaEventDestroy(be->ev[i]);
+    drop_graphs(be);
+    cudaFree(be->blas_ws);
     if (be->L) {
         for (int l = 0; l < base->w->hp.n_layers; l++) {
             dlayer *d = &be->L[l];
@@ -592,6 +666,13 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
         for (int i = 0; i < PF_N; i++)
             if (cudaEventCreate(&be->ev[i]) != cudaSuccess) rc = QERR_DEVICE;
     }
+    const char *ge = getenv("QUIRE_CUDA_GRAPHS"), *gv = getenv("QUIRE_CUDA_GEMV");
+    be->graphs = !(ge && *ge == '0');
+    be->gemv = !(gv && *gv == '0');
+    // cuBLAS gets its workspace up front: nothing may allocate during graph capture.
+    const size_t ws = (size_t)32 << 20;
+    if (!rc && (dmalloc(&be->blas_ws, ws) || cublasSetWorkspace(be->blas, be->blas_ws, ws) != CUBLAS_STATUS_SUCCESS))
+        rc = QERR_DEVICE;
     if (!rc) {
         be->n_sm = prop.multiProcessorCount;
         // Exact float32 products in the exact mode: no TF32 shortcut.

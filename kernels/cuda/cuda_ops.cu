@@ -170,3 +170,69 @@ template <typename T, typename S> int qk_convert(cudaStream_t st, T *dst, const 
 INST(float)
 INST(bf16)
 INST(__half)
+
+// ---- small-batch projections ------------------------------------------------------------
+//
+// y(n, N) = x(n, K) W(N, K)^T + beta y for n <= 8 tokens: decode is a
+// stream over the weights, so one warp per output row reads the row with
+// 16-byte loads, several in flight, and keeps n sums; x (a few KB) comes
+// from the L1/L2 caches.
+
+template <typename T, int NT>
+__global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const T *__restrict__ x,
+                                                   const T *__restrict__ W, int N, int K, float beta)
+{
+    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const T *w = W + (size_t)row * K;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0;
+#pragma unroll 4
+    for (int k = lane * 8; k < K; k += 256) {
+        float wv[8];
+        load_vec<T, 8>(w + k, wv);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float xv[8];
+            load_vec<T, 8>(x + (size_t)t * K + k, xv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[t] += wv[e] * xv[e];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0) {
+            float *yp = y + (size_t)t * N + row;
+            *yp = beta != 0.0f ? v + beta * *yp : v;
+        }
+    }
+}
+
+bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= 8 && K % 8 == 0; }
+
+template <typename T> int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta)
+{
+    const dim3 grid((N + 7) / 8), block(256);
+    switch (n) {
+    case 1: gemv_kernel<T, 1><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 2: gemv_kernel<T, 2><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 3: gemv_kernel<T, 3><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 4: gemv_kernel<T, 4><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 5: gemv_kernel<T, 5><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 6: gemv_kernel<T, 6><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 7: gemv_kernel<T, 7><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 8: gemv_kernel<T, 8><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    default: return QERR_UNSUPPORTED;
+    }
+    CK_LAUNCH("gemv");
+    return 0;
+}
+
+template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float)
+{
+    return QERR_UNSUPPORTED;
+}
+template int qk_gemv<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float);
+template int qk_gemv<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float);
