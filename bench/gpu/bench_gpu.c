@@ -206,8 +206,10 @@ int main(int argc, char **argv)
                    B / s, B == 1 ? "" : "");
             fflush(stdout);
         }
-        double ps = run_prefill(be, V, o.prefill);
-        if (ps > 0) {
+        double ps = o.prefill > 0 ? run_prefill(be, V, o.prefill) : 0;
+        if (o.prefill <= 0) {
+            /* --prefill 0: decode only */
+        } else if (ps > 0) {
             const double n = o.prefill;
             /* projections of every token, the output projection of the last */
             double flops = 2.0 * (mm_params - (double)V * hp->dim) * n + 2.0 * V * hp->dim;

@@ -173,66 +173,132 @@ INST(__half)
 
 // ---- small-batch projections ------------------------------------------------------------
 //
-// y(n, N) = x(n, K) W(N, K)^T + beta y for n <= 8 tokens: decode is a
-// stream over the weights, so one warp per output row reads the row with
-// 16-byte loads, several in flight, and keeps n sums; x (a few KB) comes
-// from the L1/L2 caches.
+// y(n, N) = x'(n, K) W(N, K)^T + beta y for n <= 4 tokens.  Decode is a
+// stream over the weights: each warp reads two rows with 16-byte loads,
+// several in flight, and keeps 2 x n sums.  x' is formed on the fly from
+// what the previous step left, so no separate kernel runs:
+//   QX_PLAIN   x' = x (storage type);
+//   QX_RMSNORM x' = round(x / rms(x) * w) from the float residual;
+//   QX_SWIGLU  x' = round(silu(g) * u) from the float gate/up output.
+// The rounding to the storage type matches the separate kernels exactly.
 
-template <typename T, int NT>
-__global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const T *__restrict__ x,
-                                                   const T *__restrict__ W, int N, int K, float beta)
+template <typename T, int MODE>
+__device__ __forceinline__ void load_x(const void *xin, int t, int k, int K, const float *nw, const float *sscale,
+                                       float *xv)
 {
-    const int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const T *w = W + (size_t)row * K;
-    float acc[NT];
+    if (MODE == QX_PLAIN) {
+        load_vec<T, 8>((const T *)xin + (size_t)t * K + k, xv);
+    } else if (MODE == QX_RMSNORM) {
+        const float *x = (const float *)xin + (size_t)t * K + k;
+        const float4 x0 = *(const float4 *)x, x1 = *(const float4 *)(x + 4);
+        const float4 w0 = *(const float4 *)(nw + k), w1 = *(const float4 *)(nw + k + 4);
+        const float xs[8] = { x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w };
+        const float ws[8] = { w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w };
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0;
-#pragma unroll 4
+        for (int e = 0; e < 8; e++) xv[e] = tof(fromf<T>((xs[e] * sscale[t]) * ws[e]));
+    } else {
+        const float *gp = (const float *)xin + (size_t)t * 2 * K + k, *up = gp + K;
+        const float4 g0 = *(const float4 *)gp, g1 = *(const float4 *)(gp + 4);
+        const float4 u0 = *(const float4 *)up, u1 = *(const float4 *)(up + 4);
+        const float gs[8] = { g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w };
+        const float us[8] = { u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w };
+#pragma unroll
+        for (int e = 0; e < 8; e++) xv[e] = tof(fromf<T>(gs[e] / (1.0f + expf(-gs[e])) * us[e]));
+    }
+}
+
+template <typename T, int NT, int MODE>
+__global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const void *__restrict__ xin,
+                                                   const T *__restrict__ W, int N, int K, float beta,
+                                                   const float *__restrict__ nw, float eps)
+{
+    __shared__ float sscale[NT];
+    if (MODE == QX_RMSNORM) {
+        // 1 / rms of each token's row, in double as rmsnorm_kernel does.
+        __shared__ double red[8];
+        for (int t = 0; t < NT; t++) {
+            const float *x = (const float *)xin + (size_t)t * K;
+            double ss = 0;
+            for (int i = threadIdx.x; i < K; i += blockDim.x) ss += (double)x[i] * x[i];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                double tot = 0;
+                for (int w = 0; w < 8; w++) tot += red[w];
+                sscale[t] = (float)(1.0 / sqrt(tot / K + eps));
+            }
+            __syncthreads();
+        }
+    }
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * 2;
+    if (row0 >= N) return;
+    const bool two = row0 + 1 < N;
+    const T *w0 = W + (size_t)row0 * K, *w1 = two ? w0 + K : w0;
+    float acc0[NT], acc1[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc0[t] = acc1[t] = 0;
+#pragma unroll 2
     for (int k = lane * 8; k < K; k += 256) {
-        float wv[8];
-        load_vec<T, 8>(w + k, wv);
+        float a[8], b[8];
+        load_vec<T, 8>(w0 + k, a);
+        load_vec<T, 8>(w1 + k, b);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float xv[8];
-            load_vec<T, 8>(x + (size_t)t * K + k, xv);
+            load_x<T, MODE>(xin, t, k, K, nw, sscale, xv);
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[t] += wv[e] * xv[e];
+            for (int e = 0; e < 8; e++) {
+                acc0[t] += a[e] * xv[e];
+                acc1[t] += b[e] * xv[e];
+            }
         }
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-        const float v = warp_sum(acc[t]);
+        const float v0 = warp_sum(acc0[t]), v1 = warp_sum(acc1[t]);
         if (lane == 0) {
-            float *yp = y + (size_t)t * N + row;
-            *yp = beta != 0.0f ? v + beta * *yp : v;
+            float *yp = y + (size_t)t * N + row0;
+            yp[0] = beta != 0.0f ? v0 + beta * yp[0] : v0;
+            if (two) yp[1] = beta != 0.0f ? v1 + beta * yp[1] : v1;
         }
     }
 }
 
-bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= 8 && K % 8 == 0; }
+bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= QK_GEMV_MAX && K % 8 == 0; }
 
-template <typename T> int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta)
+template <typename T, int MODE>
+static int gemv_mode(cudaStream_t st, float *y, const void *x, const T *W, int n, int N, int K, float beta,
+                     const float *nw, float eps)
 {
-    const dim3 grid((N + 7) / 8), block(256);
+    const dim3 grid((N + 15) / 16), block(256);
     switch (n) {
-    case 1: gemv_kernel<T, 1><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 2: gemv_kernel<T, 2><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 3: gemv_kernel<T, 3><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 4: gemv_kernel<T, 4><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 5: gemv_kernel<T, 5><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 6: gemv_kernel<T, 6><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 7: gemv_kernel<T, 7><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 8: gemv_kernel<T, 8><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 1: gemv_kernel<T, 1, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
+    case 2: gemv_kernel<T, 2, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
+    case 3: gemv_kernel<T, 3, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
+    case 4: gemv_kernel<T, 4, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
     default: return QERR_UNSUPPORTED;
     }
     CK_LAUNCH("gemv");
     return 0;
 }
 
-template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float)
+template <typename T>
+int qk_gemv(cudaStream_t st, float *y, const void *x, int mode, const T *W, int n, int N, int K, float beta,
+            const float *nw, float eps)
+{
+    if (mode == QX_PLAIN) return gemv_mode<T, QX_PLAIN>(st, y, x, W, n, N, K, beta, nw, eps);
+    if (mode == QX_RMSNORM) return gemv_mode<T, QX_RMSNORM>(st, y, x, W, n, N, K, beta, nw, eps);
+    return gemv_mode<T, QX_SWIGLU>(st, y, x, W, n, N, K, beta, nw, eps);
+}
+
+template <>
+int qk_gemv<float>(cudaStream_t, float *, const void *, int, const float *, int, int, int, float, const float *, float)
 {
     return QERR_UNSUPPORTED;
 }
-template int qk_gemv<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float);
-template int qk_gemv<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float);
+template int qk_gemv<bf16>(cudaStream_t, float *, const void *, int, const bf16 *, int, int, int, float, const float *,
+                           float);
+template int qk_gemv<__half>(cudaStream_t, float *, const void *, int, const __half *, int, int, int, float,
+                             const float *, float);
