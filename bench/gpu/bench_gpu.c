@@ -7,7 +7,7 @@
  * copied to the host), after a warm-up.
  *
  * usage: bench_gpu [--config PATH]... [--batches 1,8,64,256] [--prompt 128]
- *                  [--gen 128] [--prefill 2048] [--mem-util 0.85]
+ *                  [--gen 128] [--prefill 2048] [--mem-util 0.85] [--gemv N]
  * Prints a markdown table per configuration. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +24,7 @@ typedef struct {
     int batches[16], n_batches;
     int prompt, gen, prefill;
     float mem_util;
+    int gemv; /* > 0: only the projection-kernel table for this many tokens */
 } bopts;
 
 static uint64_t rng = 0x1234;
@@ -147,6 +148,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--gen")) o.gen = atoi(v);
         else if (!strcmp(a, "--prefill")) o.prefill = atoi(v);
         else if (!strcmp(a, "--mem-util")) o.mem_util = (float)atof(v);
+        else if (!strcmp(a, "--gemv")) o.gemv = atoi(v);
         else {
             fprintf(stderr, "bench_gpu: unknown option %s\n", a);
             return 2;
@@ -167,6 +169,7 @@ int main(int argc, char **argv)
     }
     printf("device: %s; measured: copy %.2f TB/s (read + write), cuBLAS bf16 8192^3 %.0f TFLOP/s\n\n", name, copy_tbs,
            tflops);
+    if (o.gemv > 0) return cuda_bench_gemv(stdout, o.gemv) ? 1 : 0;
     for (int c = 0; c < o.n_configs; c++) {
         qmodel *m = NULL;
         if (qmodel_random(o.configs[c], 0, 1, &m, err, sizeof err)) {

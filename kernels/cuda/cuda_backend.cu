@@ -60,7 +60,9 @@ typedef struct {
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
-    int gemv;                      // own kernel for projections of <= 8 tokens (QUIRE_CUDA_GEMV=0: cuBLAS)
+    // QUIRE_CUDA_GEMV=1 (or 2: two rows a warp): own kernel, with the norms
+    // and SwiGLU folded in, for projections of <= 4 tokens; default cuBLAS.
+    int gemv, gemv_rows;
     // Decode steps run as CUDA graphs (QUIRE_CUDA_GRAPHS=0: launched one by
     // one), one per (tokens, splits, split length); scratch reallocation
     // bumps gen and so invalidates them.
@@ -283,8 +285,9 @@ static int gemv(cuda_be *be, float *y, const void *x, int mode, const void *W, i
                 const float *nw)
 {
     const float eps = be->base.w->hp.norm_eps;
-    if (be->wt == QDT_BF16) return qk_gemv<bf16>(be->stream, y, x, mode, (const bf16 *)W, T, N, K, beta, nw, eps);
-    return qk_gemv<__half>(be->stream, y, x, mode, (const __half *)W, T, N, K, beta, nw, eps);
+    if (be->wt == QDT_BF16)
+        return qk_gemv<bf16>(be->stream, y, x, mode, (const bf16 *)W, T, N, K, beta, nw, eps, be->gemv_rows);
+    return qk_gemv<__half>(be->stream, y, x, mode, (const __half *)W, T, N, K, beta, nw, eps, be->gemv_rows);
 }
 
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
@@ -691,7 +694,8 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     }
     const char *ge = getenv("QUIRE_CUDA_GRAPHS"), *gv = getenv("QUIRE_CUDA_GEMV");
     be->graphs = !(ge && *ge == '0');
-    be->gemv = !(gv && *gv == '0');
+    be->gemv = gv && (*gv == '1' || *gv == '2');
+    be->gemv_rows = gv && *gv == '2' ? 2 : 1;
     // cuBLAS gets its workspace up front: nothing may allocate during graph capture.
     const size_t ws = (size_t)32 << 20;
     if (!rc && (dmalloc(&be->blas_ws, ws) || cublasSetWorkspace(be->blas, be->blas_ws, ws) != CUBLAS_STATUS_SUCCESS))

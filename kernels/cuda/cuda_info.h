@@ -41,5 +41,9 @@ int cuda_selftest_round(int dtype, float *x, size_t n);
 /* Device-to-device copy bandwidth (TB/s, bytes read + written, 4 GiB) and
  * cuBLAS bf16 8192^3 product rate (TFLOP/s) on random data. */
 int cuda_measure_ceilings(double *copy_tbs, double *bf16_tflops);
+/* Prints a table of the small-batch projection kernels' weight-streaming
+ * rates against cuBLAS for n tokens (bench/gpu). */
+#include <stdio.h>
+int cuda_bench_gemv(FILE *f, int n);
 
 #endif

@@ -53,7 +53,7 @@ bool qk_attn_prefill_ok(int elem_bytes, int hd);
 enum { QX_PLAIN = 0, QX_RMSNORM = 1, QX_SWIGLU = 2 };
 template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const void *x, int mode, const T *W, int n, int N, int K, float beta,
-            const float *nw, float eps);
+            const float *nw, float eps, int rows_per_warp);
 bool qk_gemv_ok(int elem_bytes, int n, int K);
 // p[i] uniform in [lo, hi) from seed (random-weight models).
 template <typename T> int qk_fill_uniform(cudaStream_t st, T *p, size_t n, uint64_t seed, float lo, float hi);

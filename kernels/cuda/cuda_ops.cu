@@ -174,8 +174,8 @@ INST(__half)
 // ---- small-batch projections ------------------------------------------------------------
 //
 // y(n, N) = x'(n, K) W(N, K)^T + beta y for n <= 4 tokens.  Decode is a
-// stream over the weights: each warp reads two rows with 16-byte loads,
-// several in flight, and keeps 2 x n sums.  x' is formed on the fly from
+// stream over the weights: each warp reads R (1 or 2) rows with 16-byte
+// loads, several in flight, and keeps R x n sums.  x' is formed on the fly from
 // what the previous step left, so no separate kernel runs:
 //   QX_PLAIN   x' = x (storage type);
 //   QX_RMSNORM x' = round(x / rms(x) * w) from the float residual;
@@ -207,7 +207,7 @@ __device__ __forceinline__ void load_x(const void *xin, int t, int k, int K, con
     }
 }
 
-template <typename T, int NT, int MODE>
+template <typename T, int NT, int MODE, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const void *__restrict__ xin,
                                                    const T *__restrict__ W, int N, int K, float beta,
                                                    const float *__restrict__ nw, float eps)
@@ -232,52 +232,55 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const 
             __syncthreads();
         }
     }
-    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * 2;
+    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * R;
     if (row0 >= N) return;
-    const bool two = row0 + 1 < N;
-    const T *w0 = W + (size_t)row0 * K, *w1 = two ? w0 + K : w0;
-    float acc0[NT], acc1[NT];
+    const T *w[R];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc0[t] = acc1[t] = 0;
-#pragma unroll 2
+    for (int r = 0; r < R; r++) w[r] = W + (size_t)(row0 + r < N ? row0 + r : row0) * K;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0;
+#pragma unroll 4
     for (int k = lane * 8; k < K; k += 256) {
-        float a[8], b[8];
-        load_vec<T, 8>(w0 + k, a);
-        load_vec<T, 8>(w1 + k, b);
+        float a[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) load_vec<T, 8>(w[r] + k, a[r]);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float xv[8];
             load_x<T, MODE>(xin, t, k, K, nw, sscale, xv);
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                acc0[t] += a[e] * xv[e];
-                acc1[t] += b[e] * xv[e];
-            }
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[r][t] += a[r][e] * xv[e];
         }
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const float v0 = warp_sum(acc0[t]), v1 = warp_sum(acc1[t]);
-        if (lane == 0) {
-            float *yp = y + (size_t)t * N + row0;
-            yp[0] = beta != 0.0f ? v0 + beta * yp[0] : v0;
-            if (two) yp[1] = beta != 0.0f ? v1 + beta * yp[1] : v1;
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float v = warp_sum(acc[r][t]);
+            if (lane == 0 && row0 + r < N) {
+                float *yp = y + (size_t)t * N + row0 + r;
+                *yp = beta != 0.0f ? v + beta * *yp : v;
+            }
         }
-    }
 }
 
 bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= QK_GEMV_MAX && K % 8 == 0; }
 
-template <typename T, int MODE>
+template <typename T, int MODE, int R>
 static int gemv_mode(cudaStream_t st, float *y, const void *x, const T *W, int n, int N, int K, float beta,
                      const float *nw, float eps)
 {
-    const dim3 grid((N + 15) / 16), block(256);
+    const dim3 grid((N + 8 * R - 1) / (8 * R)), block(256);
     switch (n) {
-    case 1: gemv_kernel<T, 1, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
-    case 2: gemv_kernel<T, 2, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
-    case 3: gemv_kernel<T, 3, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
-    case 4: gemv_kernel<T, 4, MODE><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
+    case 1: gemv_kernel<T, 1, MODE, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
+    case 2: gemv_kernel<T, 2, MODE, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
+    case 3: gemv_kernel<T, 3, MODE, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
+    case 4: gemv_kernel<T, 4, MODE, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta, nw, eps); break;
     default: return QERR_UNSUPPORTED;
     }
     CK_LAUNCH("gemv");
@@ -286,19 +289,25 @@ static int gemv_mode(cudaStream_t st, float *y, const void *x, const T *W, int n
 
 template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const void *x, int mode, const T *W, int n, int N, int K, float beta,
-            const float *nw, float eps)
+            const float *nw, float eps, int rows_per_warp)
 {
-    if (mode == QX_PLAIN) return gemv_mode<T, QX_PLAIN>(st, y, x, W, n, N, K, beta, nw, eps);
-    if (mode == QX_RMSNORM) return gemv_mode<T, QX_RMSNORM>(st, y, x, W, n, N, K, beta, nw, eps);
-    return gemv_mode<T, QX_SWIGLU>(st, y, x, W, n, N, K, beta, nw, eps);
+    if (rows_per_warp == 2) {
+        if (mode == QX_PLAIN) return gemv_mode<T, QX_PLAIN, 2>(st, y, x, W, n, N, K, beta, nw, eps);
+        if (mode == QX_RMSNORM) return gemv_mode<T, QX_RMSNORM, 2>(st, y, x, W, n, N, K, beta, nw, eps);
+        return gemv_mode<T, QX_SWIGLU, 2>(st, y, x, W, n, N, K, beta, nw, eps);
+    }
+    if (mode == QX_PLAIN) return gemv_mode<T, QX_PLAIN, 1>(st, y, x, W, n, N, K, beta, nw, eps);
+    if (mode == QX_RMSNORM) return gemv_mode<T, QX_RMSNORM, 1>(st, y, x, W, n, N, K, beta, nw, eps);
+    return gemv_mode<T, QX_SWIGLU, 1>(st, y, x, W, n, N, K, beta, nw, eps);
 }
 
 template <>
-int qk_gemv<float>(cudaStream_t, float *, const void *, int, const float *, int, int, int, float, const float *, float)
+int qk_gemv<float>(cudaStream_t, float *, const void *, int, const float *, int, int, int, float, const float *, float,
+                   int)
 {
     return QERR_UNSUPPORTED;
 }
 template int qk_gemv<bf16>(cudaStream_t, float *, const void *, int, const bf16 *, int, int, int, float, const float *,
-                           float);
+                           float, int);
 template int qk_gemv<__half>(cudaStream_t, float *, const void *, int, const __half *, int, int, int, float,
-                             const float *, float);
+                             const float *, float, int);

@@ -171,3 +171,74 @@ extern "C" int cuda_measure_ceilings(double *copy_tbs, double *bf16_tflops)
     cudaEventDestroy(e1);
     return rc;
 }
+
+// Weight-streaming rate (GB/s of weight bytes) of the small-batch projection
+// kernel variants and of cuBLAS, on the projection shapes of the 1B and 8B
+// bodies, for n tokens.  Median of 30 timed runs after warm-up; weights
+// several times the L2 size are rotated so the cache does not serve them.
+extern "C" int cuda_bench_gemv(FILE *f, int n)
+{
+    static const int shapes[][2] = { { 3072, 2048 }, { 2048, 2048 }, { 16384, 2048 }, { 2048, 8192 },
+                                     { 6144, 4096 }, { 4096, 4096 }, { 28672, 4096 }, { 4096, 14336 } };
+    const size_t pool = (size_t)1 << 30; // 1 GiB of weights, rotated
+    bf16 *W = NULL;
+    float *x = NULL, *y = NULL, *nw = NULL;
+    CK(cudaMalloc(&W, pool));
+    CK(cudaMalloc(&x, (size_t)n * 2 * 14336 * 4));
+    CK(cudaMalloc(&y, (size_t)n * 28672 * 4));
+    CK(cudaMalloc(&nw, 14336 * 4));
+    int rc = qk_fill_uniform<bf16>(0, W, pool / 2, 3, -0.03f, 0.03f);
+    if (!rc) rc = qk_fill_uniform<float>(0, x, (size_t)n * 2 * 14336, 4, -1, 1);
+    if (!rc) rc = qk_fill_uniform<float>(0, nw, 14336, 5, 0.9f, 1.1f);
+    cublasHandle_t h = NULL;
+    if (!rc && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) rc = QERR_DEVICE;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    fprintf(f, "| N x K (n=%d) | cuBLAS | plain R1 | plain R2 | rmsnorm R1 | rmsnorm R2 | swiglu R1 | swiglu R2 |\n", n);
+    fprintf(f, "|---|---|---|---|---|---|---|---|\n");
+    for (size_t si = 0; !rc && si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int N = shapes[si][0], K = shapes[si][1];
+        const size_t wbytes = (size_t)N * K * 2, copies = pool / wbytes;
+        fprintf(f, "| %d x %d |", N, K);
+        for (int v = 0; v < 7 && !rc; v++) {
+            float times[40], ms;
+            for (int it = 0; it < 40 && !rc; it++) {
+                const bf16 *w = W + (size_t)(it % copies) * N * K;
+                cudaEventRecord(e0);
+                if (v == 0) {
+                    const float one = 1, zero = 0;
+                    if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, n, K, &one, w, CUDA_R_16BF, K, x, CUDA_R_16BF, K,
+                                     &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) !=
+                        CUBLAS_STATUS_SUCCESS)
+                        rc = QERR_DEVICE;
+                } else {
+                    const int mode = v <= 2 ? QX_PLAIN : v <= 4 ? QX_RMSNORM : QX_SWIGLU, rows = (v % 2) ? 1 : 2;
+                    rc = qk_gemv<bf16>(0, y, x, mode, w, n, N, K, 0.0f, nw, 1e-5f, rows);
+                }
+                cudaEventRecord(e1);
+                cudaEventSynchronize(e1);
+                cudaEventElapsedTime(&ms, e0, e1);
+                times[it] = ms;
+            }
+            // median of the last 30
+            for (int i = 10; i < 40; i++)
+                for (int j = i + 1; j < 40; j++)
+                    if (times[j] < times[i]) {
+                        float t = times[i];
+                        times[i] = times[j];
+                        times[j] = t;
+                    }
+            fprintf(f, " %.0f |", wbytes / (times[25] * 1e-3) / 1e9);
+        }
+        fprintf(f, "\n");
+    }
+    if (h) cublasDestroy(h);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(W);
+    cudaFree(x);
+    cudaFree(y);
+    cudaFree(nw);
+    return rc;
+}
