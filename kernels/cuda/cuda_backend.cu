@@ -60,9 +60,7 @@ typedef struct {
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
-    // QUIRE_CUDA_GEMV=1 (or 2: two rows a warp): own kernel, with the norms
-    // and SwiGLU folded in, for projections of <= 4 tokens; default cuBLAS.
-    int gemv, gemv_rows;
+    int gemv;                      // own kernel for projections of <= 8 tokens (QUIRE_CUDA_GEMV=0: cuBLAS)
     // Decode steps run as CUDA graphs (QUIRE_CUDA_GRAPHS=0: launched one by
     // one), one per (tokens, splits, split length); scratch reallocation
     // bumps gen and so invalidates them.
@@ -280,20 +278,15 @@ static int ensure_meta(cuda_be *be, size_t n)
     return 0;
 }
 
-// The small-batch projection with its input transform (cuda_ops.cu).
-static int gemv(cuda_be *be, float *y, const void *x, int mode, const void *W, int T, int N, int K, float beta,
-                const float *nw)
-{
-    const float eps = be->base.w->hp.norm_eps;
-    if (be->wt == QDT_BF16)
-        return qk_gemv<bf16>(be->stream, y, x, mode, (const bf16 *)W, T, N, K, beta, nw, eps, be->gemv_rows);
-    return qk_gemv<__half>(be->stream, y, x, mode, (const __half *)W, T, N, K, beta, nw, eps, be->gemv_rows);
-}
-
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
 static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta)
 {
-    if (be->gemv && qk_gemv_ok((int)be->esz, T, K)) return gemv(be, y, x, QX_PLAIN, W, T, N, K, beta, NULL);
+    if (be->gemv && qk_gemv_ok((int)be->esz, T, K)) { // a few tokens: the weight-streaming kernel
+        const int rows = T == 1 ? 1 : 2;
+        if (be->wt == QDT_BF16)
+            return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, rows);
+        return qk_gemv<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, rows);
+    }
     const float one = 1.0f;
     const cudaDataType dt = (cudaDataType)qdt_cuda(be->wt);
     const cublasComputeType_t ct = be->wt == QDT_F32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
@@ -420,24 +413,7 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
     prof_mark(be, PF_START, 0);
     int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D);
-    // A few tokens: the projections stream the weights with the norms and
-    // SwiGLU folded into them (6 launches a layer instead of 10).
-    const bool small = be->gemv && qk_gemv_ok((int)be->esz, T_, D) && qk_gemv_ok((int)be->esz, T_, F) &&
-                       qk_gemv_ok((int)be->esz, T_, qd);
-    for (int l = 0; small && l < hp->n_layers && !rc; l++) {
-        const dlayer *L = &be->L[l];
-        T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
-        if ((rc = gemv(be, be->qkv, be->x, QX_RMSNORM, L->wqkv, T_, qd + 2 * kvd, D, 0.0f, L->attn_norm)) ||
-            (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)) ||
-            (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att)) ||
-            (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, dm + mp->dec, mp->n_dec, mp->n_split, mp->split_len,
-                                    be->part_acc, be->part_ml, att)) ||
-            (rc = gemv(be, be->x, att, QX_PLAIN, L->wo, T_, D, qd, 1.0f, NULL)) ||
-            (rc = gemv(be, be->gu, be->x, QX_RMSNORM, L->wgu, T_, 2 * F, D, 0.0f, L->ffn_norm)) ||
-            (rc = gemv(be, be->x, be->gu, QX_SWIGLU, L->wdown, T_, D, F, 1.0f, NULL)))
-            break;
-    }
-    for (int l = 0; !small && l < hp->n_layers && !rc; l++) {
+    for (int l = 0; l < hp->n_layers && !rc; l++) {
         const dlayer *L = &be->L[l];
         T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
         prof_mark(be, PF_L1START, l);
@@ -694,8 +670,7 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     }
     const char *ge = getenv("QUIRE_CUDA_GRAPHS"), *gv = getenv("QUIRE_CUDA_GEMV");
     be->graphs = !(ge && *ge == '0');
-    be->gemv = gv && (*gv == '1' || *gv == '2');
-    be->gemv_rows = gv && *gv == '2' ? 2 : 1;
+    be->gemv = !(gv && *gv == '0');
     // cuBLAS gets its workspace up front: nothing may allocate during graph capture.
     const size_t ws = (size_t)32 << 20;
     if (!rc && (dmalloc(&be->blas_ws, ws) || cublasSetWorkspace(be->blas, be->blas_ws, ws) != CUBLAS_STATUS_SUCCESS))

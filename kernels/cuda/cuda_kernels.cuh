@@ -45,15 +45,12 @@ template <typename T>
 int qk_attn_prefill(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int4 *tiles,
                     int n_tiles, T *out);
 bool qk_attn_prefill_ok(int elem_bytes, int hd);
-// y(n, N) = x'(n, K) W(N, K)^T + beta y for n <= QK_GEMV_MAX tokens
-// (bf16/f16, K a multiple of 8: qk_gemv_ok); y float.  x' by mode:
-// QX_PLAIN x itself (storage type); QX_RMSNORM the float rows x normalised
-// with weight nw and eps; QX_SWIGLU silu(g) * u from float rows (g, u) of 2K.
-#define QK_GEMV_MAX 4
-enum { QX_PLAIN = 0, QX_RMSNORM = 1, QX_SWIGLU = 2 };
+// y(n, N) = x(n, K) W(N, K)^T + beta y for n <= QK_GEMV_MAX tokens
+// (bf16/f16, K a multiple of 8: qk_gemv_ok); y float; 1 or 2 rows a warp
+// (the same sums either way).
+#define QK_GEMV_MAX 8
 template <typename T>
-int qk_gemv(cudaStream_t st, float *y, const void *x, int mode, const T *W, int n, int N, int K, float beta,
-            const float *nw, float eps, int rows_per_warp);
+int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp);
 bool qk_gemv_ok(int elem_bytes, int n, int K);
 // p[i] uniform in [lo, hi) from seed (random-weight models).
 template <typename T> int qk_fill_uniform(cudaStream_t st, T *p, size_t n, uint64_t seed, float lo, float hi);
