@@ -50,7 +50,11 @@ template <typename T>
 int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows)
 {
     if (n <= 0) return 0;
-    rmsnorm_kernel<T><<<n, 256, 0, st>>>(y, x, w, D, eps, rows);
+    // Enough threads that each reads about four elements: a lone decode row
+    // is then one round trip to memory, not several.
+    int threads = ((D / 4 + 31) / 32) * 32;
+    threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
+    rmsnorm_kernel<T><<<n, threads, 0, st>>>(y, x, w, D, eps, rows);
     CK_LAUNCH("rmsnorm");
     return 0;
 }
@@ -97,7 +101,9 @@ int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out
     if (n <= 0) return 0;
     size_t sh = sizeof(float) * (size_t)(g->H + 2 * g->KV) * g->hd;
     if (sh > 48 * 1024) return QERR_UNSUPPORTED;
-    rope_store_kernel<T><<<n, 256, sh, st>>>(qkv, bias, q_out, kc, vc, inv_freq, *g, rope_dim, neox);
+    // Few tokens (decode): many threads per token, so each moves a few values.
+    const int threads = n <= 16 ? 1024 : 256;
+    rope_store_kernel<T><<<n, threads, sh, st>>>(qkv, bias, q_out, kc, vc, inv_freq, *g, rope_dim, neox);
     CK_LAUNCH("rope_store");
     return 0;
 }
