@@ -121,7 +121,23 @@ typedef struct {
     const qbatch_seq *seqs;      /* (n_seqs), disjoint token ranges */
     int n_logits;
     const int32_t *logits_idx;   /* (n_logits) */
+    /* Optional (NULL: off): greedy rows reduced by the backend.  For every r
+     * with row_argmax[r] != 0 the pass writes argmax_out[r], the lowest id
+     * among the maximal logits of row r (NaN never wins; all NaN: 0), as
+     * qsample_argmax does.  When every row is such a row the logits may be
+     * left unwritten: the CUDA backend then copies back only the ids. */
+    const uint8_t *row_argmax;   /* (n_logits) */
+    int32_t *argmax_out;         /* (n_logits) */
 } qbatch;
+
+/* The argmax row rule above, for backends that reduce on the host. */
+static inline int32_t qrow_argmax(const float *row, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (row[i] > row[best] || (row[best] != row[best] && row[i] == row[i])) best = i;
+    return best;
+}
 
 /* ---- the backend ------------------------------------------------------ */
 

@@ -109,6 +109,8 @@ struct qengine {
     qbatch_seq *b_seqs;
     req **b_reqs;
     int *b_sample;
+    uint8_t *b_argmax;            /* (cap_seqs) per logit row: greedy, reduced by the backend */
+    int32_t *b_argmax_ids;        /* (cap_seqs) the backend's argmax of those rows */
     float *logits;
     int cap_tokens, cap_seqs;
     qengine_stats st;
@@ -454,6 +456,12 @@ static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
         int *sm = q_reallocn(e->b_sample, (size_t)n_seqs, sizeof *sm);
         if (!sm) return QERR_NOMEM;
         e->b_sample = sm;
+        uint8_t *am = q_reallocn(e->b_argmax, (size_t)n_seqs, sizeof *am);
+        if (!am) return QERR_NOMEM;
+        e->b_argmax = am;
+        int32_t *ai = q_reallocn(e->b_argmax_ids, (size_t)n_seqs, sizeof *ai);
+        if (!ai) return QERR_NOMEM;
+        e->b_argmax_ids = ai;
         float *lg = q_reallocn(e->logits, (size_t)n_seqs * (size_t)e->m->hp.n_vocab, sizeof *lg);
         if (!lg) return QERR_NOMEM;
         e->logits = lg;
@@ -528,12 +536,13 @@ static int is_stop_token(const qengine *e, const req *r, int tok)
     return 0;
 }
 
-/* Samples r's next token from logits and emits it.  Returns why r is done,
- * or QFINISH_NONE to go on (the caller removes r from its list and calls
- * finish). */
-static qfinish take_token(qengine *e, req *r, const float *logits)
+/* Samples r's next token from logits (or takes tok >= 0, the backend's
+ * argmax of a greedy row, whose logits were not copied) and emits it.
+ * Returns why r is done, or QFINISH_NONE to go on (the caller removes r
+ * from its list and calls finish). */
+static qfinish take_token(qengine *e, req *r, const float *logits, int tok)
 {
-    int tok = qsample(r->smp, logits);
+    if (tok < 0) tok = qsample(r->smp, logits);
     qevent ev = { .id = r->id, .index = r->index, .token = tok, .finish = QFINISH_NONE };
     if (r->want_logprobs) {
         /* vLLM v1's default: the model's own distribution (raw logits). */
@@ -693,9 +702,15 @@ int qengine_step(qengine *e)
     }
     /* 3. forward */
     int n_logits = 0;
-    for (int i = 0; i < n_seqs; i++)
-        if (e->b_sample[i]) e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
-    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx };
+    for (int i = 0; i < n_seqs; i++) {
+        if (!e->b_sample[i]) continue;
+        req *q = e->b_reqs[i];
+        /* A greedy row without logprobs or parallel samples needs only its
+         * argmax: the backend reduces it where the logits are. */
+        e->b_argmax[n_logits] = !q->want_logprobs && q->n_forks == 0 && qsampler_is_greedy(q->smp);
+        e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
+    }
+    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_argmax, e->b_argmax_ids };
     rc = e->be->ops->forward(e->be, &b, e->logits);
     e->st.tokens_computed += (uint64_t)n_tok;
     if (rc) {
@@ -714,7 +729,9 @@ int qengine_step(qengine *e)
         q->n_computed += e->b_seqs[i].n_tokens;
         kv_seq_commit(e->pool, &q->kv, q->n_computed);
         if (!e->b_sample[i]) continue;
-        const float *lg = e->logits + (size_t)li++ * e->m->hp.n_vocab;
+        const int row = li++;
+        const float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
+        const int greedy_tok = e->b_argmax[row] ? e->b_argmax_ids[row] : -1;
         /* Parallel samples: they take the prompt's blocks by reference and
          * draw their first token from the same logits. */
         for (int f = 0; f < q->n_forks; f++) {
@@ -728,14 +745,14 @@ int qengine_step(qengine *e)
             c->admitted_once = 1;
             c->admit_seq = ++e->admit_counter;
             rl_push_back(&e->running, c);
-            qfinish cw = take_token(e, c, lg);
+            qfinish cw = take_token(e, c, lg, -1);
             if (cw != QFINISH_NONE) {
                 rl_remove(&e->running, c);
                 finish(e, c, cw);
             }
         }
         q->n_forks = 0;
-        qfinish why = take_token(e, q, lg);
+        qfinish why = take_token(e, q, lg, greedy_tok);
         if (why != QFINISH_NONE) {
             rl_remove(&e->running, q);
             finish(e, q, why);
@@ -814,6 +831,8 @@ void qengine_destroy(qengine *e)
     free(e->b_seqs);
     free(e->b_reqs);
     free(e->b_sample);
+    free(e->b_argmax);
+    free(e->b_argmax_ids);
     free(e->logits);
     kv_pool_destroy(e->pool);
     qbackend_destroy(e->be);

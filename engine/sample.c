@@ -288,6 +288,11 @@ int qsampler_process(qsampler *s, const float *logits, const uint32_t *allowed, 
 
 /* ---- drawing ---------------------------------------------------------------------- */
 
+int qsampler_is_greedy(const qsampler *s)
+{
+    return (s->p.temperature <= 0 || s->p.top_k == 1) && !s->penalize && s->p.n_logit_bias == 0;
+}
+
 int qsample_argmax(const float *logits, int n)
 {
     int best = -1;

@@ -121,6 +121,11 @@ int qsample(qsampler *s, const float *logits);
  * has a logit of -inf (or NaN) the lowest allowed id is returned. */
 int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed);
 
+/* 1 when qsample(s, logits) is qsample_argmax(logits) whatever came before:
+ * greedy (temperature 0 or top_k 1) with no penalty and no logit_bias, so
+ * the step can be reduced where the logits are (the GPU). */
+int qsampler_is_greedy(const qsampler *s);
+
 /* Index of the largest logit (lowest index on ties; NaN never wins unless
  * every value is NaN, then 0).  Cannot fail. */
 int qsample_argmax(const float *logits, int n);

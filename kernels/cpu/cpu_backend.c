@@ -351,6 +351,8 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         const qtensor *Wout[1] = { &w->output };
         float *yl[1] = { logits };
         project(be, be->xn, b->n_logits, D, 1, Wout, yl);
+        for (int r = 0; b->row_argmax && r < b->n_logits; r++)
+            if (b->row_argmax[r]) b->argmax_out[r] = qrow_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
     }
     return 0;
 }

@@ -55,6 +55,8 @@ typedef struct {
     void *xn, *qb, *att, *h;
     int cap_logits;
     float *logits;
+    uint8_t *d_rows;               // (cap_logits) greedy-row flags
+    int32_t *d_argmax;             // (cap_logits) their argmax
     size_t cap_part;
     float *part_acc, *part_ml;
     size_t meta_cap;               // int32 elements
@@ -243,7 +245,13 @@ static int ensure_logits(cuda_be *be, int n)
     if (n <= be->cap_logits) return 0;
     be->gen++;
     cudaFree(be->logits);
-    if (dmalloc((void **)&be->logits, (size_t)n * be->base.w->hp.n_vocab * 4)) return QERR_DEVICE;
+    cudaFree(be->d_rows);
+    cudaFree(be->d_argmax);
+    be->d_rows = NULL;
+    be->d_argmax = NULL;
+    if (dmalloc((void **)&be->logits, (size_t)n * be->base.w->hp.n_vocab * 4) || dmalloc((void **)&be->d_rows, n) ||
+        dmalloc((void **)&be->d_argmax, (size_t)n * 4))
+        return QERR_DEVICE;
     be->cap_logits = n;
     return 0;
 }
@@ -514,7 +522,20 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     const int decode_step = mp.n_tiles == 0 && b->n_logits == b->n_tokens && b->n_seqs == b->n_tokens;
     if (be->graphs && decode_step && !be->prof) rc = run_graph(be, b, &mp);
     else rc = run_layers(be, b, &mp);
-    if (!rc && b->n_logits > 0 &&
+    // Greedy rows are reduced here; when every row is one, only the ids
+    // come back (4 bytes a row instead of the vocabulary's logits).
+    int n_greedy = 0;
+    for (int r = 0; b->row_argmax && r < b->n_logits; r++) n_greedy += b->row_argmax[r] != 0;
+    if (!rc && n_greedy) {
+        if (cudaMemcpyAsync(be->d_rows, b->row_argmax, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->stream) !=
+            cudaSuccess)
+            rc = QERR_DEVICE;
+        if (!rc) rc = qk_argmax_rows(be->stream, be->logits, b->n_logits, base->w->hp.n_vocab, be->d_rows, be->d_argmax);
+        if (!rc && cudaMemcpyAsync(b->argmax_out, be->d_argmax, 4 * (size_t)b->n_logits, cudaMemcpyDeviceToHost,
+                                   be->stream) != cudaSuccess)
+            rc = QERR_DEVICE;
+    }
+    if (!rc && b->n_logits > n_greedy &&
         cudaMemcpyAsync(logits, be->logits, sizeof(float) * b->n_logits * base->w->hp.n_vocab, cudaMemcpyDeviceToHost,
                         be->stream) != cudaSuccess)
         rc = QERR_DEVICE;
@@ -596,7 +617,8 @@ static void cuda_destroy(qbackend *base)
     }
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
     void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
-                     be->qb, be->att, be->h, be->logits, be->part_acc, be->part_ml, be->d_meta };
+                     be->qb, be->att, be->h, be->logits, be->d_rows, be->d_argmax, be->part_acc, be->part_ml,
+                     be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(be->h_meta);
     if (be->blas) cublasDestroy(be->blas);

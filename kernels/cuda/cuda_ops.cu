@@ -263,3 +263,51 @@ template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float
 }
 template int qk_gemv<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float, int);
 template int qk_gemv<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float, int);
+
+// ---- greedy rows ----------------------------------------------------------------------------
+//
+// One block per logit row: the lowest id among the maximal logits, NaN never
+// winning (all NaN: 0) - qsample_argmax's rule, so a greedy row reduced here
+// picks what the host would from the same logits.
+
+__device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi)
+{
+    if (v != v) return false;   // NaN
+    if (bv != bv) return true;
+    return v > bv || (v == bv && i < bi);
+}
+
+__global__ void __launch_bounds__(1024) argmax_kernel(const float *__restrict__ logits, int V,
+                                                      const uint8_t *__restrict__ rows, int32_t *out)
+{
+    const int r = blockIdx.x;
+    if (!rows[r]) return;
+    const float *row = logits + (size_t)r * V;
+    float bv = NAN;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (argmax_better(row[i], i, bv, bi)) bv = row[i], bi = i;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_better(v, i, bv, bi) || (bv != bv && v != v && i < bi)) bv = v, bi = i;
+    }
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (argmax_better(sv[w], si[w], bv, bi) || (bv != bv && sv[w] != sv[w] && si[w] < bi)) bv = sv[w], bi = si[w];
+        out[r] = bv != bv ? 0 : bi;
+    }
+}
+
+int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out)
+{
+    if (n <= 0) return 0;
+    argmax_kernel<<<n, 1024, 0, st>>>(logits, V, rows, out);
+    CK_LAUNCH("argmax");
+    return 0;
+}

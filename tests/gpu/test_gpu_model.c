@@ -23,6 +23,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "sample.h"
 #include "qtest.h"
 #ifdef QUIRE_HAVE_CUDA
 #include "cuda_info.h"
@@ -72,7 +73,7 @@ static float *logits_all(qbackend *be, const int32_t *ids, int n, int V, int chu
     for (int s = 0; s < n; s += chunk) {
         int c = n - s < chunk ? n - s : chunk;
         qbatch_seq sq = { 0, c, s, table, nb };
-        qbatch b = { c, ids + s, 1, &sq, c, li };
+        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL };
         if (be->ops->forward(be, &b, out + (size_t)s * V)) {
             free(out);
             out = NULL;
@@ -151,7 +152,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
     for (int s = 0; s < n_seq && !rc; s++) {
         if (np[s] < 2) continue;
         qbatch_seq sq = { 0, np[s] - 1, 0, tables + s * per, per };
-        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL };
+        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
     }
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_seq), *li = malloc(sizeof(int32_t) * (size_t)n_seq);
@@ -162,7 +163,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
             qbatch_seq q = { s, 1, np[s] - 1 + g, tables + s * per, per };
             sq[s] = q;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
         for (int s = 0; s < n_seq && !rc; s++) out[s][g] = tok[s] = argmax(lg + (size_t)s * V, V);
     }
@@ -260,7 +261,7 @@ static float *decode_logits(qbackend *be, int n_seq, int n_gen, int V)
             tok[s] = (int32_t)((g * 31 + s * 17 + 3) % V);
             li[s] = s;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL };
         rc = be->ops->forward(be, &b, out + (size_t)g * n_seq * V);
     }
     free(tables);
@@ -296,6 +297,35 @@ static void test_graphs_and_gemv(void)
     CHECK(e < 2e-2);
     free(la), free(lb), free(lc);
     qbackend_destroy(a), qbackend_destroy(b), qbackend_destroy(c);
+    qmodel_destroy(m);
+}
+
+/* Greedy rows reduced on the device give qsample_argmax of the logits the
+ * same pass returns (mixed rows), and all-greedy passes return the ids only. */
+static void test_device_argmax(void)
+{
+    qmodel *m = load(cases[0].path);
+    REQUIRE(m);
+    const int V = m->hp.n_vocab;
+    for (int exact = 0; exact < 2; exact++) {
+        qbackend *be = make(m, 1, exact, 8);
+        REQUIRE(be);
+        int32_t table[4] = { 2, 0, 3, 1 }, tok[5] = { 1, 40, 77, 300, 12 }, li[3] = { 1, 3, 4 };
+        int32_t ids[3] = { -1, -1, -1 }, ids2[3] = { -1, -1, -1 };
+        uint8_t mixed[3] = { 1, 0, 1 }, all[3] = { 1, 1, 1 };
+        qbatch_seq sq = { 0, 5, 0, table, 4 };
+        float *lg = malloc(sizeof(float) * 3 * (size_t)V);
+        qbatch b = { 5, tok, 1, &sq, 3, li, mixed, ids };
+        REQUIRE(be->ops->forward(be, &b, lg) == 0);
+        CHECK_EQ_INT(ids[0], qsample_argmax(lg, V));
+        CHECK_EQ_INT(ids[1], -1);
+        CHECK_EQ_INT(ids[2], qsample_argmax(lg + 2 * (size_t)V, V));
+        qbatch b2 = { 5, tok, 1, &sq, 3, li, all, ids2 };
+        REQUIRE(be->ops->forward(be, &b2, lg) == 0);
+        CHECK(ids2[0] == ids[0] && ids2[2] == ids[2] && ids2[1] == qsample_argmax(lg + V, V)); /* lg: the first pass's */
+        free(lg);
+        qbackend_destroy(be);
+    }
     qmodel_destroy(m);
 }
 
@@ -347,11 +377,11 @@ static void test_blocks_and_bad_batches(void)
         int32_t tab[2] = { 0, 9 }, tok[3] = { 1, 2, 3 }, li[1] = { 2 };
         float lg[1];
         qbatch_seq sq = { 0, 3, 14, tab, 2 }; /* positions 14..16: block 9 does not exist */
-        qbatch bad = { 3, tok, 1, &sq, 0, NULL };
+        qbatch bad = { 3, tok, 1, &sq, 0, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &bad, lg) == QERR_RANGE);
         qbatch_seq sq2 = { 0, 3, 0, tab, 1 };
         int32_t badtok[3] = { 1, -4, 3 };
-        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li };
+        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li, NULL, NULL };
         CHECK(bad2.n_logits == 1 && be->ops->forward(be, &bad2, lg) == QERR_RANGE);
         free(a);
         free(b);
@@ -375,6 +405,7 @@ int main(void)
         QT_RUN(test_batch_invariance_exact);
         QT_RUN(test_batch_invariance_bf16);
         QT_RUN(test_graphs_and_gemv);
+        QT_RUN(test_device_argmax);
         QT_RUN(test_random_1b_matches_cpu);
         QT_RUN(test_blocks_and_bad_batches);
         QT_MAIN_END();
