@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "qerr.h"
 
@@ -179,6 +180,14 @@ typedef struct {
     int (*read_block)(qbackend *be, int block, void *dst);
     int (*write_block)(qbackend *be, int block, const void *src);
     void (*destroy)(qbackend *be);
+    /* Optional (NULL: a loop over read_block / write_block): n blocks at
+     * once, block i's bytes at host + i * block_bytes, one wait for all. */
+    int (*read_blocks)(qbackend *be, const int32_t *blocks, int n, void *host);
+    int (*write_blocks)(qbackend *be, const int32_t *blocks, int n, const void *host);
+    /* Optional (NULL: malloc / free): host memory that transfers fast
+     * (pinned, on CUDA), for blocks swapped out of the pool. */
+    void *(*host_alloc)(qbackend *be, size_t bytes);
+    void (*host_free)(qbackend *be, void *p);
 } qbackend_ops;
 
 struct qbackend {
@@ -205,6 +214,40 @@ int cuda_backend_create(const qweights *w, const qbackend_opts *opts, qbackend *
 /* Free and total bytes of device memory; 0 or QERR_DEVICE. */
 int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 #endif
+
+/* n blocks to / from host memory (block i at host + i * block_bytes), with
+ * the backend's batched form when it has one.  0 or a QERR_* code. */
+static inline int qbackend_read_blocks(qbackend *be, const int32_t *blocks, int n, void *host)
+{
+    if (be->ops->read_blocks) return be->ops->read_blocks(be, blocks, n, host);
+    const size_t bb = be->ops->block_bytes(be);
+    for (int i = 0; i < n; i++) {
+        int rc = be->ops->read_block(be, blocks[i], (char *)host + (size_t)i * bb);
+        if (rc) return rc;
+    }
+    return 0;
+}
+static inline int qbackend_write_blocks(qbackend *be, const int32_t *blocks, int n, const void *host)
+{
+    if (be->ops->write_blocks) return be->ops->write_blocks(be, blocks, n, host);
+    const size_t bb = be->ops->block_bytes(be);
+    for (int i = 0; i < n; i++) {
+        int rc = be->ops->write_block(be, blocks[i], (const char *)host + (size_t)i * bb);
+        if (rc) return rc;
+    }
+    return 0;
+}
+/* Host memory for swapped blocks (pinned where the backend can); NULL when
+ * out of memory.  Free with qbackend_host_free. */
+static inline void *qbackend_host_alloc(qbackend *be, size_t bytes)
+{
+    return be->ops->host_alloc ? be->ops->host_alloc(be, bytes) : malloc(bytes);
+}
+static inline void qbackend_host_free(qbackend *be, void *p)
+{
+    if (be->ops->host_free) be->ops->host_free(be, p);
+    else free(p);
+}
 
 static inline void qbackend_destroy(qbackend *be)
 {

@@ -593,6 +593,42 @@ static int cuda_rw_block(qbackend *base, int block, void *host, int write)
     return 0;
 }
 
+// n blocks in one go: every layer's K and V of each, then one wait.
+static int cuda_rw_blocks(qbackend *base, const int32_t *blocks, int n, void *host, int write)
+{
+    cuda_be *be = (cuda_be *)base;
+    const int nb = base->opts.num_blocks, L = base->w->hp.n_layers;
+    for (int i = 0; i < n; i++)
+        if (blocks[i] < 0 || blocks[i] >= nb) return QERR_RANGE;
+    const size_t sz = be->block_elems * be->esz, layer = (size_t)nb * sz;
+    char *h = (char *)host;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < 2; c++) {
+            char *cache = (char *)(c ? be->vc : be->kc);
+            for (int l = 0; l < L; l++, h += sz) {
+                char *p = cache + l * layer + (size_t)blocks[i] * sz;
+                if (write) CK(cudaMemcpyAsync(p, h, sz, cudaMemcpyHostToDevice, be->stream));
+                else CK(cudaMemcpyAsync(h, p, sz, cudaMemcpyDeviceToHost, be->stream));
+            }
+        }
+    CK(cudaStreamSynchronize(be->stream));
+    return 0;
+}
+static int cuda_read_blocks(qbackend *base, const int32_t *blocks, int n, void *host)
+{
+    return cuda_rw_blocks(base, blocks, n, host, 0);
+}
+static int cuda_write_blocks(qbackend *base, const int32_t *blocks, int n, const void *host)
+{
+    return cuda_rw_blocks(base, blocks, n, (void *)host, 1);
+}
+static void *cuda_host_alloc(qbackend *, size_t bytes)
+{
+    void *p = NULL;
+    return cudaMallocHost(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
+}
+static void cuda_host_free(qbackend *, void *p) { cudaFreeHost(p); }
+
 static int cuda_read_block(qbackend *base, int block, void *dst) { return cuda_rw_block(base, block, dst, 0); }
 static int cuda_write_block(qbackend *base, int block, const void *src)
 {
@@ -627,7 +663,9 @@ static void cuda_destroy(qbackend *base)
 }
 
 static const qbackend_ops cuda_ops = {
-    "cuda", cuda_forward, cuda_copy_block, cuda_block_bytes, cuda_read_block, cuda_write_block, cuda_destroy,
+    "cuda",           cuda_forward,      cuda_copy_block,  cuda_block_bytes, cuda_read_block,
+    cuda_write_block, cuda_destroy,      cuda_read_blocks, cuda_write_blocks, cuda_host_alloc,
+    cuda_host_free,
 };
 
 // The storage type: float in the exact mode; f16 when every matrix of the
