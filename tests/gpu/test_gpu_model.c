@@ -376,7 +376,7 @@ static void test_blocks_and_bad_batches(void)
         /* Batched transfers through pinned host memory (the swap path). */
         unsigned char *pin = qbackend_host_alloc(be, 3 * n);
         REQUIRE(pin);
-        int32_t three[3] = { 5, 0, 7 }, back[3] = { 1, 2, 6 }, bad[2] = { 1, 8 };
+        int32_t three[3] = { 5, 0, 7 }, back[3] = { 1, 2, 6 }, badblk[2] = { 1, 8 };
         for (size_t i = 0; i < 3 * n; i++) pin[i] = (unsigned char)(i * 7 + 1);
         CHECK(qbackend_write_blocks(be, three, 3, pin) == 0);
         for (int i = 0; i < 3; i++) CHECK(be->ops->copy_block(be, three[i], back[i]) == 0);
@@ -385,7 +385,7 @@ static void test_blocks_and_bad_batches(void)
         int same = 1;
         for (size_t i = 0; i < 3 * n; i++) same &= pin[i] == (unsigned char)(i * 7 + 1);
         CHECK(same);
-        CHECK(qbackend_read_blocks(be, bad, 2, pin) == QERR_RANGE);
+        CHECK(qbackend_read_blocks(be, badblk, 2, pin) == QERR_RANGE);
         qbackend_host_free(be, pin);
         CHECK(be->ops->read_block(be, -1, b) == QERR_RANGE);
         int32_t tab[2] = { 0, 9 }, tok[3] = { 1, 2, 3 }, li[1] = { 2 };
