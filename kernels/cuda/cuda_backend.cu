@@ -47,7 +47,8 @@ typedef struct {
     dlayer *L;
     void *tok_embd, *output;       // T: (V, D)
     float *out_norm, *inv_freq;
-    void *kc, *vc;                 // T: (n_layers, num_blocks, block_elems)
+    void *kc, *vc;                 // T: (n_layers, nb_alloc, block_elems)
+    int nb_alloc;                  // num_blocks + 1: the last is scratch for padding tokens
     size_t block_elems;
     // scratch for cap_t tokens
     int cap_t;
@@ -313,10 +314,15 @@ static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int 
 typedef struct {
     size_t tiles, tok, pos, seq, lidx, dec, info, tables, total;
     int n_dec, n_tiles, n_split, split_len;
+    int T, n_logits;               // with padding: decode graphs run bucketed batch sizes
 } meta_plan;
 
-// Checks the batch (nothing invalid reaches a kernel) and packs the metadata.
-static int plan_batch(cuda_be *be, const qbatch *b, meta_plan *mp)
+// Checks the batch (nothing invalid reaches a kernel) and packs the
+// metadata.  pad > 0 (pure decode steps only) appends that many padding
+// tokens, each its own sequence at position 0 in the scratch block, with a
+// logit row nobody reads: the pass then has a bucketed size whose graph
+// is already captured.
+static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
     const int T = b->n_tokens, bs = be->base.opts.block_size, nb = be->base.opts.num_blocks;
@@ -343,21 +349,34 @@ static int plan_batch(cuda_be *be, const qbatch *b, meta_plan *mp)
     for (int r = 0; r < b->n_logits; r++)
         if (b->logits_idx[r] < 0 || b->logits_idx[r] >= T || (r && b->logits_idx[r] <= b->logits_idx[r - 1]))
             return QERR_INVAL;
+    const int TP = T + pad, NL = b->n_logits + pad, NS = b->n_seqs + pad;
+    mp->T = TP;
+    mp->n_logits = NL;
     mp->tiles = 0;
     mp->tok = mp->tiles + 4 * (size_t)n_tiles;
-    mp->pos = mp->tok + T;
-    mp->seq = mp->pos + T;
-    mp->lidx = mp->seq + T;
-    mp->dec = mp->lidx + b->n_logits;
-    mp->info = mp->dec + n_dec;
-    mp->tables = mp->info + 2 * (size_t)b->n_seqs;
+    mp->pos = mp->tok + TP;
+    mp->seq = mp->pos + TP;
+    mp->lidx = mp->seq + TP;
+    mp->dec = mp->lidx + NL;
+    mp->info = mp->dec + n_dec + pad;
+    mp->tables = mp->info + 2 * (size_t)NS;
     mp->total = mp->tables + n_table + 1;
-    mp->n_dec = n_dec;
+    mp->n_dec = n_dec + pad;
     mp->n_tiles = n_tiles;
     if (ensure_meta(be, mp->total)) return QERR_DEVICE;
     int32_t *h = be->h_meta;
     memcpy(h + mp->tok, b->tokens, 4 * (size_t)T);
     if (b->n_logits) memcpy(h + mp->lidx, b->logits_idx, 4 * (size_t)b->n_logits);
+    for (int j = 0; j < pad; j++) {
+        h[mp->tok + T + j] = 0;
+        h[mp->pos + T + j] = 0;
+        h[mp->seq + T + j] = b->n_seqs + j;
+        h[mp->lidx + b->n_logits + j] = T + j;
+        h[mp->dec + n_dec + j] = T + j;
+        h[mp->info + 2 * (b->n_seqs + j)] = (int32_t)n_table; // the one-entry table after the real ones
+        h[mp->info + 2 * (b->n_seqs + j) + 1] = 1;
+    }
+    h[mp->tables + n_table] = be->base.opts.num_blocks; // the scratch block
     size_t off = 0;
     int di = 0, ti = 0, max_ctx = 0;
     for (int s = 0; s < b->n_seqs; s++) {
@@ -402,8 +421,8 @@ static int plan_batch(cuda_be *be, const qbatch *b, meta_plan *mp)
 template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
-    const int T_ = b->n_tokens, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, F = hp->ffn_dim;
-    const int qd = H * hd, kvd = KV * hd, nb = be->base.opts.num_blocks;
+    const int T_ = mp->T, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, F = hp->ffn_dim;
+    const int qd = H * hd, kvd = KV * hd;
     cudaStream_t st = be->stream;
     const int32_t *dm = be->d_meta;
     qattn_geom g;
@@ -417,7 +436,7 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     g.bs = be->base.opts.block_size;
     g.block_elems = be->block_elems;
     g.scale = 1.0f / sqrtf((float)hd);
-    const size_t layer_elems = (size_t)nb * be->block_elems;
+    const size_t layer_elems = (size_t)be->nb_alloc * be->block_elems;
     T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
     prof_mark(be, PF_START, 0);
     int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D);
@@ -449,9 +468,9 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         if ((rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f))) break;
         prof_mark(be, PF_DOWN, l);
     }
-    if (!rc && b->n_logits > 0) {
-        if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, b->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
-            (rc = gemm(be, be->logits, xn, be->output, b->n_logits, hp->n_vocab, D, 0.0f)))
+    if (!rc && mp->n_logits > 0) {
+        if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, mp->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
+            (rc = gemm(be, be->logits, xn, be->output, mp->n_logits, hp->n_vocab, D, 0.0f)))
             return rc;
     }
     prof_mark(be, PF_END, 0);
@@ -463,6 +482,15 @@ static int run_layers(cuda_be *be, const qbatch *b, const meta_plan *mp)
     if (be->wt == QDT_F32) return forward_t<float>(be, b, mp);
     if (be->wt == QDT_BF16) return forward_t<bf16>(be, b, mp);
     return forward_t<__half>(be, b, mp);
+}
+
+// Decode batch sizes with a graph of their own: 1-8 exactly, then rounded
+// up to multiples of 8 (to 64), 16 (to 128), 32 (beyond).
+static int decode_bucket(int T)
+{
+    if (T <= 8) return T;
+    const int step = T <= 64 ? 8 : T <= 128 ? 16 : 32;
+    return (T + step - 1) / step * step;
 }
 
 static void drop_graphs(cuda_be *be)
@@ -477,7 +505,7 @@ static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     dgraph *e = NULL;
     for (int i = 0; i < be->n_graphs; i++)
-        if (be->g[i].T == b->n_tokens && be->g[i].n_split == mp->n_split && be->g[i].split_len == mp->split_len)
+        if (be->g[i].T == mp->T && be->g[i].n_split == mp->n_split && be->g[i].split_len == mp->split_len)
             e = &be->g[i];
     if (e && e->gen != be->gen) {
         cudaGraphExecDestroy(e->exec);
@@ -499,7 +527,7 @@ static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
         ce = cudaGraphInstantiate(&e->exec, graph, 0);
         cudaGraphDestroy(graph);
         CK(ce);
-        e->T = b->n_tokens;
+        e->T = mp->T;
         e->n_split = mp->n_split;
         e->split_len = mp->split_len;
         e->gen = be->gen;
@@ -513,14 +541,18 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
 {
     cuda_be *be = (cuda_be *)base;
     meta_plan mp;
-    int rc = plan_batch(be, b, &mp);
+    // A pure decode step (one token and one logit row per sequence) runs as
+    // a graph captured for its bucketed size.
+    int decode_step = b->n_tokens > 0 && b->n_logits == b->n_tokens && b->n_seqs == b->n_tokens;
+    for (int i = 0; decode_step && i < b->n_seqs; i++) decode_step = b->seqs[i].n_tokens == 1;
+    const int use_graph = be->graphs && decode_step && !be->prof;
+    int rc = plan_batch(be, b, use_graph ? decode_bucket(b->n_tokens) - b->n_tokens : 0, &mp);
     if (rc) return rc;
-    if ((rc = ensure_tokens(be, b->n_tokens)) || (rc = ensure_logits(be, b->n_logits)) ||
+    if ((rc = ensure_tokens(be, mp.T)) || (rc = ensure_logits(be, mp.n_logits)) ||
         (rc = ensure_part(be, (size_t)mp.n_dec * base->w->hp.n_heads * (mp.n_split > 1 ? mp.n_split : 0))))
         return rc;
     CK(cudaMemcpyAsync(be->d_meta, be->h_meta, 4 * mp.total, cudaMemcpyHostToDevice, be->stream));
-    const int decode_step = mp.n_tiles == 0 && b->n_logits == b->n_tokens && b->n_seqs == b->n_tokens;
-    if (be->graphs && decode_step && !be->prof) rc = run_graph(be, b, &mp);
+    if (use_graph) rc = run_graph(be, b, &mp);
     else rc = run_layers(be, b, &mp);
     // Greedy rows are reduced here; when every row is one, only the ids
     // come back (4 bytes a row instead of the vocabulary's logits).
@@ -563,7 +595,7 @@ static int cuda_copy_block(qbackend *base, int src, int dst)
     const int nb = base->opts.num_blocks;
     if (src < 0 || src >= nb || dst < 0 || dst >= nb) return QERR_RANGE;
     if (src == dst) return 0;
-    const size_t n = be->block_elems * be->esz, layer = (size_t)nb * n;
+    const size_t n = be->block_elems * be->esz, layer = (size_t)be->nb_alloc * n;
     for (int c = 0; c < 2; c++) {
         char *cache = (char *)(c ? be->vc : be->kc);
         for (int l = 0; l < base->w->hp.n_layers; l++)
@@ -579,7 +611,7 @@ static int cuda_rw_block(qbackend *base, int block, void *host, int write)
     cuda_be *be = (cuda_be *)base;
     const int nb = base->opts.num_blocks, L = base->w->hp.n_layers;
     if (block < 0 || block >= nb) return QERR_RANGE;
-    const size_t n = be->block_elems * be->esz, layer = (size_t)nb * n;
+    const size_t n = be->block_elems * be->esz, layer = (size_t)be->nb_alloc * n;
     char *h = (char *)host;
     for (int c = 0; c < 2; c++) {
         char *cache = (char *)(c ? be->vc : be->kc);
@@ -600,7 +632,7 @@ static int cuda_rw_blocks(qbackend *base, const int32_t *blocks, int n, void *ho
     const int nb = base->opts.num_blocks, L = base->w->hp.n_layers;
     for (int i = 0; i < n; i++)
         if (blocks[i] < 0 || blocks[i] >= nb) return QERR_RANGE;
-    const size_t sz = be->block_elems * be->esz, layer = (size_t)nb * sz;
+    const size_t sz = be->block_elems * be->esz, layer = (size_t)be->nb_alloc * sz;
     char *h = (char *)host;
     for (int i = 0; i < n; i++)
         for (int c = 0; c < 2; c++) {
@@ -786,7 +818,8 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     }
     if (!rc) {
         what = "allocating the KV pool";
-        size_t total = per_block / 2 * (size_t)be->base.opts.num_blocks;
+        be->nb_alloc = be->base.opts.num_blocks + 1;
+        size_t total = per_block / 2 * (size_t)be->nb_alloc;
         if (dmalloc(&be->kc, total) || dmalloc(&be->vc, total)) rc = QERR_DEVICE;
     }
     if (!rc && cudaStreamSynchronize(be->stream) != cudaSuccess) rc = QERR_DEVICE;
