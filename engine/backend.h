@@ -125,8 +125,9 @@ typedef struct {
     /* Optional (NULL: off): greedy rows reduced by the backend.  For every r
      * with row_argmax[r] != 0 the pass writes argmax_out[r], the lowest id
      * among the maximal logits of row r (NaN never wins; all NaN: 0), as
-     * qsample_argmax does.  When every row is such a row the logits may be
-     * left unwritten: the CUDA backend then copies back only the ids. */
+     * qsample_argmax does (the other entries are unspecified).  When every
+     * row is such a row the logits may be left unwritten: the CUDA backend
+     * then copies back only the ids. */
     const uint8_t *row_argmax;   /* (n_logits) */
     int32_t *argmax_out;         /* (n_logits) */
 } qbatch;
