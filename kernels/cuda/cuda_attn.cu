@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                        const int32_t *__restrict__ tok_list, int split_len, int n_split, float *part_acc,
                        float *part_ml, T *out)
 {
+    pdl_wait();
     constexpr int HDMAX = 32 * DPL;
     __shared__ float qs[MAXG][HDMAX];
     __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG];
@@ -170,6 +171,7 @@ template <typename T>
 __global__ void attn_reduce_kernel(const float *part_acc, const float *part_ml, const int32_t *tok_list, int H, int hd,
                                    int n_split, T *out)
 {
+    pdl_wait();
     const int i = blockIdx.x, h = blockIdx.y, t = tok_list[i];
     const size_t slot0 = ((size_t)i * H + h) * n_split;
     float M = -INFINITY;
@@ -195,11 +197,12 @@ static int decode_launch(cudaStream_t st, const T *q, const T *kc, const T *vc, 
                          T *out)
 {
     dim3 grid(n, g->KV, n_split);
-    attn_decode_kernel<T, DPL, MAXG>
-        <<<grid, DEC_WARPS * 32, 0, st>>>(q, kc, vc, *g, tok_list, split_len, n_split, part_acc, part_ml, out);
+    qk_launch(attn_decode_kernel<T, DPL, MAXG>, grid, DEC_WARPS * 32, 0, st, q, kc, vc, *g, tok_list, split_len, n_split,
+              part_acc, part_ml, out);
     CK_LAUNCH("attn_decode");
     if (n_split > 1) {
-        attn_reduce_kernel<T><<<dim3(n, g->H), 128, 0, st>>>(part_acc, part_ml, tok_list, g->H, g->hd, n_split, out);
+        qk_launch(attn_reduce_kernel<T>, dim3(n, g->H), 128, 0, st, part_acc, part_ml, tok_list, g->H, g->hd, n_split,
+                  out);
         CK_LAUNCH("attn_reduce");
     }
     return 0;
@@ -304,6 +307,7 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__
                                                            const T *__restrict__ vc, qattn_geom g,
                                                            const int4 *__restrict__ tiles, T *out)
 {
+    pdl_wait();
     typedef pf_layout<HD> Lay;
     constexpr int LD = Lay::LD, CH = HD / 8, NT = PF_BN / 8, DT = HD / 8;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -478,7 +482,7 @@ static int prefill_launch(cudaStream_t st, const T *q, const T *kc, const T *vc,
         CK(cudaFuncSetAttribute(attn_prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
         attr_set = true;
     }
-    attn_prefill_kernel<T, HD><<<dim3(n_tiles, g->H), 128, sh, st>>>(q, kc, vc, *g, tiles, out);
+    qk_launch(attn_prefill_kernel<T, HD>, dim3(n_tiles, g->H), 128, sh, st, q, kc, vc, *g, tiles, out);
     CK_LAUNCH("attn_prefill");
     return 0;
 }

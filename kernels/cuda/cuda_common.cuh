@@ -36,6 +36,41 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
+// Programmatic dependent launch: kernels of the forward pass are launched
+// with the attribute that lets the next one start (launch, block
+// scheduling, prologue) while the previous drains; each calls pdl_wait()
+// before it reads anything the previous kernel wrote.  qk_pdl = 0
+// (QUIRE_CUDA_PDL=0) launches them plainly.
+extern int qk_pdl;
+
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    // Once this kernel runs (its input complete), the next may be scheduled:
+    // at most one grid ever waits, so waiting blocks cannot starve the one
+    // they wait for.
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t qk_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                    Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = qk_pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
 __device__ __forceinline__ float tof(float x) { return x; }
 __device__ __forceinline__ float tof(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float tof(__half x) { return __half2float(x); }

@@ -6,8 +6,11 @@
 // reference in tests/unit/test_gpu.c.
 #include "cuda_kernels.cuh"
 
+int qk_pdl = 1;
+
 template <typename T> __global__ void embed_kernel(float *x, const T *emb, const int32_t *tok, int D)
 {
+    pdl_wait();
     const T *row = emb + (size_t)tok[blockIdx.x] * D;
     float *out = x + (size_t)blockIdx.x * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x) out[i] = tof(row[i]);
@@ -16,7 +19,7 @@ template <typename T> __global__ void embed_kernel(float *x, const T *emb, const
 template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D)
 {
     if (n <= 0) return 0;
-    embed_kernel<T><<<n, 256, 0, st>>>(x, emb, tok, D);
+    qk_launch(embed_kernel<T>, n, 256, 0, st, x, emb, tok, D);
     CK_LAUNCH("embed");
     return 0;
 }
@@ -25,6 +28,7 @@ template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, cons
 template <typename T>
 __global__ void rmsnorm_kernel(T *y, const float *x, const float *w, int D, float eps, const int32_t *rows)
 {
+    pdl_wait();
     __shared__ double red[32];
     const int r = rows ? rows[blockIdx.x] : blockIdx.x;
     const float *xr = x + (size_t)r * D;
@@ -54,7 +58,7 @@ int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int
     // is then one round trip to memory, not several.
     int threads = ((D / 4 + 31) / 32) * 32;
     threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
-    rmsnorm_kernel<T><<<n, threads, 0, st>>>(y, x, w, D, eps, rows);
+    qk_launch(rmsnorm_kernel<T>, n, threads, 0, st, y, x, w, D, eps, rows);
     CK_LAUNCH("rmsnorm");
     return 0;
 }
@@ -65,6 +69,7 @@ template <typename T>
 __global__ void rope_store_kernel(const float *qkv, const float *bias, T *q_out, T *kc, T *vc, const float *inv_freq,
                                   qattn_geom g, int rope_dim, int neox)
 {
+    pdl_wait();
     extern __shared__ float row[]; // (H + 2 KV) * hd
     const int t = blockIdx.x, p = g.pos[t], half = rope_dim / 2;
     const int W = (g.H + 2 * g.KV) * g.hd;
@@ -103,13 +108,14 @@ int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out
     if (sh > 48 * 1024) return QERR_UNSUPPORTED;
     // Few tokens (decode): many threads per token, so each moves a few values.
     const int threads = n <= 16 ? 1024 : 256;
-    rope_store_kernel<T><<<n, threads, sh, st>>>(qkv, bias, q_out, kc, vc, inv_freq, *g, rope_dim, neox);
+    qk_launch(rope_store_kernel<T>, n, threads, sh, st, qkv, bias, q_out, kc, vc, inv_freq, *g, rope_dim, neox);
     CK_LAUNCH("rope_store");
     return 0;
 }
 
 template <typename T> __global__ void swiglu_kernel(T *h, const float *gu, int F, size_t total)
 {
+    pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     size_t t = i / F, j = i % F;
@@ -121,7 +127,7 @@ template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int 
 {
     size_t total = (size_t)n * F;
     if (!total) return 0;
-    swiglu_kernel<T><<<(unsigned)((total + 255) / 256), 256, 0, st>>>(h, gu, F, total);
+    qk_launch(swiglu_kernel<T>, (unsigned)((total + 255) / 256), 256, 0, st, h, gu, F, total);
     CK_LAUNCH("swiglu");
     return 0;
 }
@@ -192,6 +198,7 @@ template <typename T, int NT, int R>
 __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const T *__restrict__ x,
                                                    const T *__restrict__ W, int N, int K, float beta)
 {
+    pdl_wait();
     const int lane = threadIdx.x & 31, row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * R;
     if (row0 >= N) return;
     const T *w[R];
@@ -236,14 +243,14 @@ static int gemv_rows(cudaStream_t st, float *y, const T *x, const T *W, int n, i
 {
     const dim3 grid((N + 8 * R - 1) / (8 * R)), block(256);
     switch (n) {
-    case 1: gemv_kernel<T, 1, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 2: gemv_kernel<T, 2, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 3: gemv_kernel<T, 3, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 4: gemv_kernel<T, 4, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 5: gemv_kernel<T, 5, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 6: gemv_kernel<T, 6, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 7: gemv_kernel<T, 7, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
-    case 8: gemv_kernel<T, 8, R><<<grid, block, 0, st>>>(y, x, W, N, K, beta); break;
+    case 1: qk_launch(gemv_kernel<T, 1, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 2: qk_launch(gemv_kernel<T, 2, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 3: qk_launch(gemv_kernel<T, 3, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 4: qk_launch(gemv_kernel<T, 4, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 5: qk_launch(gemv_kernel<T, 5, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 6: qk_launch(gemv_kernel<T, 6, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 7: qk_launch(gemv_kernel<T, 7, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 8: qk_launch(gemv_kernel<T, 8, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
     default: return QERR_UNSUPPORTED;
     }
     CK_LAUNCH("gemv");
@@ -280,6 +287,7 @@ __device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi)
 __global__ void __launch_bounds__(1024) argmax_kernel(const float *__restrict__ logits, int V,
                                                       const uint8_t *__restrict__ rows, int32_t *out)
 {
+    pdl_wait();
     const int r = blockIdx.x;
     if (!rows[r]) return;
     const float *row = logits + (size_t)r * V;
@@ -307,7 +315,7 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const float *__restrict__ 
 int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out)
 {
     if (n <= 0) return 0;
-    argmax_kernel<<<n, 1024, 0, st>>>(logits, V, rows, out);
+    qk_launch(argmax_kernel, n, 1024, 0, st, logits, V, rows, out);
     CK_LAUNCH("argmax");
     return 0;
 }
