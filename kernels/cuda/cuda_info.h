@@ -46,4 +46,48 @@ int cuda_measure_ceilings(double *copy_tbs, double *bf16_tflops);
 #include <stdio.h>
 int cuda_bench_gemv(FILE *f, int n);
 
+/* ---- self-tests of the other kernels (kernels/cuda/cuda_selftest_ops.cu) -
+ *
+ * Each runs one launcher of cuda_kernels.cuh once on host data and returns
+ * 0 or a QERR_* code.  Outputs are filled with 0xff bytes (NaN) before the
+ * run; inputs the kernel reads in a storage type are rounded to dtype
+ * (QDT_*) on the device, float inputs are passed as they are. */
+
+/* qk_embed: emb (V, D) as dtype, tok (n) in [0, V); x (n, D) float. */
+int cuda_selftest_embed(int dtype, const float *emb, int V, int D, const int32_t *tok, int n, float *x);
+/* qk_rmsnorm: x (n_x, D) float, w (D) float; row i of y (n, D), stored as
+ * dtype, normalises x row rows[i], or row i when rows is NULL (n_x == n). */
+int cuda_selftest_rmsnorm(int dtype, const float *x, int n_x, const float *w, int n, int D, float eps,
+                          const int32_t *rows, float *y);
+/* qk_swiglu: gu (n, 2F) float (gate, then up); h (n, F) stored as dtype. */
+int cuda_selftest_swiglu(int dtype, const float *gu, int n, int F, float *h);
+
+/* qk_rope_store on n_tok tokens: qkv (n_tok, (H+2KV)*hd) float, bias
+ * ((H+2KV)*hd) float or NULL, inv_freq (rope_dim/2) float; positions,
+ * sequences and block tables as in cuda_attn_case. */
+typedef struct {
+    int dtype, neox, rope_dim;
+    int H, KV, hd, bs, num_blocks;
+    const float *qkv, *bias, *inv_freq;
+    int n_tok;
+    const int32_t *pos, *seq;
+    int n_seqs;
+    const int32_t *seq_info, *tables;
+    int n_table;
+} cuda_rope_case;
+/* q (n_tok, H*hd); kc, vc (num_blocks, KV, bs, hd): the whole caches, all
+ * poisoned before the run. */
+int cuda_selftest_rope_store(const cuda_rope_case *c, float *q, float *kc, float *vc);
+
+/* qk_gemv: x (n, K) and W (N, K) as dtype; y (n, N) float.  beta 0: y is
+ * poisoned and y0 unused; otherwise y starts as y0 (n, N).  QERR_UNSUPPORTED
+ * where qk_gemv_ok refuses the shape (float storage, n > 8, K % 8). */
+int cuda_selftest_gemv(int dtype, const float *x, const float *W, int n, int N, int K, float beta, const float *y0,
+                       int rows_per_warp, float *y);
+/* qk_fill_uniform: n elements of dtype from seed, returned as floats. */
+int cuda_selftest_fill_uniform(int dtype, size_t n, uint64_t seed, float lo, float hi, float *out);
+/* qk_convert on raw storage: src holds n elements of src_dtype (float, or
+ * uint16_t bits for bf16 / f16), dst receives n elements of dst_dtype. */
+int cuda_selftest_convert(int dst_dtype, int src_dtype, const void *src, size_t n, void *dst);
+
 #endif

@@ -2,8 +2,8 @@
 // (to the storage type the next projection reads), RoPE fused with the bias
 // add and the store of K and V into the paged cache, SwiGLU, and the fills
 // and conversions used when weights are uploaded or made up.  Each mirrors a
-// step of the CPU backend (kernels/cpu/cpu_backend.c), which is its
-// reference in tests/unit/test_gpu.c.
+// step of the CPU backend (kernels/cpu/cpu_backend.c); tests/gpu/test_gpu_ops.c
+// compares each with a CPU reference.
 #include "cuda_kernels.cuh"
 
 int qk_pdl = 1;

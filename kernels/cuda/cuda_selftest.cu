@@ -8,37 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_kernels.cuh"
+#include "cuda_selftest.cuh"
 
 extern "C" {
 #include "cuda_info.h"
-}
-
-template <typename T> static T *to_device(const float *h, size_t n)
-{
-    T *d = NULL;
-    // Convert on the device from a float copy: one definition of rounding.
-    float *df = NULL;
-    if (cudaMalloc(&df, n * 4 + 4) != cudaSuccess) return NULL;
-    if (cudaMalloc(&d, n * sizeof(T) + 16) != cudaSuccess ||
-        cudaMemcpy(df, h, n * 4, cudaMemcpyHostToDevice) != cudaSuccess || qk_convert<T, float>(0, d, df, n) ||
-        cudaDeviceSynchronize() != cudaSuccess) {
-        cudaFree(df);
-        cudaFree(d);
-        return NULL;
-    }
-    cudaFree(df);
-    return d;
-}
-
-template <typename T> static int to_host(float *h, const T *d, size_t n)
-{
-    float *df = NULL;
-    CK(cudaMalloc(&df, n * 4 + 4));
-    int rc = qk_convert<float, T>(0, df, d, n);
-    if (!rc && cudaMemcpy(h, df, n * 4, cudaMemcpyDeviceToHost) != cudaSuccess) rc = QERR_DEVICE;
-    cudaFree(df);
-    return rc;
 }
 
 template <typename T>
