@@ -425,17 +425,8 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     const int qd = H * hd, kvd = KV * hd;
     cudaStream_t st = be->stream;
     const int32_t *dm = be->d_meta;
-    qattn_geom g;
-    g.pos = dm + mp->pos;
-    g.seq = dm + mp->seq;
-    g.seq_info = dm + mp->info;
-    g.tables = dm + mp->tables;
-    g.H = H;
-    g.KV = KV;
-    g.hd = hd;
-    g.bs = be->base.opts.block_size;
-    g.block_elems = be->block_elems;
-    g.scale = 1.0f / sqrtf((float)hd);
+    const qattn_geom g =
+        qk_geom(dm + mp->pos, dm + mp->seq, dm + mp->info, dm + mp->tables, H, KV, hd, be->base.opts.block_size);
     const size_t layer_elems = (size_t)be->nb_alloc * be->block_elems;
     T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
     prof_mark(be, PF_START, 0);

@@ -19,6 +19,25 @@ struct qattn_geom {
     float scale;             // 1/sqrt(hd)
 };
 
+// The geometry of one pass: the metadata arrays on the device and the
+// model's head layout (block_elems and scale follow from them).
+static inline qattn_geom qk_geom(const int32_t *pos, const int32_t *seq, const int32_t *seq_info,
+                                 const int32_t *tables, int H, int KV, int hd, int bs)
+{
+    qattn_geom g;
+    g.pos = pos;
+    g.seq = seq;
+    g.seq_info = seq_info;
+    g.tables = tables;
+    g.H = H;
+    g.KV = KV;
+    g.hd = hd;
+    g.bs = bs;
+    g.block_elems = (size_t)KV * bs * hd;
+    g.scale = 1.0f / sqrtf((float)hd);
+    return g;
+}
+
 // x[i] (float, D) = emb[tok[i]] for n tokens.
 template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D);
 // y[i] = x[rows ? rows[i] : i] / rms * w, for n rows of D.

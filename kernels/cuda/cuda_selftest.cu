@@ -54,17 +54,8 @@ static int attention_t(const cuda_attn_case *c, float *out)
         (cudaMalloc(&pa, slots * c->hd * 4) != cudaSuccess || cudaMalloc(&pm, slots * 8) != cudaSuccess))
         rc = QERR_DEVICE;
     if (!rc) {
-        qattn_geom g;
-        g.pos = meta + off_pos;
-        g.seq = meta + off_seq;
-        g.seq_info = meta + off_info;
-        g.tables = meta + off_tab;
-        g.H = c->H;
-        g.KV = c->KV;
-        g.hd = c->hd;
-        g.bs = c->bs;
-        g.block_elems = (size_t)c->KV * c->bs * c->hd;
-        g.scale = 1.0f / sqrtf((float)c->hd);
+        const qattn_geom g = qk_geom(meta + off_pos, meta + off_seq, meta + off_info, meta + off_tab, c->H, c->KV,
+                                     c->hd, c->bs);
         if (c->prefill) rc = qk_attn_prefill<T>(0, q, kc, vc, &g, (const int4 *)meta, n_tiles, o);
         else rc = qk_attn_decode<T>(0, q, kc, vc, &g, meta + off_list, c->n_tok, c->n_split > 0 ? c->n_split : 1,
                                     c->split_len, pa, pm, o);

@@ -109,17 +109,8 @@ template <typename T> static int rope_store_t(const cuda_rope_case *c, float *q,
     T *dq = poisoned<T>(q_n), *dk = poisoned<T>(cache_n), *dv = poisoned<T>(cache_n);
     int rc = dqkv && (dbias || !c->bias) && dfreq && dmeta && dq && dk && dv ? 0 : QERR_DEVICE;
     if (!rc) {
-        qattn_geom g;
-        g.pos = dmeta;
-        g.seq = dmeta + off_seq;
-        g.seq_info = dmeta + off_info;
-        g.tables = dmeta + off_tab;
-        g.H = c->H;
-        g.KV = c->KV;
-        g.hd = c->hd;
-        g.bs = c->bs;
-        g.block_elems = (size_t)c->KV * c->bs * c->hd;
-        g.scale = 1.0f / sqrtf((float)c->hd);
+        const qattn_geom g =
+            qk_geom(dmeta, dmeta + off_seq, dmeta + off_info, dmeta + off_tab, c->H, c->KV, c->hd, c->bs);
         rc = sync_rc(qk_rope_store<T>(0, dqkv, dbias, dq, dk, dv, dfreq, &g, c->n_tok, c->rope_dim, c->neox));
     }
     if (!rc) rc = to_host<T>(q, dq, q_n);

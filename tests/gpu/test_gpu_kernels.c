@@ -14,9 +14,7 @@
 
 #include "backend.h"
 #include "qtest.h"
-#ifdef QUIRE_HAVE_CUDA
-#include "cuda_info.h"
-#endif
+#include "gpu_test.h"
 
 #ifdef QUIRE_HAVE_CUDA
 static uint64_t rng = 12345;
@@ -150,17 +148,10 @@ static void test_prefill_attention(void)
 
 int main(void)
 {
+    if (!qt_gpu_present()) return 0;
 #ifdef QUIRE_HAVE_CUDA
-    char err[256];
-    if (cuda_device_count(err, sizeof err) > 0) {
-        QT_RUN(test_decode_attention);
-        QT_RUN(test_prefill_attention);
-        QT_MAIN_END();
-    }
-    printf("skipped: no CUDA device (%s)\n", err);
-#else
-    printf("skipped: built without CUDA\n");
+    QT_RUN(test_decode_attention);
+    QT_RUN(test_prefill_attention);
+    QT_MAIN_END();
 #endif
-    printf("0 passed, 0 failed\n");
-    return 0;
 }

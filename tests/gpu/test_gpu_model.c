@@ -25,9 +25,7 @@
 #include "model.h"
 #include "sample.h"
 #include "qtest.h"
-#ifdef QUIRE_HAVE_CUDA
-#include "cuda_info.h"
-#endif
+#include "gpu_test.h"
 
 #ifdef QUIRE_HAVE_CUDA
 typedef struct {
@@ -423,27 +421,17 @@ static void test_blocks_and_bad_batches(void)
 
 int main(void)
 {
+    if (!qt_gpu_present()) return 0;
 #ifdef QUIRE_HAVE_CUDA
-    char err[256];
-    int n = cuda_device_count(err, sizeof err);
-    if (n > 0) {
-        char name[256];
-        if (cuda_device_name(0, name, sizeof name) == 0) fprintf(stderr, "device: %s\n", name);
-        QT_RUN(test_exact_matches_cpu);
-        QT_RUN(test_bf16_matches_cpu);
-        QT_RUN(test_greedy_matches_hf);
-        QT_RUN(test_batch_invariance_exact);
-        QT_RUN(test_batch_invariance_bf16);
-        QT_RUN(test_graphs_and_gemv);
-        QT_RUN(test_device_argmax);
-        QT_RUN(test_random_1b_matches_cpu);
-        QT_RUN(test_blocks_and_bad_batches);
-        QT_MAIN_END();
-    }
-    printf("skipped: no CUDA device (%s)\n", err);
-#else
-    printf("skipped: built without CUDA\n");
+    QT_RUN(test_exact_matches_cpu);
+    QT_RUN(test_bf16_matches_cpu);
+    QT_RUN(test_greedy_matches_hf);
+    QT_RUN(test_batch_invariance_exact);
+    QT_RUN(test_batch_invariance_bf16);
+    QT_RUN(test_graphs_and_gemv);
+    QT_RUN(test_device_argmax);
+    QT_RUN(test_random_1b_matches_cpu);
+    QT_RUN(test_blocks_and_bad_batches);
+    QT_MAIN_END();
 #endif
-    printf("0 passed, 0 failed\n");
-    return 0;
 }

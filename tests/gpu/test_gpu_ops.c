@@ -40,9 +40,9 @@
 #include <time.h>
 
 #include "backend.h"
+#include "gpu_test.h"
 #include "qtest.h"
 #ifdef QUIRE_HAVE_CUDA
-#include "cuda_info.h"
 #include "util.h"
 #endif
 
@@ -548,27 +548,20 @@ static void test_fill_uniform(void)
 
 int main(void)
 {
+    if (!qt_gpu_present()) return 0;
 #ifdef QUIRE_HAVE_CUDA
-    char err[256];
-    if (cuda_device_count(err, sizeof err) > 0) {
-        const char *s = getenv("QUIRE_TEST_SEED");
-        rng = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL);
-        fprintf(stderr, "seed %llu (QUIRE_TEST_SEED=%llu repeats this run)\n", (unsigned long long)rng,
-                (unsigned long long)rng);
-        /* Conversions first: the other references round through them. */
-        QT_RUN(test_convert);
-        QT_RUN(test_embed);
-        QT_RUN(test_rmsnorm);
-        QT_RUN(test_swiglu);
-        QT_RUN(test_rope_store);
-        QT_RUN(test_gemv);
-        QT_RUN(test_fill_uniform);
-        QT_MAIN_END();
-    }
-    printf("skipped: no CUDA device (%s)\n", err);
-#else
-    printf("skipped: built without CUDA\n");
+    const char *s = getenv("QUIRE_TEST_SEED");
+    rng = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL);
+    fprintf(stderr, "seed %llu (QUIRE_TEST_SEED=%llu repeats this run)\n", (unsigned long long)rng,
+            (unsigned long long)rng);
+    /* Conversions first: the other references round through them. */
+    QT_RUN(test_convert);
+    QT_RUN(test_embed);
+    QT_RUN(test_rmsnorm);
+    QT_RUN(test_swiglu);
+    QT_RUN(test_rope_store);
+    QT_RUN(test_gemv);
+    QT_RUN(test_fill_uniform);
+    QT_MAIN_END();
 #endif
-    printf("0 passed, 0 failed\n");
-    return 0;
 }
