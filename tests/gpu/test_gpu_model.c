@@ -24,31 +24,13 @@
 #include "backend.h"
 #include "model.h"
 #include "sample.h"
-#include "qtest.h"
 #include "gpu_test.h"
+#include "qtest.h"
+#ifdef QUIRE_HAVE_CUDA
+#include "qmodels.h"
+#endif
 
 #ifdef QUIRE_HAVE_CUDA
-typedef struct {
-    const char *stem, *path;
-} model_case;
-
-static const model_case cases[] = {
-    { "stories260K", "models/stories260K.gguf" },
-    { "stories260K", "tests/fixtures/models/stories260K-hf" },
-    { "tiny-llama3-random", "tests/fixtures/models/tiny-llama3-random" },
-    { "tiny-qwen2-random", "tests/fixtures/models/tiny-qwen2-random" },
-};
-#define N_CASES (int)(sizeof cases / sizeof cases[0])
-
-static qmodel *load(const char *rel)
-{
-    char path[1024], err[512];
-    snprintf(path, sizeof path, "%s/%s", qt_root(), rel);
-    qmodel *m = NULL;
-    if (qmodel_load(path, &m, err, sizeof err)) fprintf(stderr, "  load %s: %s\n", path, err);
-    return m;
-}
-
 static qbackend *make(qmodel *m, int cuda, int exact, int nb)
 {
     char err[256];
@@ -177,7 +159,7 @@ static void test_greedy_matches_hf(void)
 {
     for (int c = 0; c < N_CASES; c++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/tests/fixtures/%s.greedy.json", qt_root(), cases[c].stem);
+        snprintf(path, sizeof path, "%s/tests/fixtures/%s.greedy.json", qt_root(), cases[c].name);
         json_error_t je;
         json_t *j = json_load_file(path, 0, &je);
         qmodel *m = load(cases[c].path);

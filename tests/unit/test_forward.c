@@ -13,30 +13,8 @@
 #include "backend.h"
 #include "model.h"
 #include "sample.h"
+#include "qmodels.h"
 #include "qtest.h"
-
-typedef struct {
-    const char *name;     /* fixture stem */
-    const char *path;     /* model path under QUIRE_ROOT */
-} model_case;
-
-static const model_case cases[] = {
-    { "stories260K", "models/stories260K.gguf" },
-    { "stories260K", "tests/fixtures/models/stories260K-hf" },
-    { "tiny-llama3-random", "tests/fixtures/models/tiny-llama3-random" },
-    { "tiny-qwen2-random", "tests/fixtures/models/tiny-qwen2-random" },
-};
-#define N_CASES (int)(sizeof cases / sizeof cases[0])
-
-static qmodel *load(const char *rel)
-{
-    char path[1024], err[512];
-    snprintf(path, sizeof path, "%s/%s", qt_root(), rel);
-    qmodel *m = NULL;
-    int rc = qmodel_load(path, &m, err, sizeof err);
-    if (rc) fprintf(stderr, "  load %s: %s\n", path, err);
-    return m;
-}
 
 static json_t *load_json(const char *stem, const char *kind)
 {
