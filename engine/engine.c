@@ -3,9 +3,9 @@
  * Requests live in three FIFO lists owned by the engine thread: `waiting`
  * (prompt not yet fully computed: new, or preempted to recompute),
  * `running` (prompt computed, decoding one token a step) and `swapped`
- * (preempted by swapping, in the order of preemption).  Other threads talk to the engine
- * only through two mutex-protected queues: the inbox (submissions and
- * cancellations) and the outbox (events).
+ * (preempted by swapping, in the order of preemption).  Other threads talk
+ * to the engine only through two mutex-protected queues: the inbox
+ * (submissions and cancellations) and the outbox (events).
  *
  * One step (qengine_step):
  *   1. drain the inbox; finish cancelled requests (their blocks are freed:

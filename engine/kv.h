@@ -162,12 +162,13 @@ int kv_pool_set_hash_bits(kv_pool *p, int bits);
 /* Makes *s an empty sequence (no blocks, no memory).  Cannot fail. */
 void kv_seq_init(kv_seq *s);
 
-/* Releases every block of s (holes left by kv_seq_swap_out are skipped), last block first (so that, among one sequence's
- * cached blocks, the deepest is evicted first: a prefix is only found
- * through its first blocks).  A block whose refcount reaches 0 goes to the
- * LRU of cached blocks when it is hashed, else to the free list.  Frees the
- * arrays and leaves s empty, as after kv_seq_init.  s == NULL is a no-op.
- * Cannot fail. */
+/* Releases every block of s, last block first (so that, among one
+ * sequence's cached blocks, the deepest is evicted first: a prefix is only
+ * found through its first blocks); holes left by kv_seq_swap_out are
+ * skipped.  A block whose refcount reaches 0 goes to the LRU of cached
+ * blocks when it is hashed, else to the free list.  Frees the arrays and
+ * leaves s empty, as after kv_seq_init.  s == NULL is a no-op.  Cannot
+ * fail. */
 void kv_seq_free(kv_pool *p, kv_seq *s);
 
 /* New blocks that appending n tokens to s takes from the pool: blocks opened

@@ -3,9 +3,10 @@
  *
  * The central check is batch invariance: every request's greedy output is
  * the same whether it runs alone, with 49 others, with a tiny token budget
- * (chunked prefill), with a tiny KV pool (preemption by recomputation), or
- * after its prefix was cached.  After every scenario all KV blocks must be
- * free or cached with no reference (no leaks).
+ * (chunked prefill), with a tiny KV pool (preemption by recomputation, or by
+ * swapping to host memory and back), or after its prefix was cached.  After
+ * every scenario all KV blocks must be free or cached with no reference and
+ * every swap slot free (no leaks); the swap scenarios check every step.
  *
  * QUIRE_TEST_DEVICE picks the backend every engine here runs on: "cpu" (the
  * default) or "cuda" (exact mode: float32 weights and KV, so that greedy
@@ -295,7 +296,9 @@ static void test_swap_invariance(void)
     CHECK(same_outputs(alone, got, "swap, 20-block pool"));
     double d = max_lp_diff(ref, got, NREQ);
     fprintf(stderr, "  logprobs differ by %.3g at most\n", d);
-    CHECK(d <= 1e-4);
+    /* A block written back wrong moves them by far more (by 2.4 when the
+     * last block of each victim was left unrestored). */
+    CHECK(d <= (g_device == QDEVICE_CPU ? 1e-4 : 1e-3));
     CHECK(st.preemptions_swap > 0 && st.swap_ins > 0);
     CHECK(st.swapped_in_blocks > 0 && st.swapped_in_blocks <= st.swapped_out_blocks);
     uint64_t total = 0;
