@@ -1,10 +1,11 @@
 /* engine.c - requests, the scheduler and the step loop.
  *
- * Requests live in two FIFO lists owned by the engine thread: `waiting`
- * (prompt not yet fully computed: new, or preempted) and `running` (prompt
- * computed, decoding one token a step).  Other threads talk to the engine
- * only through two mutex-protected queues: the inbox (submissions and
- * cancellations) and the outbox (events).
+ * Requests live in three FIFO lists owned by the engine thread: `waiting`
+ * (prompt not yet fully computed: new, or preempted to recompute),
+ * `running` (prompt computed, decoding one token a step) and `swapped`
+ * (preempted by swapping, in the order of preemption).  Other threads talk
+ * to the engine only through two mutex-protected queues: the inbox
+ * (submissions and cancellations) and the outbox (events).
  *
  * One step (qengine_step):
  *   1. drain the inbox; finish cancelled requests (their blocks are freed:
@@ -12,11 +13,23 @@
  *   2. schedule within the token budget and the sequence cap:
  *      a. every running request gets its next token's slot (copy-on-write
  *         first when its last block is shared).  When the pool cannot give a
- *         block, the most recently admitted running request is preempted:
- *         its blocks are freed and it goes back to the front of `waiting`
- *         with its output so far, to be recomputed later (its sampler keeps
- *         its state, so the output continues exactly);
- *      b. waiting requests, first come first served, get prompt chunks:
+ *         block, the most recently admitted running request is preempted.
+ *         Recompute mode: its blocks are freed and it goes back to the front
+ *         of `waiting` with its output so far, to be recomputed later (its
+ *         sampler keeps its state, so the output continues exactly).  Swap
+ *         mode: the blocks it holds alone are copied into slots of the swap
+ *         space (host memory, one block a slot) and freed, its shared blocks
+ *         stay referenced, and it joins the tail of `swapped`; when the free
+ *         slots are too few (or it holds no block alone) it is recomputed;
+ *      a'. unless this step preempted, swapped requests resume, oldest
+ *         preemption first, while their blocks and their next token's block
+ *         fit: fresh blocks, the saved bytes written back, and a decode in
+ *         this step.  If nothing runs and the oldest still does not fit,
+ *         partly computed prompts, then the other swapped requests that hold
+ *         blocks, and at last the oldest itself, drop to recompute: the
+ *         pool cannot stall;
+ *      b. only when nothing is swapped out: waiting requests, first come
+ *         first served, get prompt chunks:
  *         first the longest cached prefix is taken from the pool
  *         (kv_seq_match_prefix), then as many of the remaining tokens as the
  *         budget and the pool allow.  A request that cannot get blocks stops
@@ -30,14 +43,17 @@
  *      matcher, and becomes an event.
  *
  * Invariants between steps:
- *   1. a request is in exactly one of waiting, running (or finished and
- *      freed);
+ *   1. a request is in exactly one of waiting, running, swapped (or
+ *      finished and freed);
  *   2. for a running request, kv.n_tokens == n_computed == n_tokens - 1:
  *      every token but the last sampled one is in the cache;
  *   3. a waiting request's kv holds only computed tokens (n_computed ==
  *      kv.n_tokens <= n_tokens - 1 before its last chunk);
  *   4. blocks are referenced only through requests' kv tables, so with no
- *      live request every block is free or cached (qengine_check).
+ *      live request every block is free or cached (qengine_check);
+ *   5. a swapped request's kv holds n_computed tokens with kv.n_swapped
+ *      holes, and it owns exactly kv.n_swapped swap slots (slots[k] holds
+ *      the bytes of its k-th hole); every other slot is on the free stack.
  */
 #define _GNU_SOURCE
 #include "engine.h"
@@ -78,6 +94,8 @@ typedef struct req {
     int index;              /* sample index within the request (n > 1) */
     struct req **forks;     /* samples 1..n-1, waiting for this one's prompt */
     int n_forks;
+    int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
+    int n_slots;
     double t_submit, t_first;
 } req;
 
@@ -92,8 +110,15 @@ struct qengine {
     qengine_opts o;
     qbackend *be;
     kv_pool *pool;
-    rlist waiting, running;
+    rlist waiting, running, swapped;
     uint64_t next_id, admit_counter;
+    /* swap space (QPREEMPT_SWAP): n_slots one-block slots of block_bytes */
+    char *swap_mem;
+    size_t block_bytes;
+    int n_slots;
+    int32_t *slot_free;     /* (n_slots) stack of free slots; top handed out first */
+    int n_slot_free;
+    int32_t *sw_idx, *sw_blocks;  /* (num_blocks) scratch: logical and physical ids */
     /* inbox */
     pthread_mutex_t mu;
     req *inbox_head, *inbox_tail;
@@ -127,6 +152,21 @@ void qevent_free(qevent *e)
     if (!e) return;
     free(e->text);
     e->text = NULL;
+}
+
+const char *qpreempt_name(int mode)
+{
+    return mode == QPREEMPT_RECOMPUTE ? "recompute" : mode == QPREEMPT_SWAP ? "swap" : "?";
+}
+
+int qpreempt_parse(const char *s, int *out)
+{
+    for (int m = QPREEMPT_RECOMPUTE; m <= QPREEMPT_SWAP; m++)
+        if (s && !strcmp(s, qpreempt_name(m))) {
+            *out = m;
+            return 0;
+        }
+    return QERR_INVAL;
 }
 
 void qengine_opts_default(qengine_opts *o)
@@ -213,6 +253,7 @@ static void req_free(req *r)
 {
     if (!r) return;
     free(r->forks);
+    free(r->slots);
     free(r->tokens);
     free(r->stop_ids);
     qsampler_destroy(r->smp);
@@ -221,8 +262,25 @@ static void req_free(req *r)
     free(r);
 }
 
-/* Finishes r: frees its blocks (full ones stay cached), emits the finish
- * event with any held-back text, and releases it. */
+/* Returns r's swap slots to the free stack (in reverse, so that the next
+ * swap-out takes them in increasing order: long runs, few transfers). */
+static void slots_release(qengine *e, req *r)
+{
+    for (int i = r->n_slots - 1; i >= 0; i--) e->slot_free[e->n_slot_free++] = r->slots[i];
+    free(r->slots);
+    r->slots = NULL;
+    r->n_slots = 0;
+}
+
+/* Frees r's KV: its blocks (full ones stay cached) and its swap slots. */
+static void release_kv(qengine *e, req *r)
+{
+    slots_release(e, r);
+    kv_seq_free(e->pool, &r->kv);
+}
+
+/* Finishes r: frees its blocks (full ones stay cached) and swap slots, emits
+ * the finish event with any held-back text, and releases it. */
 static void finish(qengine *e, req *r, qfinish why);
 
 static void finish(qengine *e, req *r, qfinish why)
@@ -263,7 +321,7 @@ static void finish(qengine *e, req *r, qfinish why)
     double now = q_now();
     ev.ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : now - r->t_submit;
     ev.total_s = now - r->t_submit;
-    kv_seq_free(e->pool, &r->kv);
+    release_kv(e, r);
     if (push_event(e, &ev)) free(ev.text);
     e->st.finished++;
     pthread_mutex_lock(&e->mu);
@@ -413,14 +471,14 @@ static void drain_inbox(qengine *e)
         r = nx;
     }
     for (int i = 0; i < nc && cancels; i++) {
-        rlist *lists[2] = { &e->waiting, &e->running };
-        for (int k = 0; k < 2; k++)
+        rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+        for (int k = 0; k < 3; k++)
             for (req *q = lists[k]->head; q; q = q->next)
                 if (q->id == cancels[i]) q->cancelled = 1;
     }
     free(cancels);
-    rlist *lists[2] = { &e->waiting, &e->running };
-    for (int k = 0; k < 2; k++) {
+    rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+    for (int k = 0; k < 3; k++) {
         req *q = lists[k]->head;
         while (q) {
             req *nx = q->next;
@@ -470,15 +528,126 @@ static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
     return 0;
 }
 
-/* Frees r's blocks and puts it at the front of waiting, to recompute. */
+/* ---- swapping ------------------------------------------------------------------ */
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Moves n blocks between the pool and swap slots (block i <-> slots[i]):
+ * one batched transfer per run of consecutive slots.  0 or the backend's
+ * error. */
+static int swap_transfer(qengine *e, const int32_t *blocks, const int32_t *slots, int n, int to_pool)
+{
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && slots[j] == slots[j - 1] + 1; j++) {
+        }
+        char *host = e->swap_mem + (size_t)slots[i] * e->block_bytes;
+        int rc = to_pool ? qbackend_write_blocks(e->be, blocks + i, j - i, host)
+                         : qbackend_read_blocks(e->be, blocks + i, j - i, host);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Swaps running request r out: copies the blocks it holds alone into free
+ * slots and releases them (its shared blocks stay referenced).  Returns 0,
+ * or 1 when r must be recomputed instead (no block held alone, too few free
+ * slots, no memory, a failed transfer), with nothing changed. */
+static int swap_out(qengine *e, req *r)
+{
+    int n = kv_seq_exclusive_blocks(e->pool, &r->kv, e->sw_idx);
+    if (n == 0 || n > e->n_slot_free) return 1;
+    int32_t *slots = q_mallocn((size_t)n, sizeof *slots);
+    if (!slots) return 1;
+    for (int i = 0; i < n; i++) slots[i] = e->slot_free[e->n_slot_free - 1 - i];
+    qsort(slots, (size_t)n, sizeof *slots, cmp_i32);
+    for (int i = 0; i < n; i++) e->sw_blocks[i] = r->kv.blocks[e->sw_idx[i]];
+    int rc = swap_transfer(e, e->sw_blocks, slots, n, 0);
+    if (!rc) rc = kv_seq_swap_out(e->pool, &r->kv, e->sw_idx, n);
+    if (rc) {
+        QLOGW("swapping out request %llu failed (%s): recomputing it", (unsigned long long)r->id, qerr_str(rc));
+        free(slots);
+        return 1;
+    }
+    e->n_slot_free -= n;
+    r->slots = slots;
+    r->n_slots = n;
+    e->st.swapped_out_blocks += (uint64_t)n;
+    return 0;
+}
+
+/* Preempts running request r: swapped out (swap mode, when it can be) to
+ * the tail of swapped, else its blocks freed and it goes to the front of
+ * waiting, to recompute. */
 static void preempt(qengine *e, req *r)
 {
     rl_remove(&e->running, r);
+    r->preempted_now = 1;
+    e->st.preemptions++;
+    if (e->o.preempt_mode == QPREEMPT_SWAP) {
+        if (swap_out(e, r) == 0) {
+            rl_push_back(&e->swapped, r);
+            e->st.preemptions_swap++;
+            return;
+        }
+        e->st.swap_fallbacks++;
+    }
     kv_seq_free(e->pool, &r->kv);
     r->n_computed = 0;
-    r->preempted_now = 1;
     rl_push_front(&e->waiting, r);
-    e->st.preemptions++;
+}
+
+/* Resumes swapped request r when its holes and its next token's block fit:
+ * fresh blocks, the saved bytes written back, slots freed; r joins running
+ * as its newest admission.  Returns 0, 1 when it does not fit (nothing
+ * changed), or the backend's error (r then finishes with QFINISH_ERROR). */
+static int swap_in(qengine *e, req *r)
+{
+    int next = kv_seq_blocks_needed(e->pool, &r->kv, 1);
+    if (next < 0 || r->kv.n_swapped + next > kv_pool_num_allocatable(e->pool)) return 1;
+    int n = kv_seq_swap_in(e->pool, &r->kv, e->sw_idx);
+    if (n != r->n_slots) return QERR_INTERNAL;  /* invariant 5 */
+    for (int i = 0; i < n; i++) e->sw_blocks[i] = r->kv.blocks[e->sw_idx[i]];
+    int rc = swap_transfer(e, e->sw_blocks, r->slots, n, 1);
+    rl_remove(&e->swapped, r);
+    if (rc) {
+        finish(e, r, QFINISH_ERROR);
+        return rc;
+    }
+    slots_release(e, r);
+    rl_push_back(&e->running, r);
+    r->admit_seq = ++e->admit_counter;
+    e->st.swap_ins++;
+    e->st.swapped_in_blocks += (uint64_t)n;
+    return 0;
+}
+
+/* Drops swapped request r to recompute: slots and blocks freed, to the
+ * front of waiting. */
+static void unswap(qengine *e, req *r)
+{
+    rl_remove(&e->swapped, r);
+    release_kv(e, r);
+    r->n_computed = 0;
+    rl_push_front(&e->waiting, r);
+    e->st.swap_fallbacks++;
+}
+
+/* Drops to recompute the swapped requests other than keep that still hold
+ * pool blocks (shared ones they kept).  Returns 1 when it freed any. */
+static int unswap_holders(qengine *e, const req *keep)
+{
+    int freed = 0;
+    for (req *q = e->swapped.head, *nx; q; q = nx) {
+        nx = q->next;
+        if (q == keep || q->kv.n_blocks == q->kv.n_swapped) continue;
+        unswap(e, q);
+        freed = 1;
+    }
+    return freed;
 }
 
 static req *newest_running(qengine *e)
@@ -598,10 +767,25 @@ static int reclaim_waiting(qengine *e, const req *keep)
     return freed;
 }
 
+/* Puts running request q's decode into the batch. */
+static void add_decode(qengine *e, req *q, int *n_seqs, int *n_tok)
+{
+    e->b_reqs[*n_seqs] = q;
+    e->b_sample[*n_seqs] = 1;
+    e->b_seqs[*n_seqs] = (qbatch_seq){ *n_tok, 1, q->n_computed, q->kv.blocks, q->kv.n_blocks };
+    e->b_tokens[(*n_tok)++] = q->tokens[q->n_tokens - 1];
+    (*n_seqs)++;
+}
+
+static int n_live(const qengine *e)
+{
+    return e->waiting.n + e->running.n + e->swapped.n;
+}
+
 int qengine_step(qengine *e)
 {
     drain_inbox(e);
-    if (!e->waiting.n && !e->running.n) return 0;
+    if (!n_live(e)) return 0;
     e->st.steps++;
     const int budget_max = e->o.max_batch_tokens;
     int budget = budget_max, n_seqs = 0, n_tok = 0, rc;
@@ -614,6 +798,7 @@ int qengine_step(qengine *e)
     req **snap = n_run ? malloc(sizeof *snap * (size_t)n_run) : NULL;
     if (n_run && !snap) return QERR_NOMEM;
     int k = 0;
+    const uint64_t preempted_before = e->st.preemptions;
     for (req *q = e->running.head; q; q = q->next) snap[k++] = q, q->preempted_now = 0;
     for (int i = 0; i < n_run && n_seqs < e->o.max_seqs && budget > 0; i++) {
         req *q = snap[i];
@@ -624,14 +809,35 @@ int qengine_step(qengine *e)
             return rc;
         }
         if (rc == 1) continue;
-        e->b_reqs[n_seqs] = q;
-        e->b_sample[n_seqs] = 1;
-        e->b_seqs[n_seqs] = (qbatch_seq){ n_tok, 1, q->n_computed, q->kv.blocks, q->kv.n_blocks };
-        e->b_tokens[n_tok++] = q->tokens[q->n_tokens - 1];
-        n_seqs++;
+        add_decode(e, q, &n_seqs, &n_tok);
         budget--;
     }
     free(snap);
+
+    /* a'. swapped requests resume, oldest preemption first; not in a step
+     * that preempted (the pool is short: it would swap them out again). */
+    const int preempted = e->st.preemptions != preempted_before;
+    while (e->swapped.head && !preempted && n_seqs < e->o.max_seqs && budget > 0) {
+        req *q = e->swapped.head;
+        rc = swap_in(e, q);
+        if (rc < 0) return rc;
+        if (rc == 1) {
+            if (e->running.n > 0) break; /* blocks come back as they finish */
+            /* Nothing runs, so nothing will free blocks: take them from
+             * partly computed prompts, then from other swapped requests,
+             * and at last recompute q itself (which fails it if it can
+             * never fit). */
+            if (reclaim_waiting(e, NULL) || unswap_holders(e, q)) continue;
+            unswap(e, q);
+            continue;
+        }
+        /* Room for its next token was checked: this cannot preempt. */
+        rc = reserve_decode(e, q);
+        if (rc < 0) return rc;
+        if (rc == 1) break;
+        add_decode(e, q, &n_seqs, &n_tok);
+        budget--;
+    }
 
     /* b. prompt chunks, first come first served */
     if (e->o.static_batching) {
@@ -640,12 +846,14 @@ int qengine_step(qengine *e)
         int live_members = 0;
         for (req *q = e->running.head; q; q = q->next) live_members += q->in_batch;
         for (req *q = e->waiting.head; q; q = q->next) live_members += q->in_batch;
+        for (req *q = e->swapped.head; q; q = q->next) live_members += q->in_batch;
         if (!live_members) {
             int k2 = 0;
             for (req *q = e->waiting.head; q && k2 < e->o.max_seqs; q = q->next, k2++) q->in_batch = 1;
         }
     }
-    req *r = e->waiting.head;
+    /* Nothing is admitted while a swapped request waits to resume. */
+    req *r = e->swapped.n ? NULL : e->waiting.head;
     while (r && n_seqs < e->o.max_seqs && budget > 0) {
         req *nx = r->next;
         if (e->o.static_batching && !r->in_batch) break;
@@ -693,7 +901,7 @@ int qengine_step(qengine *e)
         }
         r = nx;
     }
-    if (n_seqs == 0) return e->waiting.n + e->running.n;
+    if (n_seqs == 0) return n_live(e);
 
     {
         kv_stats ks;
@@ -758,10 +966,35 @@ int qengine_step(qengine *e)
             finish(e, q, why);
         }
     }
-    return e->waiting.n + e->running.n;
+    return n_live(e);
 }
 
 /* ---- creation, statistics ---------------------------------------------------- */
+
+/* The swap space: swap_space_mb (or the default) of host memory from the
+ * backend, cut into one-block slots, and the scratch of a transfer. */
+static int swap_space_create(qengine *e, int num_blocks, char *err, size_t errlen)
+{
+    if (!e->o.swap_space_mb) e->o.swap_space_mb = QENGINE_DEFAULT_SWAP_MB;
+    e->block_bytes = e->be->ops->block_bytes(e->be);
+    size_t bytes = e->o.swap_space_mb * 1048576, slots = e->block_bytes ? bytes / e->block_bytes : 0;
+    if (slots < 1)
+        return qerr_set(err, errlen, QERR_RANGE, "swap space of %zu MiB holds no KV block (%zu bytes a block)",
+                        e->o.swap_space_mb, e->block_bytes);
+    if (slots > INT32_MAX / 2) slots = INT32_MAX / 2;
+    e->n_slots = (int)slots;
+    e->swap_mem = qbackend_host_alloc(e->be, slots * e->block_bytes);
+    e->slot_free = q_mallocn(slots, sizeof *e->slot_free);
+    e->sw_idx = q_mallocn((size_t)num_blocks, sizeof *e->sw_idx);
+    e->sw_blocks = q_mallocn((size_t)num_blocks, sizeof *e->sw_blocks);
+    if (!e->swap_mem || !e->slot_free || !e->sw_idx || !e->sw_blocks)
+        return qerr_set(err, errlen, QERR_NOMEM, "cannot allocate %zu MiB of swap space (%d blocks)",
+                        e->o.swap_space_mb, e->n_slots);
+    /* Pushed in reverse so that slot 0 is handed out first. */
+    for (int i = 0; i < e->n_slots; i++) e->slot_free[i] = e->n_slots - 1 - i;
+    e->n_slot_free = e->n_slots;
+    return 0;
+}
 
 int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qengine **out, char *err, size_t errlen)
 {
@@ -780,12 +1013,19 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
     if (e->o.max_seqs > e->o.max_batch_tokens) e->o.max_seqs = e->o.max_batch_tokens;
     pthread_mutex_init(&e->mu, NULL);
     int rc, nb = 0;
-    if (!(rc = qengine_backend_create(m, &e->o, e->o.num_blocks, e->o.max_batch_tokens + e->o.max_seqs, &e->be,
-                                      err, errlen)))
+    if (e->o.preempt_mode != QPREEMPT_RECOMPUTE && e->o.preempt_mode != QPREEMPT_SWAP) {
+        rc = qerr_set(err, errlen, QERR_INVAL, "preempt_mode %d is not recompute (%d) or swap (%d)", e->o.preempt_mode,
+                      QPREEMPT_RECOMPUTE, QPREEMPT_SWAP);
+    } else if (e->o.preempt_mode == QPREEMPT_SWAP && e->o.swap_space_mb > SIZE_MAX / 2 / 1048576) {
+        rc = qerr_set(err, errlen, QERR_RANGE, "swap space of %zu MiB is too large", e->o.swap_space_mb);
+    } else if (!(rc = qengine_backend_create(m, &e->o, e->o.num_blocks, e->o.max_batch_tokens + e->o.max_seqs,
+                                             &e->be, err, errlen))) {
         nb = e->be->opts.num_blocks;
+    }
     if (!rc && !(rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) &&
         (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs)))
         qerr_set(err, errlen, rc, "out of memory for the engine");
+    if (!rc && e->o.preempt_mode == QPREEMPT_SWAP) rc = swap_space_create(e, nb, err, errlen);
     if (rc) {
         qengine_destroy(e);
         return rc;
@@ -808,8 +1048,8 @@ int qengine_num_blocks(const qengine *e)
 void qengine_destroy(qengine *e)
 {
     if (!e) return;
-    rlist *lists[2] = { &e->waiting, &e->running };
-    for (int k = 0; k < 2; k++) {
+    rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+    for (int k = 0; k < 3; k++) {
         req *q = lists[k]->head;
         while (q) {
             req *nx = q->next;
@@ -834,6 +1074,10 @@ void qengine_destroy(qengine *e)
     free(e->b_argmax);
     free(e->b_argmax_ids);
     free(e->logits);
+    free(e->slot_free);
+    free(e->sw_idx);
+    free(e->sw_blocks);
+    if (e->swap_mem) qbackend_host_free(e->be, e->swap_mem);
     kv_pool_destroy(e->pool);
     qbackend_destroy(e->be);
     pthread_mutex_destroy(&e->mu);
@@ -845,6 +1089,9 @@ void qengine_stats_get(qengine *e, qengine_stats *s)
     *s = e->st;
     s->running = e->running.n;
     s->waiting = e->waiting.n;
+    s->swapped = e->swapped.n;
+    s->swap_slots = e->n_slots;
+    s->swap_slots_free = e->n_slot_free;
     kv_stats ks;
     kv_pool_stats(e->pool, &ks);
     s->kv_blocks = ks.num_blocks;
@@ -856,12 +1103,77 @@ void qengine_stats_get(qengine *e, qengine_stats *s)
     s->kv_util_avg = e->st.steps ? e->st.util_sum / (double)e->st.steps : 0;
 }
 
+/* Recounts every block's references over the requests' tables and every
+ * swap slot's holder (engine invariants 4 and 5, kv.c's invariant 3). */
+static int check_tables(qengine *e, char *err, size_t errlen)
+{
+    const int nb = kv_pool_num_blocks(e->pool);
+    int *refs = q_callocn((size_t)nb, sizeof *refs);
+    uint8_t *slot_seen = q_callocn((size_t)e->n_slots + 1, 1);
+    int rc = 0;
+    if (!refs || !slot_seen) {
+        rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the check");
+        goto out;
+    }
+    const rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+    for (int k = 0; k < 3 && !rc; k++)
+        for (const req *q = lists[k]->head; q && !rc; q = q->next) {
+            int holes = 0;
+            for (int i = 0; i < q->kv.n_blocks; i++) {
+                int32_t b = q->kv.blocks[i];
+                if (b == KV_SWAPPED_OUT) holes++;
+                else if (b < 0 || b >= nb) rc = QERR_INTERNAL;
+                else refs[b]++;
+            }
+            if (rc) {
+                rc = qerr_set(err, errlen, QERR_INTERNAL, "request %llu: bad block id", (unsigned long long)q->id);
+                break;
+            }
+            if (holes != q->kv.n_swapped || holes != q->n_slots || (k == 2) != (holes > 0)) {
+                rc = qerr_set(err, errlen, QERR_INTERNAL, "request %llu (%s): %d holes, n_swapped %d, %d slots",
+                              (unsigned long long)q->id, k == 2 ? "swapped" : "not swapped", holes, q->kv.n_swapped,
+                              q->n_slots);
+                break;
+            }
+            for (int i = 0; i < q->n_slots && !rc; i++) {
+                int32_t sl = q->slots[i];
+                if (sl < 0 || sl >= e->n_slots || slot_seen[sl] || (i > 0 && sl <= q->slots[i - 1]))
+                    rc = qerr_set(err, errlen, QERR_INTERNAL, "request %llu: swap slot %d bad, twice or out of order",
+                                  (unsigned long long)q->id, sl);
+                else slot_seen[sl] = 1;
+            }
+        }
+    for (int i = 0; i < e->n_slot_free && !rc; i++) {
+        int32_t sl = e->slot_free[i];
+        if (sl < 0 || sl >= e->n_slots || slot_seen[sl])
+            rc = qerr_set(err, errlen, QERR_INTERNAL, "free swap slot %d bad or also held", sl);
+        else slot_seen[sl] = 1;
+    }
+    for (int sl = 0; sl < e->n_slots && !rc; sl++)
+        if (!slot_seen[sl]) rc = qerr_set(err, errlen, QERR_INTERNAL, "swap slot %d leaked: neither free nor held", sl);
+    for (int b = 0; b < nb && !rc; b++) {
+        kv_block_info bi;
+        kv_pool_block_info(e->pool, b, &bi);
+        if (bi.refcount != refs[b])
+            rc = qerr_set(err, errlen, QERR_INTERNAL, "block %d: refcount %d, held by %d table entries", b, bi.refcount,
+                          refs[b]);
+    }
+out:
+    free(refs);
+    free(slot_seen);
+    return rc;
+}
+
 int qengine_check(qengine *e, char *err, size_t errlen)
 {
     int rc = kv_pool_check(e->pool, err, errlen);
     if (rc) return rc;
-    if (!e->waiting.n && !e->running.n && kv_pool_num_used(e->pool) != 0)
+    if ((rc = check_tables(e, err, errlen))) return rc;
+    if (!n_live(e) && kv_pool_num_used(e->pool) != 0)
         return qerr_set(err, errlen, QERR_INTERNAL, "%d blocks still used with no live request",
                         kv_pool_num_used(e->pool));
+    if (!n_live(e) && e->n_slot_free != e->n_slots)
+        return qerr_set(err, errlen, QERR_INTERNAL, "%d of %d swap slots still held with no live request",
+                        e->n_slots - e->n_slot_free, e->n_slots);
     return 0;
 }

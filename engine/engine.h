@@ -5,8 +5,9 @@
  * happens inside qengine_step, which the engine thread calls in a loop:
  * continuous batching (running sequences decode, waiting prompts fill the
  * rest of the token budget in chunks), prefix caching (a prompt reuses the
- * cached blocks of its longest cached prefix), and preemption by
- * recomputation when the pool runs out of blocks. */
+ * cached blocks of its longest cached prefix), and preemption when the pool
+ * runs out of blocks: by recomputation, or by swapping the victim's blocks
+ * to host memory (qengine_opts.preempt_mode). */
 #ifndef QUIRE_ENGINE_H
 #define QUIRE_ENGINE_H
 
@@ -35,6 +36,25 @@ int qdevice_parse(const char *s, int *out);
  * Cannot fail. */
 int qdevice_resolve(int device);
 
+/* What a preempted request loses.  RECOMPUTE: its blocks are freed and its
+ * prompt and output so far are computed again when it resumes.  SWAP (vLLM's
+ * swap space): the blocks it holds alone are copied to host memory and freed
+ * (blocks it shares stay in the pool, referenced), and written back when it
+ * resumes: no recomputation.  Swapped requests resume in the order they were
+ * preempted, before any waiting prompt is admitted.  A victim whose blocks do
+ * not fit in the free swap slots, or that holds no block alone, is
+ * recomputed instead. */
+typedef enum { QPREEMPT_RECOMPUTE = 0, QPREEMPT_SWAP = 1 } qpreempt_mode;
+
+/* "recompute", "swap"; "?" for anything else.  Cannot fail. */
+const char *qpreempt_name(int mode);
+/* Parses one of those names into *out: 0, or QERR_INVAL. */
+int qpreempt_parse(const char *s, int *out);
+
+/* Swap space when QPREEMPT_SWAP is asked for with swap_space_mb 0 (vLLM's
+ * default is 4 GiB). */
+#define QENGINE_DEFAULT_SWAP_MB 1024
+
 typedef struct {
     int device;             /* qdevice (default QDEVICE_AUTO) */
     int n_threads;          /* CPU threads (0: all cores) */
@@ -53,6 +73,11 @@ typedef struct {
     int max_seqs;           /* sequences in one step (default 64) */
     int static_batching;    /* admit a new batch only when the previous one has finished (benchmarks) */
     int no_prefix_cache;    /* do not reuse cached blocks */
+    int preempt_mode;       /* qpreempt_mode (default QPREEMPT_RECOMPUTE) */
+    /* QPREEMPT_SWAP: host memory for swapped-out blocks, in MiB, allocated
+     * once at creation (pinned on CUDA) and cut into one-block slots (0:
+     * QENGINE_DEFAULT_SWAP_MB).  Unused, and not allocated, with RECOMPUTE. */
+    size_t swap_space_mb;
 } qengine_opts;
 
 void qengine_opts_default(qengine_opts *o);
@@ -107,7 +132,15 @@ typedef struct {
     uint64_t tokens_computed;   /* prompt and decode tokens run through the model */
     uint64_t tokens_reused;     /* prompt tokens served from the prefix cache */
     uint64_t generated;
-    uint64_t preemptions;
+    uint64_t preemptions;       /* requests preempted, by either mode */
+    uint64_t preemptions_swap;  /* of which swapped out (the rest recompute) */
+    uint64_t swap_fallbacks;    /* swap-mode victims recomputed instead: swap space
+                                 * full, no block held alone, or a swapped request
+                                 * dropped to unblock a stalled pool */
+    uint64_t swap_ins;          /* swapped requests resumed */
+    uint64_t swapped_out_blocks, swapped_in_blocks;
+    int swapped;                /* requests swapped out now */
+    int swap_slots, swap_slots_free;    /* swap space, in one-block slots */
     uint64_t steps;
     uint64_t finished;
     double util_sum;        /* internal: sum of per-step utilisation */
@@ -148,8 +181,11 @@ int qengine_step(qengine *e);
 int qengine_poll(qengine *e, qevent *ev);
 /* Engine thread (between steps). */
 void qengine_stats_get(qengine *e, qengine_stats *s);
-/* Debug: checks the KV pool's invariants and that every block is free or
- * cached once no request is live.  0 or QERR_INTERNAL with a message. */
+/* Debug: checks the KV pool's invariants, that every block's refcount
+ * equals the number of requests' table entries holding it, that every swap
+ * slot is free or held by exactly one swapped-out block, and that, once no
+ * request is live, every block is free or cached and every swap slot free.
+ * 0 or QERR_INTERNAL with a message. */
 int qengine_check(qengine *e, char *err, size_t errlen);
 
 #endif

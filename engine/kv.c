@@ -49,6 +49,19 @@
  *       v
  *     USED (ref 1, fill 0, no hash) ...
  *
+ * SWAPPING (preemption by swapping, driven by the engine)
+ *
+ * A preempted sequence's blocks that it holds alone are copied to host
+ * memory by the engine and released by kv_seq_swap_out: they follow the
+ * ordinary release path above (FREE, or CACHED when hashed), and the
+ * table keeps a hole (KV_SWAPPED_OUT) at their logical index.  Blocks the
+ * sequence shares keep its reference: they cannot be evicted or change
+ * (invariant 5) while it is out, so nothing of them needs saving.
+ * kv_seq_swap_in allocates a fresh block for every hole; the engine writes
+ * the saved bytes into them.  A refilled block is unhashed even when it
+ * sits below n_hashed: its twin, if still cached, stays canonical (the
+ * no-deduplication choice below), and the sequence never writes there.
+ *
  * INVARIANTS (kv_pool_check verifies 1, 2, 4, 6, 7; the tests verify 3, 5, 8
  * against their own recount of the tables)
  *
@@ -74,7 +87,8 @@
  *     holds exactly the CACHED blocks.
  *  8. For a sequence: n_blocks == ceil(n_tokens / bs), n_hashed <= n_tokens /
  *     bs, and s->hash is the hash of block n_hashed - 1 as computed from
- *     s->tokens.  Because kv_seq_free releases blocks last first, a
+ *     s->tokens.  n_swapped counts the KV_SWAPPED_OUT entries; a hole holds
+ *     no reference (invariant 3 counts only real entries).  Because kv_seq_free releases blocks last first, a
  *     sequence's deeper blocks are evicted before its first ones: a chain is
  *     found only from its head, so evicting the head first would strand the
  *     rest.
@@ -521,7 +535,8 @@ void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
 void kv_seq_free(kv_pool *p, kv_seq *s)
 {
     if (!s) return;
-    for (int i = s->n_blocks - 1; i >= 0; i--) block_release(p, s->blocks[i]);
+    for (int i = s->n_blocks - 1; i >= 0; i--)
+        if (s->blocks[i] != KV_SWAPPED_OUT) block_release(p, s->blocks[i]);
     free(s->blocks);
     free(s->tokens);
     kv_seq_init(s);
@@ -557,6 +572,8 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int seq_needs_copy(const kv_pool *p, const kv_seq *s)
 {
     if (s->n_tokens % p->block_size == 0 || s->n_blocks == 0) return 0;
+    /* A hole is refilled with a fresh block of s's own. */
+    if (s->blocks[s->n_blocks - 1] == KV_SWAPPED_OUT) return 0;
     const kv_block *k = &p->blocks[s->blocks[s->n_blocks - 1]];
     return k->ref > 1 || k->hashed;
 }
@@ -587,7 +604,7 @@ int kv_seq_can_append(const kv_pool *p, const kv_seq *s, int n)
 
 int kv_seq_append(kv_pool *p, kv_seq *s, const int32_t *tokens, int n)
 {
-    if (n < 0 || (n > 0 && !tokens)) return QERR_INVAL;
+    if (n < 0 || (n > 0 && !tokens) || s->n_swapped) return QERR_INVAL;
     if (n == 0) return 0;
     if (seq_needs_copy(p, s)) return QERR_INVAL;
     /* The size first: a count that can never fit is refused before the ids
@@ -619,6 +636,7 @@ int kv_seq_append(kv_pool *p, kv_seq *s, const int32_t *tokens, int n)
 
 int kv_seq_prepare_write(kv_pool *p, kv_seq *s, int *copy_src, int *copy_dst)
 {
+    if (s->n_swapped) return QERR_INVAL;
     if (!seq_needs_copy(p, s)) return 0;
     if (kv_pool_num_allocatable(p) < 1) return QERR_BUSY;
     int32_t old = s->blocks[s->n_blocks - 1];
@@ -637,6 +655,7 @@ int kv_seq_prepare_write(kv_pool *p, kv_seq *s, int *copy_src, int *copy_dst)
 int kv_seq_commit(kv_pool *p, kv_seq *s, int n_computed)
 {
     if (n_computed < 0 || n_computed > s->n_tokens) return QERR_RANGE;
+    if (s->n_swapped) return QERR_INVAL;
     int bs = p->block_size, full = n_computed / bs, registered = 0;
     for (int i = s->n_hashed; i < full; i++) {
         const int32_t *tok = s->tokens + (size_t)i * bs;
@@ -704,7 +723,7 @@ int kv_seq_match_prefix(kv_pool *p, kv_seq *s, const int32_t *prompt, int n)
 
 int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst)
 {
-    if (src == dst || dst->n_tokens || dst->n_blocks) return QERR_INVAL;
+    if (src == dst || dst->n_tokens || dst->n_blocks || src->n_swapped) return QERR_INVAL;
     for (int i = 0; i < src->n_blocks; i++)
         if (p->blocks[src->blocks[i]].ref == INT32_MAX) return QERR_LIMIT;
     int rc = seq_reserve(dst, src->n_blocks, src->n_tokens);
@@ -724,6 +743,7 @@ int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst)
 int kv_seq_truncate(kv_pool *p, kv_seq *s, int n)
 {
     int bs = p->block_size;
+    if (s->n_swapped) return QERR_INVAL;
     if (n < 0 || n > s->n_tokens || n < s->n_hashed * bs) return QERR_RANGE;
     int keep = (int)ceil_div(n, bs);
     while (s->n_blocks > keep) block_release(p, s->blocks[--s->n_blocks]);
@@ -738,4 +758,50 @@ int kv_seq_truncate(kv_pool *p, kv_seq *s, int n)
     }
     s->n_tokens = n;
     return 0;
+}
+
+/* ---- swapping ------------------------------------------------------------ */
+
+int kv_seq_exclusive_blocks(const kv_pool *p, const kv_seq *s, int32_t *idx)
+{
+    int n = 0;
+    if (s->n_swapped) return 0;
+    for (int i = 0; i < s->n_blocks; i++)
+        if (p->blocks[s->blocks[i]].ref == 1) idx[n++] = i;
+    return n;
+}
+
+int kv_seq_swap_out(kv_pool *p, kv_seq *s, const int32_t *idx, int n)
+{
+    if (s->n_swapped || n < 1 || n > s->n_blocks) return QERR_INVAL;
+    for (int k = 0; k < n; k++) {
+        if (idx[k] < 0 || idx[k] >= s->n_blocks || (k > 0 && idx[k] <= idx[k - 1])) return QERR_INVAL;
+        if (p->blocks[s->blocks[idx[k]]].ref != 1) return QERR_INVAL;
+    }
+    /* Deepest first, as kv_seq_free does: the LRU then evicts a chain from
+     * its tail. */
+    for (int k = n - 1; k >= 0; k--) {
+        block_release(p, s->blocks[idx[k]]);
+        s->blocks[idx[k]] = KV_SWAPPED_OUT;
+    }
+    s->n_swapped = n;
+    return 0;
+}
+
+int kv_seq_swap_in(kv_pool *p, kv_seq *s, int32_t *idx)
+{
+    if (!s->n_swapped) return 0;
+    if (s->n_swapped > kv_pool_num_allocatable(p)) return QERR_BUSY;
+    int bs = p->block_size, n = 0;
+    for (int i = 0; i < s->n_blocks; i++) {
+        if (s->blocks[i] != KV_SWAPPED_OUT) continue;
+        int32_t b = block_alloc(p);
+        int fill = s->n_tokens - i * bs < bs ? s->n_tokens - i * bs : bs;
+        p->blocks[b].fill = fill;
+        p->used_tokens += fill;
+        s->blocks[i] = b;
+        idx[n++] = i;
+    }
+    s->n_swapped = 0;
+    return n;
 }

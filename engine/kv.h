@@ -19,6 +19,15 @@
  *           kv_seq_append(1 token), forward, kv_seq_commit
  *     kv_seq_free(pool, &s);                            blocks -> free/LRU
  *
+ * Preemption by swapping (the engine moves the bytes, backend.h):
+ *
+ *     n = kv_seq_exclusive_blocks(pool, &s, idx);       blocks s holds alone
+ *     ... qbackend_read_blocks(those blocks) -> host slots ...
+ *     kv_seq_swap_out(pool, &s, idx, n);                released, holes left
+ *     ... later ...
+ *     n = kv_seq_swap_in(pool, &s, idx);                fresh blocks in the holes
+ *     ... qbackend_write_blocks(host slots -> those blocks) ...
+ *
  * kv.c opens with the design: invariants and the life cycle of a block. */
 #ifndef QUIRE_KV_H
 #define QUIRE_KV_H
@@ -45,7 +54,11 @@ typedef struct kv_pool kv_pool;
  *              (kv_seq_commit, or reused by kv_seq_match_prefix); they are
  *              immutable, and the sequence cannot be truncated into them.
  *   hash       hash of block n_hashed - 1 (zeros when n_hashed == 0): the
- *              parent of the next block to be hashed. */
+ *              parent of the next block to be hashed.
+ *   n_swapped  entries of blocks[] that are KV_SWAPPED_OUT: blocks the
+ *              sequence held alone, released by kv_seq_swap_out while their
+ *              bytes sit in host memory.  While it is > 0 the sequence is
+ *              parked: only kv_seq_swap_in and kv_seq_free accept it. */
 typedef struct {
     int32_t *blocks;        /* (n_blocks) physical block ids */
     int n_blocks;
@@ -55,7 +68,11 @@ typedef struct {
     int cap_tokens;
     int n_hashed;
     uint8_t hash[KV_HASH_BYTES];
+    int n_swapped;
 } kv_seq;
+
+/* A block table entry whose block was swapped out (kv_seq.n_swapped). */
+#define KV_SWAPPED_OUT (-1)
 
 /* Where a block is in its life (see kv.c). */
 typedef enum {
@@ -145,19 +162,22 @@ int kv_pool_set_hash_bits(kv_pool *p, int bits);
 /* Makes *s an empty sequence (no blocks, no memory).  Cannot fail. */
 void kv_seq_init(kv_seq *s);
 
-/* Releases every block of s, last block first (so that, among one sequence's
- * cached blocks, the deepest is evicted first: a prefix is only found
- * through its first blocks).  A block whose refcount reaches 0 goes to the
- * LRU of cached blocks when it is hashed, else to the free list.  Frees the
- * arrays and leaves s empty, as after kv_seq_init.  s == NULL is a no-op.
- * Cannot fail. */
+/* Releases every block of s, last block first (so that, among one
+ * sequence's cached blocks, the deepest is evicted first: a prefix is only
+ * found through its first blocks); holes left by kv_seq_swap_out are
+ * skipped.  A block whose refcount reaches 0 goes to the LRU of cached
+ * blocks when it is hashed, else to the free list.  Frees the arrays and
+ * leaves s empty, as after kv_seq_init.  s == NULL is a no-op.  Cannot
+ * fail. */
 void kv_seq_free(kv_pool *p, kv_seq *s);
 
 /* New blocks that appending n tokens to s takes from the pool: blocks opened
  * by the tokens, plus one when the first token lands in a partially filled
  * block that s may not write in place (see kv_seq_prepare_write).  Returns
  * that count (>= 0), QERR_INVAL when n < 0, or QERR_LIMIT when the sequence
- * would need more blocks than the whole pool has (it can never run). */
+ * would need more blocks than the whole pool has (it can never run).  For a
+ * swapped-out sequence the count assumes its holes refilled: it excludes
+ * the n_swapped blocks kv_seq_swap_in takes first. */
 int kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int n);
 
 /* 1 when kv_seq_prepare_write followed by kv_seq_append of n tokens would
@@ -168,9 +188,10 @@ int kv_seq_can_append(const kv_pool *p, const kv_seq *s, int n);
  * of its block (free blocks first, then the least recently used cached
  * block, which leaves the prefix map).  All or nothing: on any error s and
  * the pool are unchanged.  Returns 0, or
- *   QERR_INVAL   n < 0, tokens NULL with n > 0, a token id < 0, or the
- *                first token would be written into a block that is shared
- *                or hashed (call kv_seq_prepare_write first);
+ *   QERR_INVAL   n < 0, tokens NULL with n > 0, a token id < 0, s is
+ *                swapped out, or the first token would be written into a
+ *                block that is shared or hashed (call kv_seq_prepare_write
+ *                first);
  *   QERR_LIMIT   s would exceed the whole pool (can never run);
  *   QERR_BUSY    not enough free + cached blocks now (preempt, retry);
  *   QERR_NOMEM   the table could not grow. */
@@ -182,7 +203,8 @@ int kv_seq_append(kv_pool *p, kv_seq *s, const int32_t *tokens, int n);
  * pair whose K/V the engine must copy (backend copy_block) before the next
  * forward pass, and the call returns 1.  Returns 0 (nothing to copy, the
  * outputs are untouched) when the next token opens a new block or the block
- * is s's alone, QERR_BUSY when no block can be allocated (s unchanged). */
+ * is s's alone, QERR_BUSY when no block can be allocated (s unchanged),
+ * QERR_INVAL when s is swapped out. */
 int kv_seq_prepare_write(kv_pool *p, kv_seq *s, int *copy_src, int *copy_dst);
 
 /* Records that the first n_computed tokens of s have their K/V written, and
@@ -191,9 +213,9 @@ int kv_seq_prepare_write(kv_pool *p, kv_seq *s, int *copy_src, int *copy_dst);
  * there (with its token ids, to verify later hits).  When an equal block is
  * registered already it stays canonical and s's block is not registered:
  * no deduplication, the table is never rewritten behind the engine's back.
- * Returns the number of blocks newly registered (>= 0), or QERR_RANGE when
- * n_computed < 0 or > s->n_tokens.  Calling it again with the same or a
- * smaller count does nothing. */
+ * Returns the number of blocks newly registered (>= 0), QERR_RANGE when
+ * n_computed < 0 or > s->n_tokens, or QERR_INVAL when s is swapped out.
+ * Calling it again with the same or a smaller count does nothing. */
 int kv_seq_commit(kv_pool *p, kv_seq *s, int n_computed);
 
 /* Finds the longest chain of hashed blocks equal to the prompt's leading
@@ -211,14 +233,43 @@ int kv_seq_match_prefix(kv_pool *p, kv_seq *s, const int32_t *prompt, int n);
 /* Makes dst (which must be empty) share all of src's blocks: each refcount
  * goes up by one; tokens and the hash chain are copied.  Writes that follow
  * go through kv_seq_prepare_write (copy-on-write).  Returns 0, QERR_INVAL
- * (dst not empty, or dst == src), QERR_LIMIT (a refcount would overflow) or
- * QERR_NOMEM, with dst and the pool unchanged. */
+ * (dst not empty, dst == src, or src swapped out), QERR_LIMIT (a refcount
+ * would overflow) or QERR_NOMEM, with dst and the pool unchanged. */
 int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst);
 
 /* Drops the tokens of s beyond the first n (rejected draft tokens), freeing
- * blocks no longer needed, last first.  Returns 0, or QERR_RANGE when n >
+ * blocks no longer needed, last first.  Returns 0, QERR_RANGE when n >
  * s->n_tokens or n would cut into a hashed block (n < n_hashed *
- * block_size); s is unchanged on error. */
+ * block_size), or QERR_INVAL when s is swapped out; s is unchanged on
+ * error. */
 int kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
+
+/* ---- swapping ----------------------------------------------------------- */
+
+/* Writes to idx (room for s->n_blocks entries) the logical indices, in
+ * increasing order, of the blocks s holds alone (refcount 1): the blocks a
+ * swap-out moves to host memory.  Shared blocks (prefix-cache hits still
+ * used by others, forked siblings) stay in the pool and s keeps its
+ * reference, so they cannot be evicted while s is out.  Returns the count
+ * (0 for a swapped-out sequence).  Cannot fail. */
+int kv_seq_exclusive_blocks(const kv_pool *p, const kv_seq *s, int32_t *idx);
+
+/* Releases the n blocks at logical indices idx (increasing, each held by s
+ * alone, as kv_seq_exclusive_blocks lists them), deepest first, and leaves
+ * KV_SWAPPED_OUT in their table entries; tokens, hashes and the other
+ * blocks stay.  A released hashed block is cached (LRU) like any other.
+ * The caller has copied the blocks' bytes out first.  Returns 0, or
+ * QERR_INVAL (s swapped out already, n < 1, an index out of order or range,
+ * a shared block) with s and the pool unchanged. */
+int kv_seq_swap_out(kv_pool *p, kv_seq *s, const int32_t *idx, int n);
+
+/* Fills every hole of s with a freshly allocated block (fill restored from
+ * s's token count) and writes their logical indices, increasing, to idx
+ * (room for s->n_swapped entries): the blocks whose bytes the caller must
+ * write back, in the order kv_seq_swap_out released them.  Returns that
+ * count (s is a live sequence again), 0 when s had no hole, or QERR_BUSY
+ * when fewer than s->n_swapped blocks can be allocated (s and the pool
+ * unchanged). */
+int kv_seq_swap_in(kv_pool *p, kv_seq *s, int32_t *idx);
 
 #endif

@@ -45,6 +45,8 @@ typedef struct {
     int chat;
     const char *batch;
     int kv_mem, max_batch_tokens, max_seqs, static_batching;
+    const char *preempt;
+    int swap_space;         /* MiB; -1 when not given */
     int n_predict;
     int threads;
     int block_size;
@@ -79,6 +81,8 @@ static const qopt gen_table[] = {
     { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "--batch: tokens per engine step (default 512)" },
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "--batch: sequences per engine step (default 64)" },
     { NULL, "--static-batching", NULL, OPT_FLAG, F_(static_batching), "--batch: admit a new batch only when the last has finished" },
+    { NULL, "--preempt", "MODE", OPT_STR, F_(preempt), "--batch: when the KV pool runs out, recompute (default) or swap to host memory" },
+    { NULL, "--swap-space", "MIB", OPT_INT, F_(swap_space), "--batch --preempt swap: host memory for swapped-out blocks (default 1024)" },
     { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
     { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
     { NULL, "--chunk", "N", OPT_INT, F_(chunk), "prompt tokens per forward pass (default 512)" },
@@ -160,7 +164,7 @@ static int is_eos(const qmodel *m, int id)
 int cmd_generate(int argc, char **argv)
 {
     gen_opts o = { .n_predict = 128, .threads = 0, .block_size = 16, .chunk = 512, .gpu_mem_util = 0.9f,
-                   .sp = qsample_defaults() };
+                   .swap_space = -1, .sp = qsample_defaults() };
     if (qopt_parse("generate", gen_table, N_GEN_OPTS, argc, argv, &o)) return 2;
     if (o.help) {
         gen_usage(stdout);
@@ -178,6 +182,19 @@ int cmd_generate(int argc, char **argv)
     int device = QDEVICE_AUTO;
     if (o.device && qdevice_parse(o.device, &device)) {
         fprintf(stderr, "quire generate: --device: '%s' is not auto, cpu or cuda\n", o.device);
+        return 2;
+    }
+    int preempt = QPREEMPT_RECOMPUTE;
+    if (o.preempt && qpreempt_parse(o.preempt, &preempt)) {
+        fprintf(stderr, "quire generate: --preempt: '%s' is not recompute or swap\n", o.preempt);
+        return 2;
+    }
+    if (o.swap_space != -1 && o.swap_space < 1) {
+        fprintf(stderr, "quire generate: --swap-space: %d MiB is not a positive size\n", o.swap_space);
+        return 2;
+    }
+    if (o.swap_space != -1 && preempt != QPREEMPT_SWAP) {
+        fprintf(stderr, "quire generate: --swap-space needs --preempt swap\n");
         return 2;
     }
     if (!(o.gpu_mem_util > 0 && o.gpu_mem_util <= 1)) {
@@ -255,6 +272,8 @@ int cmd_generate(int argc, char **argv)
         if (o.max_batch_tokens) eo.max_batch_tokens = o.max_batch_tokens;
         if (o.max_seqs) eo.max_seqs = o.max_seqs;
         eo.static_batching = o.static_batching;
+        eo.preempt_mode = preempt;
+        if (o.swap_space > 0) eo.swap_space_mb = (size_t)o.swap_space;
         status = run_batch(m, tok, &eo, o.batch, o.n_predict);
         goto done;
     }

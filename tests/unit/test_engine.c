@@ -3,15 +3,17 @@
  *
  * The central check is batch invariance: every request's greedy output is
  * the same whether it runs alone, with 49 others, with a tiny token budget
- * (chunked prefill), with a tiny KV pool (preemption by recomputation), or
- * after its prefix was cached.  After every scenario all KV blocks must be
- * free or cached with no reference (no leaks).
+ * (chunked prefill), with a tiny KV pool (preemption by recomputation, or by
+ * swapping to host memory and back), or after its prefix was cached.  After
+ * every scenario all KV blocks must be free or cached with no reference and
+ * every swap slot free (no leaks); the swap scenarios check every step.
  *
  * QUIRE_TEST_DEVICE picks the backend every engine here runs on: "cpu" (the
  * default) or "cuda" (exact mode: float32 weights and KV, so that greedy
  * outputs stay comparable); with "cuda" and no CUDA build or device the test
  * prints "skipped: ..." and passes. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -45,6 +47,7 @@ typedef struct {
     int32_t prompt[80];
     int n;
     int32_t out[MAXGEN + 1];
+    float lp[MAXGEN + 1];   /* logprob of each out[] token, when asked */
     int n_out;
     qfinish finish;
     int cached;
@@ -77,17 +80,28 @@ static void make_jobs(void)
     }
 }
 
-/* Runs requests [lo, hi) of jobs in one engine (submitted together), greedy,
- * and stores their outputs in got[]. */
-static int run(qengine *e, int lo, int hi, job *got, float temp, uint64_t seed)
+static void check_clean(qengine *e);
+
+/* How run_with submits and steps. */
+typedef struct {
+    float temp;
+    uint64_t seed;
+    int logprobs;           /* ask for the chosen token's logprob */
+    int check_every_step;   /* qengine_check after every step, not only at the end */
+} run_cfg;
+
+/* Runs requests [lo, hi) of jobs in one engine (submitted together) and
+ * stores their outputs in got[]. */
+static int run_with(qengine *e, int lo, int hi, job *got, const run_cfg *c)
 {
     uint64_t ids[NREQ];
     char err[256];
     for (int j = lo; j < hi; j++) {
         qreq_params p = { .prompt = jobs[j].prompt, .n_prompt = jobs[j].n, .sp = qsample_defaults(),
                           .max_tokens = MAXGEN, .ignore_eos = 1 };
-        p.sp.temperature = temp;
-        p.sp.seed = seed + (uint64_t)j;
+        p.sp.temperature = c->temp;
+        p.sp.seed = c->seed + (uint64_t)j;
+        p.sp.logprobs = c->logprobs;
         if (qengine_submit(e, &p, &ids[j], err, sizeof err)) {
             fprintf(stderr, "  submit: %s\n", err);
             return -1;
@@ -98,12 +112,16 @@ static int run(qengine *e, int lo, int hi, job *got, float temp, uint64_t seed)
     while (live > 0 && steps < 100000) {
         live = qengine_step(e);
         steps++;
+        if (c->check_every_step) check_clean(e);
         qevent ev;
         while (qengine_poll(e, &ev)) {
             for (int j = lo; j < hi; j++) {
                 if (ids[j] != ev.id) continue;
                 if (ev.finish == QFINISH_NONE) {
-                    if (got[j].n_out < MAXGEN + 1) got[j].out[got[j].n_out++] = ev.token;
+                    if (got[j].n_out < MAXGEN + 1) {
+                        got[j].lp[got[j].n_out] = ev.logprob;
+                        got[j].out[got[j].n_out++] = ev.token;
+                    }
                 } else {
                     got[j].finish = ev.finish;
                     got[j].cached = ev.cached_tokens;
@@ -117,6 +135,13 @@ static int run(qengine *e, int lo, int hi, job *got, float temp, uint64_t seed)
         }
     }
     return live;
+}
+
+/* Greedy (temp 0) or seeded sampling, checked at the end only. */
+static int run(qengine *e, int lo, int hi, job *got, float temp, uint64_t seed)
+{
+    run_cfg c = { .temp = temp, .seed = seed };
+    return run_with(e, lo, hi, got, &c);
 }
 
 static qengine *engine(int budget, int blocks, int max_seqs)
@@ -199,6 +224,302 @@ static void test_batch_invariance(void)
     CHECK(same_outputs(alone, pressed, "20-block pool"));
     CHECK(st1.preemptions > 0);
     fprintf(stderr, "  20-block pool: %llu preemptions\n", (unsigned long long)st1.preemptions);
+    check_clean(e);
+    qengine_destroy(e);
+}
+
+/* ---- preemption by swapping ------------------------------------------------ */
+
+static qengine *swap_engine_for(const qmodel *m, const qtok *tok, int blocks, size_t swap_mb)
+{
+    qengine_opts o;
+    test_opts(&o);
+    o.n_threads = 2;
+    o.num_blocks = blocks;
+    o.preempt_mode = QPREEMPT_SWAP;
+    o.swap_space_mb = swap_mb;
+    qengine *e = NULL;
+    char err[256];
+    if (qengine_create(m, tok, &o, &e, err, sizeof err)) fprintf(stderr, "  create: %s\n", err);
+    return e;
+}
+
+static qengine *swap_engine(int blocks, size_t swap_mb)
+{
+    return swap_engine_for(g_model, g_tok, blocks, swap_mb);
+}
+
+static double max_lp_diff(const job *a, const job *b, int n)
+{
+    double d = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < a[j].n_out && i < b[j].n_out; i++) {
+            double x = fabs((double)a[j].lp[i] - (double)b[j].lp[i]);
+            if (x > d) d = x;
+        }
+    return d;
+}
+
+static void print_swap_stats(const char *what, const qengine_stats *st)
+{
+    fprintf(stderr, "  %s: %llu preemptions (%llu swapped out, %llu fell back to recompute), %llu swap-ins, "
+            "%llu blocks out, %llu in\n", what, (unsigned long long)st->preemptions,
+            (unsigned long long)st->preemptions_swap, (unsigned long long)st->swap_fallbacks,
+            (unsigned long long)st->swap_ins, (unsigned long long)st->swapped_out_blocks,
+            (unsigned long long)st->swapped_in_blocks);
+}
+
+/* The 20-block pool again, preempting by swapping: every greedy output is
+ * the one of the request alone, every logprob the one of a pool that never
+ * preempts (the KV written back is the KV swapped out, partial last blocks
+ * and shared prefix blocks included), swaps happened both ways, and nothing
+ * was recomputed: each prompt token is computed or reused once and each
+ * generated token but the last computed once. */
+static void test_swap_invariance(void)
+{
+    static job ref[NREQ], got[NREQ];
+    run_cfg c = { .logprobs = 1 };
+    qengine *e = engine(0, 0, 0);
+    REQUIRE(e);
+    CHECK(run_with(e, 0, NREQ, ref, &c) == 0);
+    qengine_destroy(e);
+
+    e = swap_engine(20, 4);
+    REQUIRE(e);
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    CHECK(st.swap_slots > 0 && st.swap_slots_free == st.swap_slots);
+    c.check_every_step = 1; /* refcounts and slots recounted with requests swapped out */
+    CHECK(run_with(e, 0, NREQ, got, &c) == 0);
+    qengine_stats_get(e, &st);
+    print_swap_stats("swap, 20-block pool", &st);
+    CHECK(same_outputs(alone, got, "swap, 20-block pool"));
+    double d = max_lp_diff(ref, got, NREQ);
+    fprintf(stderr, "  logprobs differ by %.3g at most\n", d);
+    /* A block written back wrong moves them by far more (by 2.4 when the
+     * last block of each victim was left unrestored). */
+    CHECK(d <= (g_device == QDEVICE_CPU ? 1e-4 : 1e-3));
+    CHECK(st.preemptions_swap > 0 && st.swap_ins > 0);
+    CHECK(st.swapped_in_blocks > 0 && st.swapped_in_blocks <= st.swapped_out_blocks);
+    uint64_t total = 0;
+    for (int j = 0; j < NREQ; j++) total += (uint64_t)(jobs[j].n + MAXGEN - 1);
+    if (st.preemptions == st.preemptions_swap && st.swap_fallbacks == 0)
+        CHECK_EQ_INT(st.tokens_computed + st.tokens_reused, total);
+    else
+        fprintf(stderr, "  (some victims were recomputed: the exact token count is not checked)\n");
+    CHECK_EQ_INT(st.swapped, 0);
+    CHECK_EQ_INT(st.swap_slots_free, st.swap_slots);
+    check_clean(e);
+    qengine_destroy(e);
+}
+
+/* Parallel samples (n = 4) of prompts that share a 48-token prefix, in a
+ * pool too small for them: victims keep their references on the shared
+ * prefix and forked blocks and swap out only their own.  Each sample
+ * continues exactly as a request of its own with seed + index would. */
+static void test_swap_parallel_samples(void)
+{
+    enum { NP = 3, N = 4, GEN = 24 };
+    int pj[NP], np = 0;
+    for (int j = 0; j < NREQ && np < NP; j++)
+        if (j % 3 == 2 && jobs[j].n >= 52) pj[np++] = j;
+    REQUIRE(np == NP);
+    static int32_t sep[NP][N][GEN], par[NP][N][GEN];
+    int nsep[NP][N] = { { 0 } }, npar[NP][N] = { { 0 } };
+    char err[256];
+    for (int k = 0; k < NP; k++)
+        for (int i = 0; i < N; i++) {
+            qengine *e = engine(0, 0, 0);
+            REQUIRE(e);
+            qreq_params p = { .prompt = jobs[pj[k]].prompt, .n_prompt = jobs[pj[k]].n, .sp = qsample_defaults(),
+                              .max_tokens = GEN, .ignore_eos = 1 };
+            p.sp.temperature = 1.0f;
+            p.sp.seed = 100 + (uint64_t)i;
+            uint64_t id;
+            REQUIRE(qengine_submit(e, &p, &id, err, sizeof err) == 0);
+            while (qengine_step(e) > 0) {
+            }
+            qevent ev;
+            while (qengine_poll(e, &ev)) {
+                if (!ev.finish && nsep[k][i] < GEN) sep[k][i][nsep[k][i]++] = ev.token;
+                qevent_free(&ev);
+            }
+            qengine_destroy(e);
+        }
+    qengine *e = swap_engine(16, 4);
+    REQUIRE(e);
+    uint64_t ids[NP];
+    for (int k = 0; k < NP; k++) {
+        qreq_params p = { .prompt = jobs[pj[k]].prompt, .n_prompt = jobs[pj[k]].n, .sp = qsample_defaults(),
+                          .max_tokens = GEN, .ignore_eos = 1, .n = N };
+        p.sp.temperature = 1.0f;
+        p.sp.seed = 100;
+        REQUIRE(qengine_submit(e, &p, &ids[k], err, sizeof err) == 0);
+    }
+    int fins = 0, steps = 0, live = 1;
+    while (live > 0 && steps++ < 100000) {
+        live = qengine_step(e);
+        check_clean(e);
+        qevent ev;
+        while (qengine_poll(e, &ev)) {
+            for (int k = 0; k < NP; k++) {
+                if (ev.id != ids[k] || ev.index < 0 || ev.index >= N) continue;
+                if (ev.finish) fins++;
+                else if (npar[k][ev.index] < GEN) par[k][ev.index][npar[k][ev.index]++] = ev.token;
+            }
+            qevent_free(&ev);
+        }
+    }
+    CHECK_EQ_INT(fins, NP * N);
+    for (int k = 0; k < NP; k++)
+        for (int i = 0; i < N; i++) {
+            CHECK_EQ_INT(npar[k][i], GEN);
+            CHECK(!memcmp(sep[k][i], par[k][i], sizeof sep[k][i]));
+        }
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    print_swap_stats("swap, n = 4 samples, 16-block pool", &st);
+    CHECK(st.preemptions_swap > 0 && st.swap_ins > 0);
+    check_clean(e);
+    qengine_destroy(e);
+}
+
+/* Requests cancelled while swapped out give back their swap slots and the
+ * shared blocks they kept. */
+static void test_swap_cancel(void)
+{
+    qengine *e = swap_engine(20, 4);
+    REQUIRE(e);
+    uint64_t ids[NREQ];
+    char err[256];
+    for (int j = 0; j < NREQ; j++) {
+        qreq_params p = { .prompt = jobs[j].prompt, .n_prompt = jobs[j].n, .sp = qsample_defaults(),
+                          .max_tokens = MAXGEN, .ignore_eos = 1 };
+        p.sp.temperature = 0;
+        REQUIRE(qengine_submit(e, &p, &ids[j], err, sizeof err) == 0);
+    }
+    qengine_stats st = { 0 };
+    for (int i = 0; i < 1000 && st.swapped == 0; i++) {
+        CHECK(qengine_step(e) > 0);
+        qengine_stats_get(e, &st);
+    }
+    REQUIRE(st.swapped > 0);
+    CHECK(st.swap_slots_free < st.swap_slots);
+    check_clean(e);
+    int swapped = st.swapped;
+    for (int j = 0; j < NREQ; j++) CHECK(qengine_cancel(e, ids[j]) == 0);
+    CHECK(qengine_step(e) == 0);
+    int cancelled = 0;
+    qevent ev;
+    while (qengine_poll(e, &ev)) {
+        cancelled += ev.finish == QFINISH_CANCELLED;
+        qevent_free(&ev);
+    }
+    CHECK(cancelled >= swapped);
+    qengine_stats_get(e, &st);
+    CHECK_EQ_INT(st.swapped, 0);
+    CHECK_EQ_INT(st.kv_used, 0);
+    CHECK_EQ_INT(st.swap_slots_free, st.swap_slots);
+    check_clean(e);
+    qengine_destroy(e);
+}
+
+/* A model whose KV block is 256 KiB (8 layers, 4 KV heads of 64, float32,
+ * 16 tokens): 1 MiB of swap space is 4 slots, fewer than a victim holds, so
+ * victims fall back to recomputation when it is full, and outputs still
+ * equal those of each request alone.  A block larger than the swap space
+ * (block_size 128: 2 MiB) is refused. */
+static void test_swap_space_full(void)
+{
+    static const char cfg[] =
+        "{\"model_type\": \"llama\", \"hidden_size\": 256, \"intermediate_size\": 512, \"num_hidden_layers\": 8,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"vocab_size\": 600, \"eos_token_id\": 2}";
+    char path[] = "/tmp/quire-test-engine-XXXXXX", err[512];
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, cfg, sizeof cfg - 1) == (ssize_t)(sizeof cfg - 1));
+    close(fd);
+    qmodel *m = NULL;
+    int rc = qmodel_random(path, 1, 7, &m, err, sizeof err);
+    unlink(path);
+    if (rc) fprintf(stderr, "  random model: %s\n", err);
+    REQUIRE(rc == 0);
+    enum { NJ = 12 };
+    static job ref[NJ], got[NJ];
+    for (int j = 0; j < NJ; j++) {
+        qengine *e = NULL;
+        qengine_opts o;
+        test_opts(&o);
+        o.n_threads = 2;
+        o.num_blocks = 64;
+        REQUIRE(qengine_create(m, NULL, &o, &e, err, sizeof err) == 0);
+        CHECK(run(e, j, j + 1, ref, 0, 0) == 0);
+        qengine_destroy(e);
+    }
+    qengine *e = swap_engine_for(m, NULL, 12, 1);
+    REQUIRE(e);
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    CHECK_EQ_INT(st.swap_slots, 4);
+    run_cfg c = { .check_every_step = 1 };
+    CHECK(run_with(e, 0, NJ, got, &c) == 0);
+    qengine_stats_get(e, &st);
+    print_swap_stats("swap, 12-block pool, 4 swap slots", &st);
+    for (int j = 0; j < NJ; j++) {
+        CHECK_EQ_INT(got[j].n_out, MAXGEN);
+        CHECK(got[j].n_out == ref[j].n_out && !memcmp(got[j].out, ref[j].out, sizeof(int32_t) * (size_t)ref[j].n_out));
+    }
+    CHECK(st.preemptions_swap > 0 && st.swap_ins > 0);
+    CHECK(st.swap_fallbacks > 0);
+    CHECK(st.preemptions > st.preemptions_swap);
+    check_clean(e);
+    qengine_destroy(e);
+
+    qengine_opts o;
+    test_opts(&o);
+    o.num_blocks = 16;
+    o.block_size = 128;
+    o.preempt_mode = QPREEMPT_SWAP;
+    o.swap_space_mb = 1;
+    e = (qengine *)&e;
+    CHECK(qengine_create(m, NULL, &o, &e, err, sizeof err) == QERR_RANGE && e == NULL);
+    CHECK_STR_CONTAINS(err, "holds no KV block");
+    qmodel_destroy(m);
+}
+
+/* Options: the mode's names, a bad mode, the default swap space. */
+static void test_swap_options(void)
+{
+    int mode = -1;
+    CHECK(qpreempt_parse("swap", &mode) == 0 && mode == QPREEMPT_SWAP);
+    CHECK(qpreempt_parse("recompute", &mode) == 0 && mode == QPREEMPT_RECOMPUTE);
+    CHECK(qpreempt_parse("disk", &mode) == QERR_INVAL && mode == QPREEMPT_RECOMPUTE);
+    CHECK(!strcmp(qpreempt_name(QPREEMPT_SWAP), "swap") && !strcmp(qpreempt_name(5), "?"));
+    qengine_opts o;
+    test_opts(&o);
+    CHECK(o.preempt_mode == QPREEMPT_RECOMPUTE && o.swap_space_mb == 0);
+    o.num_blocks = 16;
+    char err[256];
+    qengine *e = NULL;
+    /* Recompute: no swap space at all, whatever swap_space_mb says. */
+    o.swap_space_mb = 64;
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    CHECK_EQ_INT(st.swap_slots, 0);
+    qengine_destroy(e);
+    o.preempt_mode = 7;
+    CHECK(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == QERR_INVAL && e == NULL);
+    CHECK_STR_CONTAINS(err, "preempt_mode");
+    o.preempt_mode = QPREEMPT_SWAP;
+    o.swap_space_mb = SIZE_MAX / 4;
+    CHECK(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == QERR_RANGE && e == NULL);
+    o.swap_space_mb = 0; /* the default */
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    qengine_stats_get(e, &st);
+    const qhparams *hp = &g_model->hp;
+    size_t per_block = 2 * (size_t)hp->n_layers * (size_t)hp->n_kv_heads * (size_t)hp->head_dim * 4 * 16;
+    CHECK_EQ_INT(st.swap_slots, (int)((size_t)QENGINE_DEFAULT_SWAP_MB * 1048576 / per_block));
     check_clean(e);
     qengine_destroy(e);
 }
@@ -655,6 +976,11 @@ int main(void)
     }
     make_jobs();
     QT_RUN(test_batch_invariance);
+    QT_RUN(test_swap_invariance);
+    QT_RUN(test_swap_parallel_samples);
+    QT_RUN(test_swap_cancel);
+    QT_RUN(test_swap_space_full);
+    QT_RUN(test_swap_options);
     QT_RUN(test_seeded_sampling_batch_invariant);
     QT_RUN(test_prefix_cache_counts);
     QT_RUN(test_cancel_frees_everything);

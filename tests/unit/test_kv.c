@@ -52,8 +52,13 @@ static int check_tables(const kv_pool *p, kv_seq *const *seqs, int n_seqs)
             fprintf(stderr, "  seq %d: %d tokens, %d blocks, %d hashed\n", j, s->n_tokens, s->n_blocks, s->n_hashed);
             ok = 0;
         }
+        int holes = 0;
         for (int i = 0; i < s->n_blocks; i++) {
             int b = s->blocks[i];
+            if (b == KV_SWAPPED_OUT) {
+                holes++;
+                continue;
+            }
             if (b < 0 || b >= nb || mark[b] == j + 1) {
                 fprintf(stderr, "  seq %d: block %d bad or twice\n", j, b);
                 ok = 0;
@@ -61,6 +66,10 @@ static int check_tables(const kv_pool *p, kv_seq *const *seqs, int n_seqs)
             }
             mark[b] = j + 1;
             count[b]++;
+        }
+        if (holes != s->n_swapped) {
+            fprintf(stderr, "  seq %d: %d holes, n_swapped %d\n", j, holes, s->n_swapped);
+            ok = 0;
         }
     }
     for (int b = 0; b < nb && ok; b++) {
@@ -812,6 +821,87 @@ static void test_truncate(void)
 
 /* ---- statistics --------------------------------------------------------- */
 
+/* Swapping: only blocks held alone leave; shared ones keep the reference;
+ * a swapped-out sequence is refused by every writer; swap-in refills the
+ * holes (all or nothing) with the right fills. */
+static void test_swap_out_in(void)
+{
+    kv_pool *p = mk(8, 4);
+    REQUIRE(p);
+    kv_seq a, b, c;
+    kv_seq_init(&a);
+    kv_seq_init(&b);
+    kv_seq_init(&c);
+    kv_seq *all[] = {&a, &b, &c};
+    int32_t ids[16], idx[8], src, dst;
+    fill_ids(ids, 16, 30);
+    CHECK_EQ_INT(kv_seq_append(p, &a, ids, 10), 0); /* 3 blocks, the last holds 2 */
+    CHECK_EQ_INT(kv_seq_commit(p, &a, 10), 2);
+    CHECK_EQ_INT(kv_seq_fork(p, &a, &b), 0);
+    CHECK_EQ_INT(kv_seq_exclusive_blocks(p, &b, idx), 0); /* all shared */
+    CHECK_EQ_INT(kv_seq_prepare_write(p, &b, &src, &dst), 1);
+    CHECK_EQ_INT(kv_seq_append(p, &b, ids + 10, 3), 0); /* 13 tokens: block 2 its copy, block 3 new */
+    int shared0 = b.blocks[0], shared1 = b.blocks[1];
+    CHECK_EQ_INT(kv_seq_exclusive_blocks(p, &b, idx), 2);
+    CHECK(idx[0] == 2 && idx[1] == 3);
+    CHECK_EQ_INT(kv_seq_swap_out(p, &b, idx, 0), QERR_INVAL);
+    int32_t bad[2] = {3, 2}, shared[1] = {0};
+    CHECK_EQ_INT(kv_seq_swap_out(p, &b, bad, 2), QERR_INVAL);
+    CHECK_EQ_INT(kv_seq_swap_out(p, &b, shared, 1), QERR_INVAL);
+    CHECK_EQ_INT(kv_pool_num_used(p), 5);
+    CHECK_EQ_INT(kv_seq_swap_out(p, &b, idx, 2), 0);
+    CHECK(b.blocks[0] == shared0 && b.blocks[1] == shared1 && b.blocks[2] == KV_SWAPPED_OUT &&
+          b.blocks[3] == KV_SWAPPED_OUT);
+    CHECK_EQ_INT(b.n_swapped, 2);
+    CHECK_EQ_INT(b.n_tokens, 13);
+    CHECK_EQ_INT(refcount(p, shared0), 2); /* kept: cannot be evicted */
+    CHECK_EQ_INT(kv_pool_num_used(p), 3);
+    CHECK(check_tables(p, all, 3));
+    /* Parked: every writer refuses it. */
+    int32_t t = 7;
+    CHECK_EQ_INT(kv_seq_append(p, &b, &t, 1), QERR_INVAL);
+    CHECK_EQ_INT(kv_seq_prepare_write(p, &b, &src, &dst), QERR_INVAL);
+    CHECK_EQ_INT(kv_seq_commit(p, &b, 12), QERR_INVAL);
+    CHECK_EQ_INT(kv_seq_truncate(p, &b, 12), QERR_INVAL);
+    CHECK_EQ_INT(kv_seq_fork(p, &b, &c), QERR_INVAL);
+    CHECK_EQ_INT(kv_seq_swap_out(p, &b, idx, 2), QERR_INVAL);
+    CHECK_EQ_INT(kv_seq_exclusive_blocks(p, &b, idx), 0);
+    /* Its next token lands in block 3, its own once refilled: no copy. */
+    CHECK_EQ_INT(kv_seq_blocks_needed(p, &b, 1), 0);
+    /* Swap-in is all or nothing. */
+    int room = kv_pool_num_allocatable(p);
+    CHECK_EQ_INT(kv_seq_append(p, &c, ids, (room - 1) * 4), 0);
+    kv_stats st0, st1;
+    kv_pool_stats(p, &st0);
+    CHECK_EQ_INT(kv_seq_swap_in(p, &b, idx), QERR_BUSY);
+    kv_pool_stats(p, &st1);
+    CHECK(stats_equal(&st0, &st1) && b.n_swapped == 2);
+    kv_seq_free(p, &c);
+    CHECK_EQ_INT(kv_seq_swap_in(p, &b, idx), 2);
+    CHECK(idx[0] == 2 && idx[1] == 3);
+    CHECK_EQ_INT(b.n_swapped, 0);
+    CHECK(b.blocks[2] >= 0 && b.blocks[3] >= 0 && b.blocks[2] != b.blocks[3]);
+    kv_block_info bi;
+    kv_pool_block_info(p, b.blocks[2], &bi);
+    CHECK(bi.fill == 4 && bi.refcount == 1 && !bi.hashed);
+    kv_pool_block_info(p, b.blocks[3], &bi);
+    CHECK(bi.fill == 1 && bi.refcount == 1);
+    CHECK_EQ_INT(kv_seq_swap_in(p, &b, idx), 0); /* nothing to do */
+    CHECK(check_tables(p, all, 3));
+    /* Live again: it writes in place and commits on. */
+    CHECK_EQ_INT(kv_seq_prepare_write(p, &b, &src, &dst), 0);
+    CHECK_EQ_INT(kv_seq_append(p, &b, ids + 13, 3), 0);
+    CHECK(kv_seq_commit(p, &b, 16) >= 1);
+    CHECK(check_tables(p, all, 3));
+    /* Freeing a swapped-out sequence skips its holes. */
+    CHECK_EQ_INT(kv_seq_exclusive_blocks(p, &b, idx), 2);
+    CHECK_EQ_INT(kv_seq_swap_out(p, &b, idx, 2), 0);
+    kv_seq_free(p, &b);
+    kv_seq_free(p, &a);
+    CHECK(check_no_leaks(p));
+    kv_pool_destroy(p);
+}
+
 static void test_stats_utilisation(void)
 {
     kv_pool *p = mk(8, 4);
@@ -1077,6 +1167,7 @@ int main(void)
     QT_RUN(test_fork_cow);
     QT_RUN(test_hashed_blocks_immutable);
     QT_RUN(test_truncate);
+    QT_RUN(test_swap_out_in);
     QT_RUN(test_stats_utilisation);
     QT_RUN(test_stress);
     QT_RUN(test_stress_collisions);
