@@ -520,8 +520,13 @@ static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
         int32_t *ai = q_reallocn(e->b_argmax_ids, (size_t)n_seqs, sizeof *ai);
         if (!ai) return QERR_NOMEM;
         e->b_argmax_ids = ai;
-        float *lg = q_reallocn(e->logits, (size_t)n_seqs * (size_t)e->m->hp.n_vocab, sizeof *lg);
+        /* The logits come back from the backend every step: in memory it
+         * transfers to fast (pinned, on CUDA).  Nothing in them outlives a step. */
+        const size_t lbytes = (size_t)n_seqs * (size_t)e->m->hp.n_vocab * sizeof(float);
+        if (lbytes / sizeof(float) / (size_t)n_seqs != (size_t)e->m->hp.n_vocab) return QERR_NOMEM;
+        float *lg = qbackend_host_alloc(e->be, lbytes);
         if (!lg) return QERR_NOMEM;
+        if (e->logits) qbackend_host_free(e->be, e->logits);
         e->logits = lg;
         e->cap_seqs = n_seqs;
     }
@@ -1073,7 +1078,7 @@ void qengine_destroy(qengine *e)
     free(e->b_sample);
     free(e->b_argmax);
     free(e->b_argmax_ids);
-    free(e->logits);
+    if (e->logits) qbackend_host_free(e->be, e->logits);
     free(e->slot_free);
     free(e->sw_idx);
     free(e->sw_blocks);
