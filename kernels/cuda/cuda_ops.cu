@@ -7,6 +7,7 @@
 #include "cuda_kernels.cuh"
 
 int qk_pdl = 1;
+int qk_gemv_split = 1;
 
 template <typename T> __global__ void embed_kernel(float *x, const T *emb, const int32_t *tok, int D)
 {
@@ -194,23 +195,27 @@ INST(__half)
 // H200 this streams the 1B and 8B projection shapes 5-80% faster than
 // cuBLAS at one token (bench_gpu --gemv 1).
 
-template <typename T, int NT, int R>
+template <typename T, int NT, int R, int S>
 __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const T *__restrict__ x,
                                                    const T *__restrict__ W, int N, int K, float beta)
 {
     pdl_wait();
-    const int lane = threadIdx.x & 31, row0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * R;
-    if (row0 >= N) return;
+    // S warps share each group of R rows, taking alternate 256-element
+    // chunks of K; their sums meet in shared memory in a fixed order.
+    __shared__ float other[8][R * NT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % S;
+    const int row0 = (blockIdx.x * (8 / S) + warp / S) * R;
+    const bool live = row0 < N;
     const T *w[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) w[r] = W + (size_t)(row0 + r < N ? row0 + r : row0) * K;
+    for (int r = 0; r < R; r++) w[r] = W + (size_t)(row0 + r < N ? row0 + r : (live ? row0 : 0)) * K;
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0;
 #pragma unroll 4
-    for (int k = lane * 8; k < K; k += 256) {
+    for (int k = (part * 32 + lane) * 8; live && k < K; k += 256 * S) {
         float a[R][8];
 #pragma unroll
         for (int r = 0; r < R; r++) load_vec<T, 8>(w[r] + k, a[r]);
@@ -224,44 +229,69 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const 
                 for (int e = 0; e < 8; e++) acc[r][t] += a[r][e] * xv[e];
         }
     }
+    float v[R][NT];
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float v = warp_sum(acc[r][t]);
-            if (lane == 0 && row0 + r < N) {
+        for (int r = 0; r < R; r++) v[r][t] = warp_sum(acc[r][t]);
+    if (S > 1) {
+        if (part == 1 && lane == 0)
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int r = 0; r < R; r++) other[warp][r * NT + t] = v[r][t];
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int r = 0; r < R; r++) v[r][t] += other[warp + 1][r * NT + t];
+    }
+    if (!live || lane != 0) return;
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (row0 + r < N) {
                 float *yp = y + (size_t)t * N + row0 + r;
-                *yp = beta != 0.0f ? v + beta * *yp : v;
+                *yp = beta != 0.0f ? v[r][t] + beta * *yp : v[r][t];
             }
-        }
 }
 
 bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= QK_GEMV_MAX && K % 8 == 0; }
 
-template <typename T, int R>
+template <typename T, int R, int S>
 static int gemv_rows(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta)
 {
-    const dim3 grid((N + 8 * R - 1) / (8 * R)), block(256);
+    const int rows_per_block = 8 / S * R;
+    const dim3 grid((N + rows_per_block - 1) / rows_per_block), block(256);
     switch (n) {
-    case 1: qk_launch(gemv_kernel<T, 1, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 2: qk_launch(gemv_kernel<T, 2, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 3: qk_launch(gemv_kernel<T, 3, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 4: qk_launch(gemv_kernel<T, 4, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 5: qk_launch(gemv_kernel<T, 5, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 6: qk_launch(gemv_kernel<T, 6, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 7: qk_launch(gemv_kernel<T, 7, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 8: qk_launch(gemv_kernel<T, 8, R>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 1: qk_launch(gemv_kernel<T, 1, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 2: qk_launch(gemv_kernel<T, 2, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 3: qk_launch(gemv_kernel<T, 3, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 4: qk_launch(gemv_kernel<T, 4, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 5: qk_launch(gemv_kernel<T, 5, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 6: qk_launch(gemv_kernel<T, 6, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 7: qk_launch(gemv_kernel<T, 7, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 8: qk_launch(gemv_kernel<T, 8, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
     default: return QERR_UNSUPPORTED;
     }
     CK_LAUNCH("gemv");
     return 0;
 }
 
+// K split over two warps for the small and middling matrices, whose rows
+// are otherwise too few to keep enough loads in flight; chosen from the
+// shape alone, so a token's sums never depend on the batch.
+static int gemv_split(int N, int K) { return qk_gemv_split && K >= 2048 && N <= 8192 ? 2 : 1; }
+
 template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp)
 {
-    if (rows_per_warp == 2) return gemv_rows<T, 2>(st, y, x, W, n, N, K, beta);
-    return gemv_rows<T, 1>(st, y, x, W, n, N, K, beta);
+    const int S = gemv_split(N, K);
+    if (rows_per_warp == 2)
+        return S == 2 ? gemv_rows<T, 2, 2>(st, y, x, W, n, N, K, beta) : gemv_rows<T, 2, 1>(st, y, x, W, n, N, K, beta);
+    return S == 2 ? gemv_rows<T, 1, 2>(st, y, x, W, n, N, K, beta) : gemv_rows<T, 1, 1>(st, y, x, W, n, N, K, beta);
 }
 
 template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int)
