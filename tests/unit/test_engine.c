@@ -776,8 +776,13 @@ static void test_threads(void)
     feeder f = { .e = e };
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, feed, &f) == 0);
-    int finished = 0, cancelled = 0, guard = 0;
-    while (guard++ < 200000) {
+    int finished = 0, cancelled = 0;
+    /* Bounded by time, not by steps: an idle engine steps fast, and on a
+     * loaded machine the feeder may wait long for a core.  Idle, the loop
+     * yields so that the feeder gets one. */
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
         int live = qengine_step(e);
         qevent ev;
         while (qengine_poll(e, &ev)) {
@@ -785,6 +790,12 @@ static void test_threads(void)
             qevent_free(&ev);
         }
         if (live == 0 && __atomic_load_n(&f.done, __ATOMIC_ACQUIRE) && finished == f.submitted) break;
+        if (live == 0) {
+            struct timespec ts = { 0, 100000 };
+            nanosleep(&ts, NULL);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 120) break;
     }
     pthread_join(th, NULL);
     CHECK_EQ_INT(f.submitted, 30);
