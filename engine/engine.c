@@ -64,6 +64,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/pool.h"
 #include "kv.h"
 #include "model.h"
 #include "stop.h"
@@ -135,6 +136,9 @@ struct qengine {
     req **b_reqs;
     int *b_sample;
     uint8_t *b_argmax;            /* (cap_seqs) per logit row: greedy, reduced by the backend */
+    struct sdraw *draws;          /* (cap_draws) the draws of a step */
+    int cap_draws;
+    qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
     int32_t *b_argmax_ids;        /* (cap_seqs) the backend's argmax of those rows */
     float *logits;
     int cap_tokens, cap_seqs;
@@ -714,19 +718,44 @@ static int is_stop_token(const qengine *e, const req *r, int tok)
  * argmax of a greedy row, whose logits were not copied) and emits it.
  * Returns why r is done, or QFINISH_NONE to go on (the caller removes r
  * from its list and calls finish). */
-static qfinish take_token(qengine *e, req *r, const float *logits, int tok)
+/* One draw of a step: the request, its logits row, and what the draw gave.
+ * Draws touch only their own request's sampler, so a step's draws can run
+ * on several threads; their effects (events, stops) are then applied in
+ * order by take_token. */
+typedef struct sdraw {
+    req *r;
+    const float *lg;
+    int tok;                 /* the backend's argmax of a greedy row, or -1 to sample */
+    int n_lp;                /* entries in lp: 0 when no logprobs were asked for */
+    qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
+} sdraw;
+
+static void draw_one(qengine *e, sdraw *d)
 {
-    if (tok < 0) tok = qsample(r->smp, logits);
-    qevent ev = { .id = r->id, .index = r->index, .token = tok, .finish = QFINISH_NONE };
-    if (r->want_logprobs) {
+    if (d->tok < 0) d->tok = qsample(d->r->smp, d->lg);
+    d->n_lp = 0;
+    if (d->r->want_logprobs) {
         /* vLLM v1's default: the model's own distribution (raw logits). */
-        qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
-        int got = qsample_logprobs(logits, e->m->hp.n_vocab, tok, r->top_logprobs, lp, NULL);
-        if (got > 0) {
-            ev.logprob = lp[0].logprob;
-            ev.n_top = got - 1;
-            memcpy(ev.top, lp + 1, sizeof(qlogprob) * (size_t)ev.n_top);
-        }
+        int got = qsample_logprobs(d->lg, e->m->hp.n_vocab, d->tok, d->r->top_logprobs, d->lp, NULL);
+        if (got > 0) d->n_lp = got;
+    }
+}
+
+static void draw_task(void *ctx, int task, int tid)
+{
+    (void)tid;
+    qengine *e = ctx;
+    draw_one(e, &e->draws[task]);
+}
+
+static qfinish take_token(qengine *e, req *r, const sdraw *d)
+{
+    const int tok = d->tok;
+    qevent ev = { .id = r->id, .index = r->index, .token = tok, .finish = QFINISH_NONE };
+    if (d->n_lp > 0) {
+        ev.logprob = d->lp[0].logprob;
+        ev.n_top = d->n_lp - 1;
+        memcpy(ev.top, d->lp + 1, sizeof(qlogprob) * (size_t)ev.n_top);
     }
     if (r->t_first == 0) r->t_first = q_now();
     e->st.generated++;
@@ -935,20 +964,50 @@ int qengine_step(qengine *e)
         }
         return rc;
     }
-    /* 4. commit and sample */
-    int li = 0;
+    /* 4. commit, draw (in parallel where a pool exists), then apply the
+     * draws in order: forks first, as they are listed, then their parent. */
+    int li = 0, n_draws = 0;
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
         q->n_computed += e->b_seqs[i].n_tokens;
         kv_seq_commit(e->pool, &q->kv, q->n_computed);
+        if (e->b_sample[i]) n_draws += 1 + q->n_forks;
+    }
+    if (n_draws > e->cap_draws) {
+        sdraw *d = q_reallocn(e->draws, (size_t)n_draws, sizeof *d);
+        if (!d) {
+            for (int i = 0; i < n_seqs; i++) {
+                req *q = e->b_reqs[i];
+                if (!e->b_sample[i]) continue;
+                rl_remove(&e->running, q);
+                finish(e, q, QFINISH_ERROR);
+            }
+            return QERR_NOMEM;
+        }
+        e->draws = d;
+        e->cap_draws = n_draws;
+    }
+    int dk = 0;
+    for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;
+        req *q = e->b_reqs[i];
         const int row = li++;
         const float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
-        const int greedy_tok = e->b_argmax[row] ? e->b_argmax_ids[row] : -1;
+        for (int f = 0; f < q->n_forks; f++) e->draws[dk++] = (sdraw){ .r = q->forks[f], .lg = lg, .tok = -1 };
+        e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_argmax[row] ? e->b_argmax_ids[row] : -1 };
+    }
+    if (e->spool && n_draws > 1) qpool_run(e->spool, n_draws, draw_task, e);
+    else
+        for (int d = 0; d < n_draws; d++) draw_one(e, &e->draws[d]);
+    dk = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        if (!e->b_sample[i]) continue;
+        req *q = e->b_reqs[i];
         /* Parallel samples: they take the prompt's blocks by reference and
          * draw their first token from the same logits. */
         for (int f = 0; f < q->n_forks; f++) {
             req *c = q->forks[f];
+            const sdraw *d = &e->draws[dk++];
             if (kv_seq_fork(e->pool, &q->kv, &c->kv)) {
                 finish(e, c, QFINISH_ERROR);
                 continue;
@@ -958,14 +1017,14 @@ int qengine_step(qengine *e)
             c->admitted_once = 1;
             c->admit_seq = ++e->admit_counter;
             rl_push_back(&e->running, c);
-            qfinish cw = take_token(e, c, lg, -1);
+            qfinish cw = take_token(e, c, d);
             if (cw != QFINISH_NONE) {
                 rl_remove(&e->running, c);
                 finish(e, c, cw);
             }
         }
         q->n_forks = 0;
-        qfinish why = take_token(e, q, lg, greedy_tok);
+        qfinish why = take_token(e, q, &e->draws[dk++]);
         if (why != QFINISH_NONE) {
             rl_remove(&e->running, q);
             finish(e, q, why);
@@ -1031,6 +1090,15 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
         (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs)))
         qerr_set(err, errlen, rc, "out of memory for the engine");
     if (!rc && e->o.preempt_mode == QPREEMPT_SWAP) rc = swap_space_create(e, nb, err, errlen);
+    /* With the model on a GPU the host's cores are free while it runs:
+     * the draws of a step (up to a vocabulary-wide pass each) use them.  On
+     * the CPU backend they stay with the backend's own pool. */
+    if (!rc) {
+        int nt = e->o.sample_threads;
+        if (nt <= 0) nt = strcmp(e->be->ops->name, "cpu") != 0 ? (q_ncpus() > 16 ? 16 : q_ncpus()) : 1;
+        if (nt > 64) nt = 64;
+        if (nt > 1) e->spool = qpool_create(nt); /* NULL: the draws run on this thread */
+    }
     if (rc) {
         qengine_destroy(e);
         return rc;
@@ -1078,6 +1146,8 @@ void qengine_destroy(qengine *e)
     free(e->b_sample);
     free(e->b_argmax);
     free(e->b_argmax_ids);
+    free(e->draws);
+    qpool_destroy(e->spool);
     if (e->logits) qbackend_host_free(e->be, e->logits);
     free(e->slot_free);
     free(e->sw_idx);

@@ -73,6 +73,8 @@ typedef struct {
     int max_seqs;           /* sequences in one step (default 64) */
     int static_batching;    /* admit a new batch only when the previous one has finished (benchmarks) */
     int no_prefix_cache;    /* do not reuse cached blocks */
+    int sample_threads;     /* threads for a step's draws: 0 (default) up to 16 when the
+                             * backend is not the CPU's, else 1; > 1 forces that many */
     int preempt_mode;       /* qpreempt_mode (default QPREEMPT_RECOMPUTE) */
     /* QPREEMPT_SWAP: host memory for swapped-out blocks, in MiB, allocated
      * once at creation (pinned on CUDA) and cut into one-block slots (0:

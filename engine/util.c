@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 #include <time.h>
 
@@ -283,4 +284,10 @@ int q_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
     *out = buf;
     if (len) *len = n;
     return 0;
+}
+
+int q_ncpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }

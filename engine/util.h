@@ -70,6 +70,9 @@ void q_hex(const uint8_t *bytes, size_t n, char *out);
 /* Monotonic seconds. */
 double q_now(void);
 
+/* Online processors (>= 1). */
+int q_ncpus(void);
+
 /* ---- fp16 / bf16 ------------------------------------------------------ */
 
 float q_f16_to_f32(uint16_t h);

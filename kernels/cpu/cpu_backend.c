@@ -469,10 +469,7 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
     be->base.opts = *opts;
     be->k = cpu_kernels_get();
     int nt = opts->n_threads;
-    if (nt <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        nt = n > 0 ? (int)n : 1;
-    }
+    if (nt <= 0) nt = q_ncpus();
     be->n_threads = nt;
     be->base.opts.n_threads = nt;
     be->block_floats = (size_t)hp->n_kv_heads * opts->block_size * hp->head_dim;

@@ -524,6 +524,34 @@ static void test_swap_options(void)
     qengine_destroy(e);
 }
 
+/* A step's draws on several threads (as when the model runs on a GPU) give
+ * exactly what they give on one: seeded sampling with logprobs, greedy rows
+ * and text, all 50 requests at once. */
+static void test_parallel_draws(void)
+{
+    static job one[NREQ], four[NREQ];
+    for (int k = 0; k < 2; k++) {
+        qengine_opts o;
+        test_opts(&o);
+        o.n_threads = 2;
+        o.num_blocks = 512;
+        o.sample_threads = k ? 4 : 1;
+        qengine *e = NULL;
+        char err[256];
+        REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+        run_cfg c = { .temp = 0.8f, .seed = 11, .logprobs = 1 };
+        CHECK(run_with(e, 0, NREQ, k ? four : one, &c) == 0);
+        check_clean(e);
+        qengine_destroy(e);
+    }
+    CHECK(same_outputs(one, four, "4 draw threads vs 1"));
+    int lp_same = 1;
+    for (int j = 0; j < NREQ; j++)
+        lp_same &= memcmp(one[j].lp, four[j].lp, sizeof(float) * (size_t)one[j].n_out) == 0 &&
+                   one[j].text_len == four[j].text_len && memcmp(one[j].text, four[j].text, one[j].text_len) == 0;
+    CHECK(lp_same);
+}
+
 static void test_seeded_sampling_batch_invariant(void)
 {
     static job a[NREQ], b[NREQ];
@@ -993,6 +1021,7 @@ int main(void)
     QT_RUN(test_swap_space_full);
     QT_RUN(test_swap_options);
     QT_RUN(test_seeded_sampling_batch_invariant);
+    QT_RUN(test_parallel_draws);
     QT_RUN(test_prefix_cache_counts);
     QT_RUN(test_cancel_frees_everything);
     QT_RUN(test_stop_strings_and_eos);
