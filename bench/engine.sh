@@ -11,6 +11,7 @@
 # Environment: QUIRE_BIN (default ./build/quire), THREADS (default: all),
 # VOCAB (prompt ids are drawn below it; default 32000, the bench models'),
 # RANDOM_WEIGHTS=CONFIG.json (a random model of that shape instead of MODEL),
+# TEMPERATURE (default 0: greedy; else sampled with seeds),
 # EXTRA (more flags for every run, e.g. "--device cuda"), GPU=1 (adds the
 # larger batches a GPU serves: 256 sequences, 2048-token budget).
 #
@@ -32,16 +33,17 @@ else
     MODEL_ARGS=(-m "$MODEL")
 fi
 VOCAB=${VOCAB:-32000}   # the bench models' vocabulary; set VOCAB for another model
-python3 - "$OUT/engine.jsonl" "$VOCAB" <<'PY'
+python3 - "$OUT/engine.jsonl" "$VOCAB" "${TEMPERATURE:-0}" <<'PY'
 import json, random, sys
 random.seed(1)
 vocab = int(sys.argv[2])
+temp = float(sys.argv[3])
 with open(sys.argv[1], "w") as f:
     for i in range(256):
         n = random.randint(8, 64)
         ids = [1] + [random.randint(3, vocab - 1) for _ in range(n - 1)]
         f.write(json.dumps({"id": i, "prompt_ids": ids, "max_tokens": random.randint(16, 512),
-                            "temperature": 0, "ignore_eos": True}) + "\n")
+                            "temperature": temp, "seed": i, "ignore_eos": True}) + "\n")
 PY
 run() { # label, extra flags...
     local label=$1; shift
@@ -49,7 +51,7 @@ run() { # label, extra flags...
     "$QUIRE_BIN" generate "${MODEL_ARGS[@]}" --batch "$OUT/engine.jsonl" ${THREADS:+-t $THREADS} ${EXTRA:-} "$@" 2>/dev/null | tail -1 |
         python3 -c 'import json,sys; s=json.load(sys.stdin)["stats"]; print("%s|%.1f|%.1f|%d|%.1f|%d" % (sys.argv[1], s["generated_tokens_per_s"], s["wall_s"], s["steps"], 100*s["kv_utilisation_avg"], s["preemptions"]))' "$label"
 }
-echo "model: $(basename "$MODEL"), 256 requests, outputs 16-512 tokens, $(nproc) CPUs"
+echo "model: $(basename "$MODEL"), 256 requests, outputs 16-512 tokens, temperature ${TEMPERATURE:-0}, $(nproc) CPUs"
 echo
 echo "| mode | max_seqs | budget | generated tok/s | wall s | steps | KV utilisation % | preemptions |"
 echo "|---|---|---|---|---|---|---|---|"

@@ -122,15 +122,33 @@ typedef struct {
     const qbatch_seq *seqs;      /* (n_seqs), disjoint token ranges */
     int n_logits;
     const int32_t *logits_idx;   /* (n_logits) */
-    /* Optional (NULL: off): greedy rows reduced by the backend.  For every r
-     * with row_argmax[r] != 0 the pass writes argmax_out[r], the lowest id
-     * among the maximal logits of row r (NaN never wins; all NaN: 0), as
-     * qsample_argmax does (the other entries are unspecified).  When every
-     * row is such a row the logits may be left unwritten: the CUDA backend
-     * then copies back only the ids. */
-    const uint8_t *row_argmax;   /* (n_logits) */
+    /* Optional (NULL: off): rows reduced to a token by the backend.  For
+     * every r with row_argmax[r] == QROW_ARGMAX the pass writes argmax_out[r],
+     * the lowest id among the maximal logits of row r (NaN never wins; all
+     * NaN: 0), as qsample_argmax does; with QROW_SAMPLE (backends with
+     * QBE_CAP_ROW_SAMPLE only) it writes the draw qrow_sample describes (the
+     * other entries are unspecified).  When every row is such a row the
+     * logits may be left unwritten: the CUDA backend then copies back only
+     * the ids. */
+    const uint8_t *row_argmax;   /* (n_logits) QROW_* */
     int32_t *argmax_out;         /* (n_logits) */
+    const struct qrow_sample *row_sample; /* (n_logits) for QROW_SAMPLE rows, or NULL */
 } qbatch;
+
+enum { QROW_LOGITS = 0, QROW_ARGMAX = 1, QROW_SAMPLE = 2 };
+
+/* A draw the backend makes for one row, exactly as sample.c's draw() does
+ * with temperature > 0 and no top-k / top-p (min_p allowed): probabilities
+ * softmax(logits / temperature) (an +inf logit takes all the mass, NaN
+ * none), candidates the ids of positive probability in ascending id order,
+ * those below min_p times the largest dropped, then the first candidate
+ * whose running sum exceeds u times the candidates' mass (the last
+ * candidate if none does).  All logits -inf: id 0. */
+typedef struct qrow_sample {
+    float temperature;           /* > 0 */
+    float min_p;                 /* 0: off */
+    double u;                    /* uniform in [0, 1), from the request's stream */
+} qrow_sample;
 
 /* The argmax row rule above, for backends that reduce on the host. */
 static inline int32_t qrow_argmax(const float *row, int n)
@@ -189,7 +207,11 @@ typedef struct {
      * (pinned, on CUDA), for blocks swapped out of the pool. */
     void *(*host_alloc)(qbackend *be, size_t bytes);
     void (*host_free)(qbackend *be, void *p);
+    unsigned caps;               /* QBE_CAP_* */
 } qbackend_ops;
+
+/* The backend draws QROW_SAMPLE rows itself. */
+#define QBE_CAP_ROW_SAMPLE 1u
 
 struct qbackend {
     const qbackend_ops *ops;

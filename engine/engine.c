@@ -135,7 +135,8 @@ struct qengine {
     qbatch_seq *b_seqs;
     req **b_reqs;
     int *b_sample;
-    uint8_t *b_argmax;            /* (cap_seqs) per logit row: greedy, reduced by the backend */
+    uint8_t *b_argmax;            /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
+    qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
     struct sdraw *draws;          /* (cap_draws) the draws of a step */
     int cap_draws;
     qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
@@ -524,6 +525,9 @@ static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
         int32_t *ai = q_reallocn(e->b_argmax_ids, (size_t)n_seqs, sizeof *ai);
         if (!ai) return QERR_NOMEM;
         e->b_argmax_ids = ai;
+        qrow_sample *rs = q_reallocn(e->b_rsample, (size_t)n_seqs, sizeof *rs);
+        if (!rs) return QERR_NOMEM;
+        e->b_rsample = rs;
         /* The logits come back from the backend every step: in memory it
          * transfers to fast (pinned, on CUDA).  Nothing in them outlives a step. */
         const size_t lbytes = (size_t)n_seqs * (size_t)e->m->hp.n_vocab * sizeof(float);
@@ -947,12 +951,24 @@ int qengine_step(qengine *e)
     for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;
         req *q = e->b_reqs[i];
-        /* A greedy row without logprobs or parallel samples needs only its
-         * argmax: the backend reduces it where the logits are. */
-        e->b_argmax[n_logits] = !q->want_logprobs && q->n_forks == 0 && qsampler_is_greedy(q->smp);
+        /* A row without logprobs or parallel samples needs only its token:
+         * the backend reduces it where the logits are - the argmax of a
+         * greedy row, or a plain temperature draw (with the one random
+         * number qsample would take, drawn here) where the backend can. */
+        uint8_t mode = QROW_LOGITS;
+        qrow_sample *rs = &e->b_rsample[n_logits];
+        if (!q->want_logprobs && q->n_forks == 0) {
+            if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
+            else if ((e->be->ops->caps & QBE_CAP_ROW_SAMPLE) && qsampler_row_params(q->smp, &rs->temperature, &rs->min_p)) {
+                rs->u = qsampler_take_uniform(q->smp);
+                mode = QROW_SAMPLE;
+            }
+        }
+        e->b_argmax[n_logits] = mode;
         e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
     }
-    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_argmax, e->b_argmax_ids };
+    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_argmax, e->b_argmax_ids,
+                 e->b_rsample };
     rc = e->be->ops->forward(e->be, &b, e->logits);
     e->st.tokens_computed += (uint64_t)n_tok;
     if (rc) {
@@ -1146,6 +1162,7 @@ void qengine_destroy(qengine *e)
     free(e->b_sample);
     free(e->b_argmax);
     free(e->b_argmax_ids);
+    free(e->b_rsample);
     free(e->draws);
     qpool_destroy(e->spool);
     if (e->logits) qbackend_host_free(e->be, e->logits);

@@ -293,6 +293,17 @@ int qsampler_is_greedy(const qsampler *s)
     return (s->p.temperature <= 0 || s->p.top_k == 1) && !s->penalize && s->p.n_logit_bias == 0;
 }
 
+int qsampler_row_params(const qsampler *s, float *temperature, float *min_p)
+{
+    const qsample_params *p = &s->p;
+    if (!(p->temperature > 0) || p->top_k > 0 || p->top_p < 1.0f || s->penalize || p->n_logit_bias) return 0;
+    *temperature = p->temperature;
+    *min_p = p->min_p;
+    return 1;
+}
+
+double qsampler_take_uniform(qsampler *s) { return qrng_uniform(&s->rng); }
+
 int qsample_argmax(const float *logits, int n)
 {
     int best = -1;

@@ -126,6 +126,19 @@ int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed);
  * the step can be reduced where the logits are (the GPU). */
 int qsampler_is_greedy(const qsampler *s);
 
+/* 1 when a step of s may be drawn by the backend (a QROW_SAMPLE row,
+ * backend.h's qrow_sample): temperature > 0 with no top-k, no top-p, no
+ * penalty and no logit_bias (min_p allowed); then *temperature and *min_p
+ * are set.  The draw is the one qsample would make from the same logits
+ * (the backend computes in float with its own exp, so a draw may differ
+ * where the random number falls within rounding of a boundary). */
+int qsampler_row_params(const qsampler *s, float *temperature, float *min_p);
+
+/* Takes the one uniform number the next draw consumes, for a draw made
+ * elsewhere (a QROW_SAMPLE row), so that the stream stays where qsample
+ * would leave it. */
+double qsampler_take_uniform(qsampler *s);
+
 /* Index of the largest logit (lowest index on ties; NaN never wins unless
  * every value is NaN, then 0).  Cannot fail. */
 int qsample_argmax(const float *logits, int n);

@@ -261,6 +261,9 @@ static int check_batch(const cpu_be *be, const qbatch *b)
     for (int r = 0; r < b->n_logits; r++)
         if (b->logits_idx[r] < 0 || b->logits_idx[r] >= b->n_tokens || (r && b->logits_idx[r] <= b->logits_idx[r - 1]))
             return QERR_INVAL;
+    /* Drawn rows are for backends with QBE_CAP_ROW_SAMPLE; this one draws on the host. */
+    for (int r = 0; b->row_argmax && r < b->n_logits; r++)
+        if (b->row_argmax[r] == QROW_SAMPLE) return QERR_UNSUPPORTED;
     return 0;
 }
 
@@ -352,7 +355,8 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         float *yl[1] = { logits };
         project(be, be->xn, b->n_logits, D, 1, Wout, yl);
         for (int r = 0; b->row_argmax && r < b->n_logits; r++)
-            if (b->row_argmax[r]) b->argmax_out[r] = qrow_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
+            if (b->row_argmax[r] == QROW_ARGMAX)
+                b->argmax_out[r] = qrow_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
     }
     return 0;
 }

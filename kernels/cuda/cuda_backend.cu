@@ -56,8 +56,9 @@ typedef struct {
     void *xn, *qb, *att, *h;
     int cap_logits;
     float *logits;
-    uint8_t *d_rows;               // (cap_logits) greedy-row flags
-    int32_t *d_argmax;             // (cap_logits) their argmax
+    uint8_t *d_rows;               // (cap_logits) QROW_* of each row
+    int32_t *d_argmax;             // (cap_logits) the tokens of reduced rows
+    qrow_sample *d_rsample;        // (cap_logits) draws of QROW_SAMPLE rows
     size_t cap_part;
     float *part_acc, *part_ml;
     size_t meta_cap;               // int32 elements
@@ -248,10 +249,12 @@ static int ensure_logits(cuda_be *be, int n)
     cudaFree(be->logits);
     cudaFree(be->d_rows);
     cudaFree(be->d_argmax);
+    cudaFree(be->d_rsample);
     be->d_rows = NULL;
     be->d_argmax = NULL;
+    be->d_rsample = NULL;
     if (dmalloc((void **)&be->logits, (size_t)n * be->base.w->hp.n_vocab * 4) || dmalloc((void **)&be->d_rows, n) ||
-        dmalloc((void **)&be->d_argmax, (size_t)n * 4))
+        dmalloc((void **)&be->d_argmax, (size_t)n * 4) || dmalloc((void **)&be->d_rsample, (size_t)n * sizeof(qrow_sample)))
         return QERR_DEVICE;
     be->cap_logits = n;
     return 0;
@@ -545,19 +548,29 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     CK(cudaMemcpyAsync(be->d_meta, be->h_meta, 4 * mp.total, cudaMemcpyHostToDevice, be->stream));
     if (use_graph) rc = run_graph(be, b, &mp);
     else rc = run_layers(be, b, &mp);
-    // Greedy rows are reduced here; when every row is one, only the ids
-    // come back (4 bytes a row instead of the vocabulary's logits).
-    int n_greedy = 0;
-    for (int r = 0; b->row_argmax && r < b->n_logits; r++) n_greedy += b->row_argmax[r] != 0;
-    if (!rc && n_greedy) {
+    // Greedy and drawn rows are reduced here; when every row is one, only
+    // the ids come back (4 bytes a row instead of the vocabulary's logits).
+    int n_reduced = 0, n_drawn = 0;
+    for (int r = 0; b->row_argmax && r < b->n_logits; r++) {
+        n_reduced += b->row_argmax[r] == QROW_ARGMAX || b->row_argmax[r] == QROW_SAMPLE;
+        n_drawn += b->row_argmax[r] == QROW_SAMPLE;
+    }
+    if (!rc && n_drawn && !b->row_sample) rc = QERR_INVAL;
+    const int V = base->w->hp.n_vocab;
+    if (!rc && n_reduced) {
         if (cudaMemcpyAsync(be->d_rows, b->row_argmax, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->stream) !=
-            cudaSuccess)
+                cudaSuccess ||
+            (n_drawn && cudaMemcpyAsync(be->d_rsample, b->row_sample, sizeof(qrow_sample) * (size_t)b->n_logits,
+                                        cudaMemcpyHostToDevice, be->stream) != cudaSuccess))
             rc = QERR_DEVICE;
-        if (!rc) rc = qk_argmax_rows(be->stream, be->logits, b->n_logits, base->w->hp.n_vocab, be->d_rows, be->d_argmax);
+        if (!rc && n_drawn < n_reduced) rc = qk_argmax_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_argmax);
+        if (!rc && n_drawn)
+            rc = qk_sample_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rsample, be->d_argmax);
         if (!rc && cudaMemcpyAsync(b->argmax_out, be->d_argmax, 4 * (size_t)b->n_logits, cudaMemcpyDeviceToHost,
                                    be->stream) != cudaSuccess)
             rc = QERR_DEVICE;
     }
+    const int n_greedy = n_reduced;
     if (!rc && b->n_logits > n_greedy &&
         cudaMemcpyAsync(logits, be->logits, sizeof(float) * b->n_logits * base->w->hp.n_vocab, cudaMemcpyDeviceToHost,
                         be->stream) != cudaSuccess)
@@ -676,8 +689,8 @@ static void cuda_destroy(qbackend *base)
     }
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
     void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
-                     be->qb, be->att, be->h, be->logits, be->d_rows, be->d_argmax, be->part_acc, be->part_ml,
-                     be->d_meta };
+                     be->qb, be->att, be->h, be->logits, be->d_rows, be->d_argmax, be->d_rsample, be->part_acc,
+                     be->part_ml, be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(be->h_meta);
     if (be->blas) cublasDestroy(be->blas);
@@ -688,7 +701,7 @@ static void cuda_destroy(qbackend *base)
 static const qbackend_ops cuda_ops = {
     "cuda",           cuda_forward,      cuda_copy_block,  cuda_block_bytes, cuda_read_block,
     cuda_write_block, cuda_destroy,      cuda_read_blocks, cuda_write_blocks, cuda_host_alloc,
-    cuda_host_free,
+    cuda_host_free,   QBE_CAP_ROW_SAMPLE,
 };
 
 // The storage type: float in the exact mode; f16 when every matrix of the

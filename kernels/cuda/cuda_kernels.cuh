@@ -74,6 +74,10 @@ bool qk_gemv_ok(int elem_bytes, int n, int K);
 // For each row r < n with rows[r] != 0: out[r] = the lowest id among the
 // maximal logits of row r (NaN never wins; all NaN: 0).
 int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out);
+// For each row r < n with mode[r] == QROW_SAMPLE: out[r] = the draw
+// ps[r] describes (backend.h's qrow_sample, sample.c's draw()).
+int qk_sample_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *mode, const qrow_sample *ps,
+                   int32_t *out);
 // p[i] uniform in [lo, hi) from seed (random-weight models).
 template <typename T> int qk_fill_uniform(cudaStream_t st, T *p, size_t n, uint64_t seed, float lo, float hi);
 // dst[i] = src[i] converted (weights uploaded as f32/f16/bf16 and stored as T).

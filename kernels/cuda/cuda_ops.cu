@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(1024) argmax_kernel(const float *__restrict__ 
 {
     pdl_wait();
     const int r = blockIdx.x;
-    if (!rows[r]) return;
+    if (rows[r] != QROW_ARGMAX) return;
     const float *row = logits + (size_t)r * V;
     float bv = NAN;
     int bi = 0x7fffffff;
@@ -347,5 +347,151 @@ int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uin
     if (n <= 0) return 0;
     qk_launch(argmax_kernel, n, 1024, 0, st, logits, V, rows, out);
     CK_LAUNCH("argmax");
+    return 0;
+}
+
+// ---- drawn rows -------------------------------------------------------------------------
+//
+// One block per QROW_SAMPLE row, sample.c's draw() for a plain temperature
+// draw (min_p allowed): softmax(w / T) with the sum in double, candidates in
+// ascending id order, the min_p cut, then the first candidate whose running
+// sum exceeds u times their mass.  Each thread owns a contiguous chunk of
+// ids, so the running sum is a block-wide exclusive scan of the chunk sums
+// followed by one thread's walk through its chunk.
+
+#define SAMPLE_THREADS 1024
+
+// The unnormalised probability of logit w, as draw() forms it.
+__device__ __forceinline__ float draw_weight(float w, float mx, float inv_t, bool inf_max)
+{
+    if (inf_max) return w == INFINITY ? 1.0f : 0.0f;
+    return w != w ? 0.0f : expf((w - mx) * inv_t);
+}
+
+template <typename V>
+__device__ V block_reduce(V v, V *sh, bool is_max)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const V x = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? (x > v ? x : v) : v + x;
+    }
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : (is_max ? (V)-INFINITY : (V)0);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const V x = __shfl_xor_sync(0xffffffffu, v, o);
+            v = is_max ? (x > v ? x : v) : v + x;
+        }
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+__global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(const float *__restrict__ logits, int V,
+                                                               const uint8_t *__restrict__ mode,
+                                                               const qrow_sample *__restrict__ ps, int32_t *out)
+{
+    pdl_wait();
+    const int r = blockIdx.x;
+    if (mode[r] != QROW_SAMPLE) return;
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    __shared__ int pick_sh, last_sh;
+    const float *row = logits + (size_t)r * V;
+    const qrow_sample p = ps[r];
+    // 1. the largest logit (NaN never counts)
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (row[i] > mx) mx = row[i];
+    mx = block_reduce<float>(mx, shf, true);
+    if (!(mx > -INFINITY)) {
+        if (threadIdx.x == 0) out[r] = 0;
+        return;
+    }
+    const bool inf_max = mx == INFINITY;
+    const float inv_t = 1.0f / p.temperature;
+    // 2. the softmax's sum, in double
+    double sum = 0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += (double)draw_weight(row[i], mx, inv_t, inf_max);
+    sum = block_reduce<double>(sum, shd, false);
+    // 3. the min_p cut on the normalised probabilities
+    float cut = 0;
+    if (p.min_p > 0) {
+        float best = 0;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const float pr = (float)((double)draw_weight(row[i], mx, inv_t, inf_max) / sum);
+            if (pr > best) best = pr;
+        }
+        best = block_reduce<float>(best, shf, true);
+        cut = p.min_p * best;
+    }
+    // 4. this thread's chunk of candidates and its mass
+    const int chunk = (V + blockDim.x - 1) / blockDim.x, lo = threadIdx.x * chunk, hi = min(V, lo + chunk);
+    double mine = 0;
+    int last = -1;
+    for (int i = lo; i < hi; i++) {
+        const float pr = (float)((double)draw_weight(row[i], mx, inv_t, inf_max) / sum);
+        if (pr > 0 && pr >= cut) mine += pr, last = i;
+    }
+    // 5. exclusive scan of the chunk masses (warp shuffles, then the warp totals)
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double incl = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const double x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+    }
+    __syncthreads();
+    if (lane == 31) shd[warp] = incl;
+    if (threadIdx.x == 0) pick_sh = 0x7fffffff, last_sh = -1;
+    __syncthreads();
+    if (warp == 0) {
+        double t = lane < (int)(blockDim.x >> 5) ? shd[lane] : 0.0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double x = __shfl_up_sync(0xffffffffu, t, o);
+            if (lane >= o) t += x;
+        }
+        shd[lane] = t; // inclusive totals of warps 0..lane
+    }
+    __syncthreads();
+    const double mass = shd[(blockDim.x >> 5) - 1];
+    const double before = (warp ? shd[warp - 1] : 0.0) + incl - mine;
+    const double target = p.u * mass;
+    // 6. the thread whose chunk holds the crossing walks it (should rounding
+    // let two chunks claim it, the lower id wins: the result is the same
+    // whatever the threads' timing)
+    if (mine > 0 && target < before + mine && target >= before) {
+        double c = before;
+        int pick = last;
+        for (int i = lo; i < hi; i++) {
+            const float pr = (float)((double)draw_weight(row[i], mx, inv_t, inf_max) / sum);
+            if (!(pr > 0 && pr >= cut)) continue;
+            c += pr;
+            if (target < c) {
+                pick = i;
+                break;
+            }
+        }
+        atomicMin(&pick_sh, pick);
+    }
+    if (last >= 0) atomicMax(&last_sh, last);
+    __syncthreads();
+    // Rounding left the target at or past the end: the last candidate.
+    if (threadIdx.x == 0) out[r] = pick_sh != 0x7fffffff ? pick_sh : (last_sh >= 0 ? last_sh : 0);
+}
+
+int qk_sample_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *mode, const qrow_sample *ps,
+                   int32_t *out)
+{
+    if (n <= 0) return 0;
+    qk_launch(sample_kernel, n, SAMPLE_THREADS, 0, st, logits, V, mode, ps, out);
+    CK_LAUNCH("sample");
     return 0;
 }

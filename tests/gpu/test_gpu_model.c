@@ -53,7 +53,7 @@ static float *logits_all(qbackend *be, const int32_t *ids, int n, int V, int chu
     for (int s = 0; s < n; s += chunk) {
         int c = n - s < chunk ? n - s : chunk;
         qbatch_seq sq = { 0, c, s, table, nb };
-        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL };
+        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL };
         if (be->ops->forward(be, &b, out + (size_t)s * V)) {
             free(out);
             out = NULL;
@@ -132,7 +132,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
     for (int s = 0; s < n_seq && !rc; s++) {
         if (np[s] < 2) continue;
         qbatch_seq sq = { 0, np[s] - 1, 0, tables + s * per, per };
-        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL, NULL, NULL };
+        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
     }
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_seq), *li = malloc(sizeof(int32_t) * (size_t)n_seq);
@@ -143,7 +143,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
             qbatch_seq q = { s, 1, np[s] - 1 + g, tables + s * per, per };
             sq[s] = q;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
         for (int s = 0; s < n_seq && !rc; s++) out[s][g] = tok[s] = argmax(lg + (size_t)s * V, V);
     }
@@ -241,7 +241,7 @@ static float *decode_logits(qbackend *be, int n_seq, int n_gen, int V)
             tok[s] = (int32_t)((g * 31 + s * 17 + 3) % V);
             li[s] = s;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, out + (size_t)g * n_seq * V);
     }
     free(tables);
@@ -312,17 +312,65 @@ static void test_device_argmax(void)
         uint8_t mixed[3] = { 1, 0, 1 }, all[3] = { 1, 1, 1 };
         qbatch_seq sq = { 0, 5, 0, table, 4 };
         float *lg = malloc(sizeof(float) * 3 * (size_t)V);
-        qbatch b = { 5, tok, 1, &sq, 3, li, mixed, ids };
+        qbatch b = { 5, tok, 1, &sq, 3, li, mixed, ids, NULL };
         REQUIRE(be->ops->forward(be, &b, lg) == 0);
         CHECK_EQ_INT(ids[0], qsample_argmax(lg, V));
         CHECK_EQ_INT(ids[2], qsample_argmax(lg + 2 * (size_t)V, V));
-        qbatch b2 = { 5, tok, 1, &sq, 3, li, all, ids2 };
+        qbatch b2 = { 5, tok, 1, &sq, 3, li, all, ids2, NULL };
         REQUIRE(be->ops->forward(be, &b2, lg) == 0);
         CHECK(ids2[0] == ids[0] && ids2[2] == ids[2] && ids2[1] == qsample_argmax(lg + V, V)); /* lg: the first pass's */
         free(lg);
         qbackend_destroy(be);
     }
     qmodel_destroy(m);
+}
+
+/* Drawn rows (QROW_SAMPLE) give the token qsample gives from the same
+ * logits with the same stream, for temperatures around 1 and with min_p. */
+static void test_device_draws(void)
+{
+    const float temps[3] = { 0.7f, 1.0f, 1.5f }, min_ps[2] = { 0.0f, 0.05f };
+    for (int c = 0; c < 2; c++) {
+        qmodel *m = load(cases[c ? 2 : 0].path);
+        REQUIRE(m);
+        const int V = m->hp.n_vocab;
+        qbackend *be = make(m, 1, 0, 8);
+        REQUIRE(be);
+        int same = 0, total = 0;
+        float *lg = malloc(sizeof(float) * 5 * (size_t)V);
+        for (int trial = 0; trial < 120; trial++) {
+            int32_t table[4] = { 2, 0, 3, 1 }, tok[5], li[5] = { 0, 1, 2, 3, 4 }, ids[5];
+            for (int i = 0; i < 5; i++) tok[i] = (int32_t)((trial * 37 + i * 101 + 7) % V);
+            uint8_t mode[5] = { QROW_SAMPLE, QROW_SAMPLE, QROW_SAMPLE, QROW_SAMPLE, QROW_LOGITS };
+            qrow_sample rs[5];
+            qsampler *host[4];
+            for (int r = 0; r < 4; r++) {
+                qsample_params sp = qsample_defaults();
+                sp.temperature = temps[(trial + r) % 3];
+                sp.min_p = min_ps[(trial / 3 + r) % 2];
+                sp.seed = (uint64_t)(trial * 4 + r);
+                qsampler *dev = qsampler_create(&sp, V);
+                host[r] = qsampler_create(&sp, V);
+                REQUIRE(dev && host[r] && qsampler_row_params(dev, &rs[r].temperature, &rs[r].min_p));
+                rs[r].u = qsampler_take_uniform(dev);
+                qsampler_destroy(dev);
+            }
+            qbatch_seq sq = { 0, 5, 0, table, 4 };
+            qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs };
+            REQUIRE(be->ops->forward(be, &b, lg) == 0);
+            for (int r = 0; r < 4; r++) {
+                int want = qsample(host[r], lg + (size_t)r * V);
+                same += ids[r] == want;
+                total++;
+                qsampler_destroy(host[r]);
+            }
+        }
+        fprintf(stderr, "  %-42s %d of %d device draws equal to the host's\n", cases[c ? 2 : 0].path, same, total);
+        CHECK(same >= total - 2); /* a draw within rounding of a boundary may differ */
+        free(lg);
+        qbackend_destroy(be);
+        qmodel_destroy(m);
+    }
 }
 
 static void test_random_1b_matches_cpu(void)
@@ -387,11 +435,11 @@ static void test_blocks_and_bad_batches(void)
         int32_t tab[2] = { 0, 9 }, tok[3] = { 1, 2, 3 }, li[1] = { 2 };
         float lg[1];
         qbatch_seq sq = { 0, 3, 14, tab, 2 }; /* positions 14..16: block 9 does not exist */
-        qbatch bad = { 3, tok, 1, &sq, 0, NULL, NULL, NULL };
+        qbatch bad = { 3, tok, 1, &sq, 0, NULL, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &bad, lg) == QERR_RANGE);
         qbatch_seq sq2 = { 0, 3, 0, tab, 1 };
         int32_t badtok[3] = { 1, -4, 3 };
-        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li, NULL, NULL };
+        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li, NULL, NULL, NULL };
         CHECK(bad2.n_logits == 1 && be->ops->forward(be, &bad2, lg) == QERR_RANGE);
         free(a);
         free(b);
@@ -412,6 +460,7 @@ int main(void)
     QT_RUN(test_batch_invariance_bf16);
     QT_RUN(test_graphs_and_gemv);
     QT_RUN(test_device_argmax);
+    QT_RUN(test_device_draws);
     QT_RUN(test_random_1b_matches_cpu);
     QT_RUN(test_blocks_and_bad_batches);
     QT_MAIN_END();
