@@ -135,17 +135,23 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
+    // The warps add their scaled sums one after another, in warp order: the
+    // result is the same bits on every run (float atomics would not be).
+    for (int w = 0; w < DEC_WARPS; w++) {
+        if (warp == w) {
 #pragma unroll
-    for (int gi = 0; gi < MAXG; gi++) {
-        if (gi >= G) break;
-        float M = -INFINITY;
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
-        const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - M);
+            for (int gi = 0; gi < MAXG; gi++) {
+                if (gi >= G) break;
+                float M = -INFINITY;
+                for (int v = 0; v < DEC_WARPS; v++) M = fmaxf(M, wm[v][gi]);
+                const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - M);
 #pragma unroll
-        for (int k = 0; k < DPL; k++)
-            if (lane * DPL + k < hd) atomicAdd(&sacc[gi][lane * DPL + k], acc[gi][k] * f);
+                for (int k = 0; k < DPL; k++)
+                    if (lane * DPL + k < hd) sacc[gi][lane * DPL + k] += acc[gi][k] * f;
+            }
+        }
+        __syncthreads();
     }
-    __syncthreads();
     for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
         const int gi = idx / hd, d = idx % hd;
         float M = -INFINITY, L = 0;
