@@ -769,9 +769,8 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     be->gemv = !(gv && *gv == '0');
     const char *pd = getenv("QUIRE_CUDA_PDL");
     qk_pdl = !(pd && *pd == '0');
-    const char *gs = getenv("QUIRE_CUDA_GEMV_SPLIT"), *pf = getenv("QUIRE_CUDA_PREFETCH");
+    const char *gs = getenv("QUIRE_CUDA_GEMV_SPLIT");
     qk_gemv_split = !(gs && *gs == '0');
-    if (!rc) rc = qk_set_prefetch(!(pf && *pf == '0'));
     // cuBLAS gets its workspace up front: nothing may allocate during graph capture.
     const size_t ws = (size_t)32 << 20;
     if (!rc && (dmalloc(&be->blas_ws, ws) || cublasSetWorkspace(be->blas, be->blas_ws, ws) != CUBLAS_STATUS_SUCCESS))

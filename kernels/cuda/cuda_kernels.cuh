@@ -71,9 +71,6 @@ bool qk_attn_prefill_ok(int elem_bytes, int hd);
 template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp);
 bool qk_gemv_ok(int elem_bytes, int n, int K);
-// Whether the projection kernel prefetches its weights into L2 before it
-// waits for the previous kernel (QUIRE_CUDA_PREFETCH=0: no).
-int qk_set_prefetch(int on);
 // For each row r < n with rows[r] != 0: out[r] = the lowest id among the
 // maximal logits of row r (NaN never wins; all NaN: 0).
 int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out);

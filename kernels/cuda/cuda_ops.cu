@@ -8,7 +8,6 @@
 
 int qk_pdl = 1;
 int qk_gemv_split = 1;
-__constant__ int qk_prefetch_on = 1;
 
 template <typename T> __global__ void embed_kernel(float *x, const T *emb, const int32_t *tok, int D)
 {
@@ -200,6 +199,7 @@ template <typename T, int NT, int R, int S>
 __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const T *__restrict__ x,
                                                    const T *__restrict__ W, int N, int K, float beta)
 {
+    pdl_wait();
     // S warps share each group of R rows, taking alternate 256-element
     // chunks of K; their sums meet in shared memory in a fixed order.
     __shared__ float other[8][R * NT];
@@ -209,14 +209,6 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const 
     const T *w[R];
 #pragma unroll
     for (int r = 0; r < R; r++) w[r] = W + (size_t)(row0 + r < N ? row0 + r : (live ? row0 : 0)) * K;
-    // The weights do not depend on the previous kernel: while it finishes
-    // (this grid was launched early, programmatic dependent launch), pull
-    // this warp's rows towards L2.  Only x must wait.
-    if (qk_prefetch_on && live)
-        for (int k = (part * 32 + lane) * 8; k < K; k += 256 * S)
-#pragma unroll
-            for (int r = 0; r < R; r++) asm volatile("prefetch.global.L2 [%0];" ::"l"(w[r] + k));
-    pdl_wait();
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -264,12 +256,6 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const 
                 float *yp = y + (size_t)t * N + row0 + r;
                 *yp = beta != 0.0f ? v[r][t] + beta * *yp : v[r][t];
             }
-}
-
-int qk_set_prefetch(int on)
-{
-    CK(cudaMemcpyToSymbol(qk_prefetch_on, &on, sizeof on));
-    return 0;
 }
 
 bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= QK_GEMV_MAX && K % 8 == 0; }
