@@ -326,15 +326,20 @@ static int cmp_desc(const void *a, const void *b, void *arg)
 }
 
 /* Moves the k most probable of idx[0..n) to the front (unordered). */
+/* a comes before b: more probable, or as probable and a lower id.  A total
+ * order, so which ids make the top k is defined even among equal
+ * probabilities (a GPU can reproduce it). */
+static inline int before(const float *prob, int a, int b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); }
+
 static void select_top(int *idx, int n, int k, const float *prob)
 {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
-        float pivot = prob[idx[(lo + hi) / 2]];
+        const int pivot = idx[(lo + hi) / 2];
         int i = lo, j = hi;
         while (i <= j) {
-            while (prob[idx[i]] > pivot) i++;
-            while (prob[idx[j]] < pivot) j--;
+            while (before(prob, idx[i], pivot)) i++;
+            while (before(prob, pivot, idx[j])) j--;
             if (i <= j) {
                 int t = idx[i];
                 idx[i] = idx[j];

@@ -680,6 +680,29 @@ static void test_new_param_errors(void)
     CHECK_EQ_INT(qsample_check(&zero, err, sizeof err), QERR_RANGE);
 }
 
+/* Equal probabilities at the top-k boundary: the lowest ids are kept (a
+ * defined set, which the GPU's draws reproduce). */
+static void test_top_k_ties_by_id(void)
+{
+    float logits[64];
+    for (int i = 0; i < 64; i++) logits[i] = i % 2 ? 1.0f : 0.0f; /* 32 equal maxima at odd ids */
+    int seen[64] = { 0 };
+    for (uint64_t seed = 0; seed < 400; seed++) {
+        qsample_params p = qsample_defaults();
+        p.top_k = 5;
+        p.seed = seed;
+        qsampler *s = qsampler_create(&p, 64);
+        REQUIRE(s);
+        seen[qsample(s, logits)]++;
+        qsampler_destroy(s);
+    }
+    for (int i = 0; i < 64; i++) {
+        const int in_top = i == 1 || i == 3 || i == 5 || i == 7 || i == 9;
+        if (in_top) CHECK(seen[i] > 0);
+        else CHECK_EQ_INT(seen[i], 0);
+    }
+}
+
 int main(void)
 {
     QT_RUN(test_greedy);
@@ -688,6 +711,7 @@ int main(void)
     QT_RUN(test_filters);
     QT_RUN(test_param_errors);
     QT_RUN(test_top_k_then_top_p);
+    QT_RUN(test_top_k_ties_by_id);
     QT_RUN(test_penalties_exact);
     QT_RUN(test_repetition_sign);
     QT_RUN(test_frequency_counts);
