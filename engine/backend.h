@@ -137,16 +137,21 @@ typedef struct {
 
 enum { QROW_LOGITS = 0, QROW_ARGMAX = 1, QROW_SAMPLE = 2 };
 
-/* A draw the backend makes for one row, exactly as sample.c's draw() does
- * with temperature > 0 and no top-k / top-p (min_p allowed): probabilities
- * softmax(logits / temperature) (an +inf logit takes all the mass, NaN
- * none), candidates the ids of positive probability in ascending id order,
- * those below min_p times the largest dropped, then the first candidate
- * whose running sum exceeds u times the candidates' mass (the last
- * candidate if none does).  All logits -inf: id 0. */
+/* A draw the backend makes for one row, as sample.c's draw() does with
+ * temperature > 0: probabilities softmax(logits / temperature) (an +inf
+ * logit takes all the mass, NaN none); candidates the ids of positive
+ * probability in ascending id order; with top_k, the k most probable (ties:
+ * lower ids), then with top_p the nucleus of the renormalised top-k (or of
+ * all), sorted by probability (ties by id); min_p drops those below min_p
+ * times the largest; then the first candidate whose running sum exceeds u
+ * times the candidates' mass (the last one if none does).  All logits
+ * -inf: id 0.  A backend that cannot make a draw (too many candidates for
+ * a nucleus) writes -1 and the row's logits: the host then draws with u. */
 typedef struct qrow_sample {
     float temperature;           /* > 0 */
     float min_p;                 /* 0: off */
+    int top_k;                   /* 0: off */
+    float top_p;                 /* 1: off */
     double u;                    /* uniform in [0, 1), from the request's stream */
 } qrow_sample;
 

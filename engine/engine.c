@@ -729,14 +729,15 @@ static int is_stop_token(const qengine *e, const req *r, int tok)
 typedef struct sdraw {
     req *r;
     const float *lg;
-    int tok;                 /* the backend's argmax of a greedy row, or -1 to sample */
+    int tok;                 /* the backend's token for a reduced row, or -1 to sample */
+    const double *u;         /* a drawn row the backend gave back: the uniform it was given */
     int n_lp;                /* entries in lp: 0 when no logprobs were asked for */
     qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
 } sdraw;
 
 static void draw_one(qengine *e, sdraw *d)
 {
-    if (d->tok < 0) d->tok = qsample(d->r->smp, d->lg);
+    if (d->tok < 0) d->tok = d->u ? qsample_with_uniform(d->r->smp, d->lg, *d->u) : qsample(d->r->smp, d->lg);
     d->n_lp = 0;
     if (d->r->want_logprobs) {
         /* vLLM v1's default: the model's own distribution (raw logits). */
@@ -959,7 +960,8 @@ int qengine_step(qengine *e)
         qrow_sample *rs = &e->b_rsample[n_logits];
         if (!q->want_logprobs && q->n_forks == 0) {
             if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
-            else if ((e->be->ops->caps & QBE_CAP_ROW_SAMPLE) && qsampler_row_params(q->smp, &rs->temperature, &rs->min_p)) {
+            else if ((e->be->ops->caps & QBE_CAP_ROW_SAMPLE) &&
+                     qsampler_row_params(q->smp, &rs->temperature, &rs->top_k, &rs->top_p, &rs->min_p)) {
                 rs->u = qsampler_take_uniform(q->smp);
                 mode = QROW_SAMPLE;
             }
@@ -1010,7 +1012,9 @@ int qengine_step(qengine *e)
         const int row = li++;
         const float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
         for (int f = 0; f < q->n_forks; f++) e->draws[dk++] = (sdraw){ .r = q->forks[f], .lg = lg, .tok = -1 };
-        e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_argmax[row] ? e->b_argmax_ids[row] : -1 };
+        const int drawn = e->b_argmax[row] == QROW_SAMPLE;
+        e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_argmax[row] ? e->b_argmax_ids[row] : -1,
+                                  .u = drawn ? &e->b_rsample[row].u : NULL };
     }
     if (e->spool && n_draws > 1) qpool_run(e->spool, n_draws, draw_task, e);
     else

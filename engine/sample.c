@@ -293,11 +293,13 @@ int qsampler_is_greedy(const qsampler *s)
     return (s->p.temperature <= 0 || s->p.top_k == 1) && !s->penalize && s->p.n_logit_bias == 0;
 }
 
-int qsampler_row_params(const qsampler *s, float *temperature, float *min_p)
+int qsampler_row_params(const qsampler *s, float *temperature, int *top_k, float *top_p, float *min_p)
 {
     const qsample_params *p = &s->p;
-    if (!(p->temperature > 0) || p->top_k > 0 || p->top_p < 1.0f || s->penalize || p->n_logit_bias) return 0;
+    if (!(p->temperature > 0) || p->top_k == 1 || s->penalize || p->n_logit_bias) return 0;
     *temperature = p->temperature;
+    *top_k = p->top_k > 0 ? p->top_k : 0;
+    *top_p = p->top_p;
     *min_p = p->min_p;
     return 1;
 }
@@ -363,8 +365,9 @@ static int best_of(const int *idx, int n, const float *prob)
     return best;
 }
 
-/* The draw proper, on processed logits w (s->prob); returns the id. */
-static int draw(qsampler *s, const uint32_t *allowed)
+/* The draw proper, on processed logits w (s->prob); returns the id.  u: the
+ * uniform number to use, or NULL to take the next from s's stream. */
+static int draw(qsampler *s, const uint32_t *allowed, const double *u)
 {
     const int V = s->n_vocab;
     const qsample_params *p = &s->p;
@@ -452,7 +455,7 @@ static int draw(qsampler *s, const uint32_t *allowed)
     }
     double mass = 0;
     for (int i = 0; i < n; i++) mass += prob[s->idx[i]];
-    double r = qrng_uniform(&s->rng) * mass, c = 0;
+    double r = (u ? *u : qrng_uniform(&s->rng)) * mass, c = 0;
     for (int i = 0; i < n; i++) {
         c += prob[s->idx[i]];
         if (r < c) return s->idx[i];
@@ -463,10 +466,16 @@ static int draw(qsampler *s, const uint32_t *allowed)
 int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed)
 {
     if (qsampler_process(s, logits, allowed, s->prob) == 0) return QERR_INVAL;
-    return draw(s, allowed);
+    return draw(s, allowed, NULL);
 }
 
 int qsample(qsampler *s, const float *logits) { return qsample_masked(s, logits, NULL); }
+
+int qsample_with_uniform(qsampler *s, const float *logits, double u)
+{
+    qsampler_process(s, logits, NULL, s->prob);
+    return draw(s, NULL, &u);
+}
 
 /* ---- log-probabilities ------------------------------------------------------------- */
 

@@ -127,12 +127,16 @@ int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed);
 int qsampler_is_greedy(const qsampler *s);
 
 /* 1 when a step of s may be drawn by the backend (a QROW_SAMPLE row,
- * backend.h's qrow_sample): temperature > 0 with no top-k, no top-p, no
- * penalty and no logit_bias (min_p allowed); then *temperature and *min_p
- * are set.  The draw is the one qsample would make from the same logits
- * (the backend computes in float with its own exp, so a draw may differ
- * where the random number falls within rounding of a boundary). */
-int qsampler_row_params(const qsampler *s, float *temperature, float *min_p);
+ * backend.h's qrow_sample): temperature > 0, no penalty and no logit_bias
+ * (top-k, top-p and min_p allowed); then the four outputs are set (top_k 0:
+ * off).  The draw is the one qsample would make from the same logits (the
+ * backend computes with its own exp and summation order, so a draw may
+ * differ where the random number falls within rounding of a boundary). */
+int qsampler_row_params(const qsampler *s, float *temperature, int *top_k, float *top_p, float *min_p);
+
+/* qsample with the uniform number u instead of the next one of the stream:
+ * the host's fallback for a row the backend could not draw. */
+int qsample_with_uniform(qsampler *s, const float *logits, double u);
 
 /* Takes the one uniform number the next draw consumes, for a draw made
  * elsewhere (a QROW_SAMPLE row), so that the stream stays where qsample

@@ -581,6 +581,14 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
         QLOGE("cuda: forward: %s", cudaGetErrorString(e));
         return QERR_DEVICE;
     }
+    // A draw the device gave back (-1: a nucleus too large to sort here)
+    // needs its logits on the host, which an all-reduced pass did not copy.
+    if (!rc && n_drawn && n_reduced == b->n_logits) {
+        int back = 0;
+        for (int r = 0; r < b->n_logits; r++) back |= b->row_argmax[r] == QROW_SAMPLE && b->argmax_out[r] < 0;
+        if (back && cudaMemcpy(logits, be->logits, sizeof(float) * b->n_logits * V, cudaMemcpyDeviceToHost) != cudaSuccess)
+            rc = QERR_DEVICE;
+    }
     if (!rc && base->w->hp.n_layers > 1) prof_collect(be, b->n_tokens);
     return rc;
 }

@@ -352,14 +352,19 @@ int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uin
 
 // ---- drawn rows -------------------------------------------------------------------------
 //
-// One block per QROW_SAMPLE row, sample.c's draw() for a plain temperature
-// draw (min_p allowed): softmax(w / T) with the sum in double, candidates in
-// ascending id order, the min_p cut, then the first candidate whose running
-// sum exceeds u times their mass.  Each thread owns a contiguous chunk of
-// ids, so the running sum is a block-wide exclusive scan of the chunk sums
-// followed by one thread's walk through its chunk.
+// One block per QROW_SAMPLE row: sample.c's draw() for temperature > 0.
+// Probabilities are softmax(w / T), the sum in double.  Without top-k and
+// top-p the candidates stay in id order: each thread owns a contiguous chunk
+// of ids, so the running sum is a block-wide exclusive scan of the chunk
+// sums and one thread's walk through its chunk.  With top-k (a radix select
+// on the probabilities' bits, ties taken by id) or top-p (the host's
+// pre-cut), at most SAMPLE_CAP candidates are gathered in shared memory,
+// sorted by probability then id (bitonic), and the nucleus, min_p and the
+// draw are taken in that order.  More candidates than that: -1, and the
+// host draws from the logits with the same uniform number.
 
 #define SAMPLE_THREADS 1024
+#define SAMPLE_CAP 2048
 
 // The unnormalised probability of logit w, as draw() forms it.
 __device__ __forceinline__ float draw_weight(float w, float mx, float inv_t, bool inf_max)
@@ -393,6 +398,35 @@ __device__ V block_reduce(V v, V *sh, bool is_max)
     return sh[0];
 }
 
+// Exclusive scan of one int per thread over the block; the total in *total.
+__device__ int block_excl_scan(int v, int *sh, int *total)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int incl = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+    }
+    __syncthreads();
+    if (lane == 31) sh[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int t = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int x = __shfl_up_sync(0xffffffffu, t, o);
+            if (lane >= o) t += x;
+        }
+        sh[lane] = t;
+    }
+    __syncthreads();
+    const int before = (warp ? sh[warp - 1] : 0) + incl - v;
+    *total = sh[(blockDim.x >> 5) - 1];
+    __syncthreads();
+    return before;
+}
+
 __global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(const float *__restrict__ logits, int V,
                                                                const uint8_t *__restrict__ mode,
                                                                const qrow_sample *__restrict__ ps, int32_t *out)
@@ -402,7 +436,11 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(const float *__r
     if (mode[r] != QROW_SAMPLE) return;
     __shared__ double shd[32];
     __shared__ float shf[32];
-    __shared__ int pick_sh, last_sh;
+    __shared__ int shi[32];
+    __shared__ int pick_sh, last_sh, n_cand;
+    __shared__ unsigned hist[256];
+    __shared__ float cp[SAMPLE_CAP];
+    __shared__ int ci[SAMPLE_CAP];
     const float *row = logits + (size_t)r * V;
     const qrow_sample p = ps[r];
     // 1. the largest logit (NaN never counts)
@@ -420,71 +458,245 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(const float *__r
     double sum = 0;
     for (int i = threadIdx.x; i < V; i += blockDim.x) sum += (double)draw_weight(row[i], mx, inv_t, inf_max);
     sum = block_reduce<double>(sum, shd, false);
-    // 3. the min_p cut on the normalised probabilities
-    float cut = 0;
-    if (p.min_p > 0) {
-        float best = 0;
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            const float pr = (float)((double)draw_weight(row[i], mx, inv_t, inf_max) / sum);
-            if (pr > best) best = pr;
-        }
-        best = block_reduce<float>(best, shf, true);
-        cut = p.min_p * best;
-    }
-    // 4. this thread's chunk of candidates and its mass
+#define PROB(i) ((float)((double)draw_weight(row[(i)], mx, inv_t, inf_max) / sum))
     const int chunk = (V + blockDim.x - 1) / blockDim.x, lo = threadIdx.x * chunk, hi = min(V, lo + chunk);
-    double mine = 0;
-    int last = -1;
-    for (int i = lo; i < hi; i++) {
-        const float pr = (float)((double)draw_weight(row[i], mx, inv_t, inf_max) / sum);
-        if (pr > 0 && pr >= cut) mine += pr, last = i;
-    }
-    // 5. exclusive scan of the chunk masses (warp shuffles, then the warp totals)
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    double incl = mine;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const double x = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += x;
-    }
-    __syncthreads();
-    if (lane == 31) shd[warp] = incl;
-    if (threadIdx.x == 0) pick_sh = 0x7fffffff, last_sh = -1;
-    __syncthreads();
-    if (warp == 0) {
-        double t = lane < (int)(blockDim.x >> 5) ? shd[lane] : 0.0;
+
+    if (p.top_k <= 0 && !(p.top_p < 1.0f)) {
+        // ---- candidates in id order: the min_p cut, then a scan ----
+        float cut = 0;
+        if (p.min_p > 0) {
+            float best = 0;
+            for (int i = threadIdx.x; i < V; i += blockDim.x) best = fmaxf(best, PROB(i));
+            best = block_reduce<float>(best, shf, true);
+            cut = p.min_p * best;
+        }
+        double mine = 0;
+        int last = -1;
+        for (int i = lo; i < hi; i++) {
+            const float pr = PROB(i);
+            if (pr > 0 && pr >= cut) mine += pr, last = i;
+        }
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        double incl = mine;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            const double x = __shfl_up_sync(0xffffffffu, t, o);
-            if (lane >= o) t += x;
+            const double x = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += x;
         }
-        shd[lane] = t; // inclusive totals of warps 0..lane
+        __syncthreads();
+        if (lane == 31) shd[warp] = incl;
+        if (threadIdx.x == 0) pick_sh = 0x7fffffff, last_sh = -1;
+        __syncthreads();
+        if (warp == 0) {
+            double t = lane < (int)(blockDim.x >> 5) ? shd[lane] : 0.0;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const double x = __shfl_up_sync(0xffffffffu, t, o);
+                if (lane >= o) t += x;
+            }
+            shd[lane] = t;
+        }
+        __syncthreads();
+        const double mass = shd[(blockDim.x >> 5) - 1];
+        const double before = (warp ? shd[warp - 1] : 0.0) + incl - mine;
+        const double target = p.u * mass;
+        // The thread whose chunk holds the crossing walks it (should rounding
+        // let two chunks claim it, the lower id wins).
+        if (mine > 0 && target < before + mine && target >= before) {
+            double c = before;
+            int pick = last;
+            for (int i = lo; i < hi; i++) {
+                const float pr = PROB(i);
+                if (!(pr > 0 && pr >= cut)) continue;
+                c += pr;
+                if (target < c) {
+                    pick = i;
+                    break;
+                }
+            }
+            atomicMin(&pick_sh, pick);
+        }
+        if (last >= 0) atomicMax(&last_sh, last);
+        __syncthreads();
+        if (threadIdx.x == 0) out[r] = pick_sh != 0x7fffffff ? pick_sh : (last_sh >= 0 ? last_sh : 0);
+        return;
+    }
+
+    // ---- sorted candidates: top-k and / or top-p ----
+    int npos = 0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) npos += PROB(i) > 0;
+    npos = (int)block_reduce<float>((float)npos, shf, false); // exact: counts below 2^24
+    const int k = p.top_k > 0 && p.top_k < npos ? p.top_k : 0;
+    unsigned thr = 0;   // with top-k: the k-th largest probability's bits
+    int need_ties = 0;  // how many ids of probability exactly thr make the top k
+    float pcut = 0;     // without top-k: the host's pre-cut of the nucleus
+    if (k > SAMPLE_CAP) {
+        if (threadIdx.x == 0) out[r] = -1;
+        return;
+    }
+    if (k) {
+        // Radix select, 8 bits a pass, on the bits of positive floats (their
+        // order is the numbers' order).
+        unsigned prefix = 0, mask = 0;
+        int kk = k;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+            __syncthreads();
+            for (int i = threadIdx.x; i < V; i += blockDim.x) {
+                const float pr = PROB(i);
+                const unsigned bits = __float_as_uint(pr);
+                if (pr > 0 && (bits & mask) == prefix) atomicAdd(&hist[(bits >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int cum = 0, d = 255;
+                for (; d > 0; d--) {
+                    if (cum + (int)hist[d] >= kk) break;
+                    cum += (int)hist[d];
+                }
+                shi[0] = d;
+                shi[1] = kk - cum;
+            }
+            __syncthreads();
+            prefix |= (unsigned)shi[0] << shift;
+            mask |= 255u << shift;
+            kk = shi[1];
+            __syncthreads();
+        }
+        thr = prefix;
+        need_ties = kk;
+    } else {
+        pcut = (1.0f - p.top_p) / (float)(npos > 1 ? npos - 1 : 1);
+    }
+    // Members: with top-k, probability above thr, or equal to it and among
+    // the first need_ties such ids; without, probability >= the pre-cut.
+    int my_ties = 0, my_members = 0;
+    for (int i = lo; i < hi; i++) {
+        const float pr = PROB(i);
+        if (!(pr > 0)) continue;
+        if (k) {
+            const unsigned bits = __float_as_uint(pr);
+            if (bits == thr) my_ties++;
+            else if (bits > thr) my_members++;
+        } else if (pr >= pcut) {
+            my_members++;
+        }
+    }
+    int total_ties;
+    const int tie_before = block_excl_scan(my_ties, shi, &total_ties);
+    int n_members;
+    block_excl_scan(my_members + (k ? max(0, min(my_ties, need_ties - tie_before)) : 0), shi, &n_members);
+    if (n_members > SAMPLE_CAP) {
+        if (threadIdx.x == 0) out[r] = -1;
+        return;
+    }
+    if (threadIdx.x == 0) n_cand = 0;
+    __syncthreads();
+    int tie_rank = tie_before;
+    for (int i = lo; i < hi; i++) {
+        const float pr = PROB(i);
+        if (!(pr > 0)) continue;
+        bool in;
+        if (k) {
+            const unsigned bits = __float_as_uint(pr);
+            in = bits > thr || (bits == thr && tie_rank++ < need_ties);
+        } else {
+            in = pr >= pcut;
+        }
+        if (in) {
+            const int at = atomicAdd(&n_cand, 1);
+            cp[at] = pr;
+            ci[at] = i;
+        }
     }
     __syncthreads();
-    const double mass = shd[(blockDim.x >> 5) - 1];
-    const double before = (warp ? shd[warp - 1] : 0.0) + incl - mine;
-    const double target = p.u * mass;
-    // 6. the thread whose chunk holds the crossing walks it (should rounding
-    // let two chunks claim it, the lower id wins: the result is the same
-    // whatever the threads' timing)
-    if (mine > 0 && target < before + mine && target >= before) {
-        double c = before;
-        int pick = last;
-        for (int i = lo; i < hi; i++) {
-            const float pr = (float)((double)draw_weight(row[i], mx, inv_t, inf_max) / sum);
-            if (!(pr > 0 && pr >= cut)) continue;
-            c += pr;
-            if (target < c) {
-                pick = i;
+    int m = n_cand;
+    if (m == 0) {
+        // Everything fell below the pre-cut: the nucleus is the best token.
+        float bv = -1;
+        int bi = 0x7fffffff;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const float pr = PROB(i);
+            if (pr > bv || (pr == bv && i < bi)) bv = pr, bi = i;
+        }
+        // (a plain argmax over the block, by probability then id)
+        __syncthreads();
+        if (threadIdx.x == 0) pick_sh = 0x7fffffff;
+        __syncthreads();
+        const float top = block_reduce<float>(bv, shf, true);
+        if (bv == top) atomicMin(&pick_sh, bi);
+        __syncthreads();
+        if (threadIdx.x == 0) out[r] = pick_sh;
+        return;
+    }
+    // Bitonic sort by (probability descending, id ascending), padded to a
+    // power of two with entries that sort last.
+    int n2 = 1;
+    while (n2 < m) n2 <<= 1;
+    for (int i = m + threadIdx.x; i < n2; i += blockDim.x) cp[i] = -1.0f, ci[i] = 0x7fffffff;
+    __syncthreads();
+    for (int size = 2; size <= n2; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = threadIdx.x; t < n2 / 2; t += blockDim.x) {
+                const int a = 2 * t - (t & (stride - 1)), b = a + stride;
+                const bool up = (a & size) == 0;
+                const bool a_first = cp[a] > cp[b] || (cp[a] == cp[b] && ci[a] < ci[b]);
+                if (a_first != up) {
+                    const float tp = cp[a];
+                    cp[a] = cp[b];
+                    cp[b] = tp;
+                    const int ti = ci[a];
+                    ci[a] = ci[b];
+                    ci[b] = ti;
+                }
+            }
+            __syncthreads();
+        }
+    if (threadIdx.x != 0) return;
+    // The rest is short and sequential, in the host's order.
+    if (p.top_p < 1.0f) {
+        double kept = 1.0, target = p.top_p;
+        if (k) {
+            kept = 0;
+            for (int i = 0; i < m; i++) kept += cp[i];
+            target = p.top_p * kept;
+            const float cut = (float)((kept - target) / (m > 1 ? m - 1 : 1));
+            int n = 0;
+            for (int i = 0; i < m; i++)
+                if (cp[i] >= cut) cp[n] = cp[i], ci[n] = ci[i], n++;
+            if (n == 0) n = 1; // the best token (first in this order) alone
+            m = n;
+        }
+        double c = 0;
+        for (int i = 0; i < m; i++) {
+            c += cp[i];
+            if (c >= target) {
+                m = i + 1;
                 break;
             }
         }
-        atomicMin(&pick_sh, pick);
     }
-    if (last >= 0) atomicMax(&last_sh, last);
-    __syncthreads();
-    // Rounding left the target at or past the end: the last candidate.
-    if (threadIdx.x == 0) out[r] = pick_sh != 0x7fffffff ? pick_sh : (last_sh >= 0 ? last_sh : 0);
+    if (p.min_p > 0) {
+        const float cut = p.min_p * cp[0];
+        int n = 0;
+        for (int i = 0; i < m; i++)
+            if (cp[i] >= cut) cp[n] = cp[i], ci[n] = ci[i], n++;
+        m = n;
+    }
+    double mass = 0;
+    for (int i = 0; i < m; i++) mass += cp[i];
+    const double target = p.u * mass;
+    double c = 0;
+    int pick = ci[m - 1];
+    for (int i = 0; i < m; i++) {
+        c += cp[i];
+        if (target < c) {
+            pick = ci[i];
+            break;
+        }
+    }
+    out[r] = pick;
+#undef PROB
 }
 
 int qk_sample_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *mode, const qrow_sample *ps,

@@ -326,10 +326,12 @@ static void test_device_argmax(void)
 }
 
 /* Drawn rows (QROW_SAMPLE) give the token qsample gives from the same
- * logits with the same stream, for temperatures around 1 and with min_p. */
+ * logits with the same stream: temperatures around 1, top-k (ties by id),
+ * top-p alone and after top-k, min_p, and their mixtures. */
 static void test_device_draws(void)
 {
-    const float temps[3] = { 0.7f, 1.0f, 1.5f }, min_ps[2] = { 0.0f, 0.05f };
+    const float temps[3] = { 0.7f, 1.0f, 1.5f }, min_ps[2] = { 0.0f, 0.05f }, top_ps[3] = { 1.0f, 0.9f, 0.5f };
+    const int top_ks[4] = { 0, 5, 40, 300 };
     for (int c = 0; c < 2; c++) {
         qmodel *m = load(cases[c ? 2 : 0].path);
         REQUIRE(m);
@@ -338,20 +340,24 @@ static void test_device_draws(void)
         REQUIRE(be);
         int same = 0, total = 0;
         float *lg = malloc(sizeof(float) * 5 * (size_t)V);
-        for (int trial = 0; trial < 120; trial++) {
+        for (int trial = 0; trial < 240; trial++) {
             int32_t table[4] = { 2, 0, 3, 1 }, tok[5], li[5] = { 0, 1, 2, 3, 4 }, ids[5];
             for (int i = 0; i < 5; i++) tok[i] = (int32_t)((trial * 37 + i * 101 + 7) % V);
             uint8_t mode[5] = { QROW_SAMPLE, QROW_SAMPLE, QROW_SAMPLE, QROW_SAMPLE, QROW_LOGITS };
             qrow_sample rs[5];
             qsampler *host[4];
             for (int r = 0; r < 4; r++) {
+                const int v = trial * 4 + r;
                 qsample_params sp = qsample_defaults();
-                sp.temperature = temps[(trial + r) % 3];
-                sp.min_p = min_ps[(trial / 3 + r) % 2];
-                sp.seed = (uint64_t)(trial * 4 + r);
+                sp.temperature = temps[v % 3];
+                sp.min_p = min_ps[(v / 3) % 2];
+                sp.top_p = top_ps[(v / 6) % 3];
+                sp.top_k = top_ks[(v / 18) % 4];
+                sp.seed = (uint64_t)v;
                 qsampler *dev = qsampler_create(&sp, V);
                 host[r] = qsampler_create(&sp, V);
-                REQUIRE(dev && host[r] && qsampler_row_params(dev, &rs[r].temperature, &rs[r].min_p));
+                REQUIRE(dev && host[r] &&
+                        qsampler_row_params(dev, &rs[r].temperature, &rs[r].top_k, &rs[r].top_p, &rs[r].min_p));
                 rs[r].u = qsampler_take_uniform(dev);
                 qsampler_destroy(dev);
             }
@@ -360,6 +366,10 @@ static void test_device_draws(void)
             REQUIRE(be->ops->forward(be, &b, lg) == 0);
             for (int r = 0; r < 4; r++) {
                 int want = qsample(host[r], lg + (size_t)r * V);
+                if (ids[r] != want && total - same < 4)
+                    fprintf(stderr, "  row: T %.2f top_k %d top_p %.2f min_p %.2f: device %d, host %d\n",
+                            (double)rs[r].temperature, rs[r].top_k, (double)rs[r].top_p, (double)rs[r].min_p, ids[r],
+                            want);
                 same += ids[r] == want;
                 total++;
                 qsampler_destroy(host[r]);
@@ -373,6 +383,31 @@ static void test_device_draws(void)
     }
 }
 
+/* A nucleus too large to sort on the device (a random model's flat
+ * distribution over 32,000 ids): -1 comes back with the row's logits, even
+ * when every row was drawn, and the host's draw with the same number is
+ * what a host-only run gives. */
+static void test_device_draw_fallback(qmodel *m, qbackend *gpu)
+{
+    const int V = m->hp.n_vocab;
+    int32_t table[4] = { 0, 1, 2, 3 }, tok[3] = { 5, 900, 31000 }, li[3] = { 0, 1, 2 }, ids[3];
+    uint8_t drawn[3] = { QROW_SAMPLE, QROW_SAMPLE, QROW_SAMPLE }, plain[3] = { 0, 0, 0 };
+    qrow_sample rs[3];
+    for (int r = 0; r < 3; r++) rs[r] = (qrow_sample){ .temperature = 1.0f, .top_k = r == 2 ? 50 : 0,
+                                                       .top_p = 0.95f, .min_p = 0.0f, .u = 0.3 + 0.2 * r };
+    float *a = malloc(sizeof(float) * 3 * (size_t)V), *b = malloc(sizeof(float) * 3 * (size_t)V);
+    qbatch_seq sq = { 0, 3, 0, table, 4 };
+    qbatch bd = { 3, tok, 1, &sq, 3, li, drawn, ids, rs }, bl = { 3, tok, 1, &sq, 3, li, plain, NULL, NULL };
+    REQUIRE(gpu->ops->forward(gpu, &bd, a) == 0);
+    REQUIRE(gpu->ops->forward(gpu, &bl, b) == 0);
+    fprintf(stderr, "  flat 32k distribution, top_p 0.95: device gave %d, %d (top-k 50 then top-p: %d)\n", ids[0],
+            ids[1], ids[2]);
+    CHECK(ids[0] == -1 && ids[1] == -1);          /* ~32,000 candidates: back to the host */
+    CHECK(ids[2] >= 0 && ids[2] < V);             /* top-k first: 50 candidates, drawn here */
+    CHECK(memcmp(a, b, sizeof(float) * 2 * (size_t)V) == 0); /* the fallen-back rows' logits came back */
+    free(a), free(b);
+}
+
 static void test_random_1b_matches_cpu(void)
 {
     char path[1024], err[512];
@@ -384,6 +419,7 @@ static void test_random_1b_matches_cpu(void)
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 7919 + 13) % V);
     qbackend *cpu = make(m, 0, 0, 16), *gpu = make(m, 1, 0, 16);
     REQUIRE(cpu && gpu);
+    test_device_draw_fallback(m, gpu);
     float *a = logits_all(cpu, ids, n, V, 64);
     const int chunks[2] = { 64, 1 };
     for (int k = 0; k < 2; k++) {

@@ -285,7 +285,8 @@ static void test_row_argmax(void)
     CHECK_EQ_INT(ids[2], qsample_argmax(lg + 2 * (size_t)V, V));
     float t[4] = { NAN, 2.0f, 5.0f, 5.0f }, u[3] = { NAN, NAN, NAN }, w[3] = { -INFINITY, -INFINITY, -INFINITY };
     uint8_t drawn[3] = { 1, QROW_SAMPLE, 1 };
-    qrow_sample rs[3] = { { 1.0f, 0.0f, 0.5 }, { 1.0f, 0.0f, 0.5 }, { 1.0f, 0.0f, 0.5 } };
+    const qrow_sample one = { .temperature = 1.0f, .top_p = 1.0f, .u = 0.5 };
+    qrow_sample rs[3] = { one, one, one };
     qbatch bd = { 5, tok, 1, &sq, 3, li, drawn, ids, rs };
     CHECK(be->ops->forward(be, &bd, lg) == QERR_UNSUPPORTED); /* the CPU backend draws on the host */
     CHECK_EQ_INT(qrow_argmax(t, 4), 2);
