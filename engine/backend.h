@@ -133,7 +133,22 @@ typedef struct {
     const uint8_t *row_argmax;   /* (n_logits) QROW_* */
     int32_t *argmax_out;         /* (n_logits) */
     const struct qrow_sample *row_sample; /* (n_logits) for QROW_SAMPLE rows, or NULL */
+    /* Optional (NULL: off; backends with QBE_CAP_ROW_LOGPROBS): for reduced
+     * rows whose qrow_sample asks for n_logprobs, the chosen id's
+     * log-probability and the most likely ids, as qsample_logprobs gives
+     * them from the raw logits.  n stays -1 where the backend left a row
+     * to the host (a draw it gave back). */
+    struct qrow_logprobs *row_logprobs;  /* (n_logits) */
 } qbatch;
+
+/* 1 + the most alternatives a row's log-probabilities may list (OpenAI's 20). */
+#define QROW_MAX_LOGPROBS 21
+
+typedef struct qrow_logprobs {
+    int n;                       /* entries written: the chosen id, then the top n - 1 (-1: not done) */
+    int32_t id[QROW_MAX_LOGPROBS];
+    float logprob[QROW_MAX_LOGPROBS];
+} qrow_logprobs;
 
 enum { QROW_LOGITS = 0, QROW_ARGMAX = 1, QROW_SAMPLE = 2 };
 
@@ -153,6 +168,8 @@ typedef struct qrow_sample {
     int top_k;                   /* 0: off */
     float top_p;                 /* 1: off */
     double u;                    /* uniform in [0, 1), from the request's stream */
+    int n_logprobs;              /* QROW_ARGMAX and QROW_SAMPLE rows: 0, or 1 + the alternatives
+                                  * wanted in row_logprobs (at most QROW_MAX_LOGPROBS) */
 } qrow_sample;
 
 /* The argmax row rule above, for backends that reduce on the host. */
@@ -217,6 +234,8 @@ typedef struct {
 
 /* The backend draws QROW_SAMPLE rows itself. */
 #define QBE_CAP_ROW_SAMPLE 1u
+/* ... and fills row_logprobs for reduced rows. */
+#define QBE_CAP_ROW_LOGPROBS 2u
 
 struct qbackend {
     const qbackend_ops *ops;

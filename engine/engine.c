@@ -137,6 +137,7 @@ struct qengine {
     int *b_sample;
     uint8_t *b_argmax;            /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
     qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
+    qrow_logprobs *b_rlp;         /* (cap_seqs) log-probabilities the backend gives for reduced rows */
     struct sdraw *draws;          /* (cap_draws) the draws of a step */
     int cap_draws;
     qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
@@ -528,6 +529,9 @@ static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
         qrow_sample *rs = q_reallocn(e->b_rsample, (size_t)n_seqs, sizeof *rs);
         if (!rs) return QERR_NOMEM;
         e->b_rsample = rs;
+        qrow_logprobs *rl = q_reallocn(e->b_rlp, (size_t)n_seqs, sizeof *rl);
+        if (!rl) return QERR_NOMEM;
+        e->b_rlp = rl;
         /* The logits come back from the backend every step: in memory it
          * transfers to fast (pinned, on CUDA).  Nothing in them outlives a step. */
         const size_t lbytes = (size_t)n_seqs * (size_t)e->m->hp.n_vocab * sizeof(float);
@@ -726,11 +730,14 @@ static int is_stop_token(const qengine *e, const req *r, int tok)
  * Draws touch only their own request's sampler, so a step's draws can run
  * on several threads; their effects (events, stops) are then applied in
  * order by take_token. */
+_Static_assert(QROW_MAX_LOGPROBS == 1 + QSAMPLE_MAX_LOGPROBS, "a row's log-probabilities fit the API's");
+
 typedef struct sdraw {
     req *r;
     const float *lg;
     int tok;                 /* the backend's token for a reduced row, or -1 to sample */
     const double *u;         /* a drawn row the backend gave back: the uniform it was given */
+    const qrow_logprobs *blp; /* the backend's log-probabilities of the row, or NULL */
     int n_lp;                /* entries in lp: 0 when no logprobs were asked for */
     qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
 } sdraw;
@@ -739,7 +746,12 @@ static void draw_one(qengine *e, sdraw *d)
 {
     if (d->tok < 0) d->tok = d->u ? qsample_with_uniform(d->r->smp, d->lg, *d->u) : qsample(d->r->smp, d->lg);
     d->n_lp = 0;
-    if (d->r->want_logprobs) {
+    if (d->r->want_logprobs && d->blp && d->blp->n >= 0) {
+        /* Computed where the logits are (n 0: none, as qsample_logprobs
+         * refuses a row with no finite logit). */
+        for (int i = 0; i < d->blp->n; i++) d->lp[i] = (qlogprob){ d->blp->id[i], d->blp->logprob[i] };
+        d->n_lp = d->blp->n;
+    } else if (d->r->want_logprobs) {
         /* vLLM v1's default: the model's own distribution (raw logits). */
         int got = qsample_logprobs(d->lg, e->m->hp.n_vocab, d->tok, d->r->top_logprobs, d->lp, NULL);
         if (got > 0) d->n_lp = got;
@@ -958,19 +970,24 @@ int qengine_step(qengine *e)
          * number qsample would take, drawn here) where the backend can. */
         uint8_t mode = QROW_LOGITS;
         qrow_sample *rs = &e->b_rsample[n_logits];
-        if (!q->want_logprobs && q->n_forks == 0) {
+        memset(rs, 0, sizeof *rs);
+        e->b_rlp[n_logits].n = -1;
+        const unsigned caps = e->be->ops->caps;
+        /* Log-probabilities too, where the backend computes them. */
+        if (q->n_forks == 0 && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
             if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
-            else if ((e->be->ops->caps & QBE_CAP_ROW_SAMPLE) &&
+            else if ((caps & QBE_CAP_ROW_SAMPLE) &&
                      qsampler_row_params(q->smp, &rs->temperature, &rs->top_k, &rs->top_p, &rs->min_p)) {
                 rs->u = qsampler_take_uniform(q->smp);
                 mode = QROW_SAMPLE;
             }
+            if (mode != QROW_LOGITS && q->want_logprobs) rs->n_logprobs = 1 + q->top_logprobs;
         }
         e->b_argmax[n_logits] = mode;
         e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
     }
     qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_argmax, e->b_argmax_ids,
-                 e->b_rsample };
+                 e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL };
     rc = e->be->ops->forward(e->be, &b, e->logits);
     e->st.tokens_computed += (uint64_t)n_tok;
     if (rc) {
@@ -1014,7 +1031,8 @@ int qengine_step(qengine *e)
         for (int f = 0; f < q->n_forks; f++) e->draws[dk++] = (sdraw){ .r = q->forks[f], .lg = lg, .tok = -1 };
         const int drawn = e->b_argmax[row] == QROW_SAMPLE;
         e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_argmax[row] ? e->b_argmax_ids[row] : -1,
-                                  .u = drawn ? &e->b_rsample[row].u : NULL };
+                                  .u = drawn ? &e->b_rsample[row].u : NULL,
+                                  .blp = (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? &e->b_rlp[row] : NULL };
     }
     if (e->spool && n_draws > 1) qpool_run(e->spool, n_draws, draw_task, e);
     else
@@ -1167,6 +1185,7 @@ void qengine_destroy(qengine *e)
     free(e->b_argmax);
     free(e->b_argmax_ids);
     free(e->b_rsample);
+    free(e->b_rlp);
     free(e->draws);
     qpool_destroy(e->spool);
     if (e->logits) qbackend_host_free(e->be, e->logits);

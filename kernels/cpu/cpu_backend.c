@@ -263,7 +263,8 @@ static int check_batch(const cpu_be *be, const qbatch *b)
             return QERR_INVAL;
     /* Drawn rows are for backends with QBE_CAP_ROW_SAMPLE; this one draws on the host. */
     for (int r = 0; b->row_argmax && r < b->n_logits; r++)
-        if (b->row_argmax[r] == QROW_SAMPLE) return QERR_UNSUPPORTED;
+        if (b->row_argmax[r] == QROW_SAMPLE || (b->row_sample && b->row_sample[r].n_logprobs))
+            return QERR_UNSUPPORTED;
     return 0;
 }
 

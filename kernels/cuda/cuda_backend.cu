@@ -59,6 +59,7 @@ typedef struct {
     uint8_t *d_rows;               // (cap_logits) QROW_* of each row
     int32_t *d_argmax;             // (cap_logits) the tokens of reduced rows
     qrow_sample *d_rsample;        // (cap_logits) draws of QROW_SAMPLE rows
+    qrow_logprobs *d_lp;           // (cap_logits) log-probabilities of reduced rows
     size_t cap_part;
     float *part_acc, *part_ml;
     size_t meta_cap;               // int32 elements
@@ -250,11 +251,14 @@ static int ensure_logits(cuda_be *be, int n)
     cudaFree(be->d_rows);
     cudaFree(be->d_argmax);
     cudaFree(be->d_rsample);
+    cudaFree(be->d_lp);
     be->d_rows = NULL;
     be->d_argmax = NULL;
     be->d_rsample = NULL;
+    be->d_lp = NULL;
     if (dmalloc((void **)&be->logits, (size_t)n * be->base.w->hp.n_vocab * 4) || dmalloc((void **)&be->d_rows, n) ||
-        dmalloc((void **)&be->d_argmax, (size_t)n * 4) || dmalloc((void **)&be->d_rsample, (size_t)n * sizeof(qrow_sample)))
+        dmalloc((void **)&be->d_argmax, (size_t)n * 4) || dmalloc((void **)&be->d_rsample, (size_t)n * sizeof(qrow_sample)) ||
+        dmalloc((void **)&be->d_lp, (size_t)n * sizeof(qrow_logprobs)))
         return QERR_DEVICE;
     be->cap_logits = n;
     return 0;
@@ -550,10 +554,16 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     else rc = run_layers(be, b, &mp);
     // Greedy and drawn rows are reduced here; when every row is one, only
     // the ids come back (4 bytes a row instead of the vocabulary's logits).
-    int n_reduced = 0, n_drawn = 0;
+    int n_reduced = 0, n_drawn = 0, n_lp = 0;
     for (int r = 0; b->row_argmax && r < b->n_logits; r++) {
-        n_reduced += b->row_argmax[r] == QROW_ARGMAX || b->row_argmax[r] == QROW_SAMPLE;
+        const int red = b->row_argmax[r] == QROW_ARGMAX || b->row_argmax[r] == QROW_SAMPLE;
+        n_reduced += red;
         n_drawn += b->row_argmax[r] == QROW_SAMPLE;
+        if (red && b->row_sample && b->row_sample[r].n_logprobs) {
+            if (b->row_sample[r].n_logprobs < 0 || b->row_sample[r].n_logprobs > QROW_MAX_LOGPROBS || !b->row_logprobs)
+                rc = QERR_INVAL;
+            n_lp++;
+        }
     }
     if (!rc && n_drawn && !b->row_sample) rc = QERR_INVAL;
     const int V = base->w->hp.n_vocab;
@@ -566,6 +576,18 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
         if (!rc && n_drawn < n_reduced) rc = qk_argmax_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_argmax);
         if (!rc && n_drawn)
             rc = qk_sample_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rsample, be->d_argmax);
+        if (!rc && n_lp) {
+            if ((!n_drawn && cudaMemcpyAsync(be->d_rsample, b->row_sample, sizeof(qrow_sample) * (size_t)b->n_logits,
+                                             cudaMemcpyHostToDevice, be->stream) != cudaSuccess) ||
+                cudaMemsetAsync(be->d_lp, 0xff, sizeof(qrow_logprobs) * (size_t)b->n_logits, be->stream) != cudaSuccess)
+                rc = QERR_DEVICE; // n = -1: rows not done
+            if (!rc)
+                rc = qk_row_logprobs(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rsample, be->d_argmax,
+                                     be->d_lp);
+            if (!rc && cudaMemcpyAsync(b->row_logprobs, be->d_lp, sizeof(qrow_logprobs) * (size_t)b->n_logits,
+                                       cudaMemcpyDeviceToHost, be->stream) != cudaSuccess)
+                rc = QERR_DEVICE;
+        }
         if (!rc && cudaMemcpyAsync(b->argmax_out, be->d_argmax, 4 * (size_t)b->n_logits, cudaMemcpyDeviceToHost,
                                    be->stream) != cudaSuccess)
             rc = QERR_DEVICE;
@@ -697,8 +719,8 @@ static void cuda_destroy(qbackend *base)
     }
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
     void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
-                     be->qb, be->att, be->h, be->logits, be->d_rows, be->d_argmax, be->d_rsample, be->part_acc,
-                     be->part_ml, be->d_meta };
+                     be->qb, be->att, be->h, be->logits, be->d_rows, be->d_argmax, be->d_rsample, be->d_lp,
+                     be->part_acc, be->part_ml, be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(be->h_meta);
     if (be->blas) cublasDestroy(be->blas);
@@ -709,7 +731,7 @@ static void cuda_destroy(qbackend *base)
 static const qbackend_ops cuda_ops = {
     "cuda",           cuda_forward,      cuda_copy_block,  cuda_block_bytes, cuda_read_block,
     cuda_write_block, cuda_destroy,      cuda_read_blocks, cuda_write_blocks, cuda_host_alloc,
-    cuda_host_free,   QBE_CAP_ROW_SAMPLE,
+    cuda_host_free,   QBE_CAP_ROW_SAMPLE | QBE_CAP_ROW_LOGPROBS,
 };
 
 // The storage type: float in the exact mode; f16 when every matrix of the

@@ -78,6 +78,10 @@ int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uin
 // ps[r] describes (backend.h's qrow_sample, sample.c's draw()).
 int qk_sample_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *mode, const qrow_sample *ps,
                    int32_t *out);
+// For reduced rows whose ps[r].n_logprobs > 0 (tokens[r] chosen): out[r]
+// as qsample_logprobs gives it from the raw logits (n 0: no finite logit).
+int qk_row_logprobs(cudaStream_t st, const float *logits, int n, int V, const uint8_t *mode, const qrow_sample *ps,
+                    const int32_t *tokens, qrow_logprobs *out);
 // p[i] uniform in [lo, hi) from seed (random-weight models).
 template <typename T> int qk_fill_uniform(cudaStream_t st, T *p, size_t n, uint64_t seed, float lo, float hi);
 // dst[i] = src[i] converted (weights uploaded as f32/f16/bf16 and stored as T).

@@ -707,3 +707,93 @@ int qk_sample_rows(cudaStream_t st, const float *logits, int n, int V, const uin
     CK_LAUNCH("sample");
     return 0;
 }
+
+// ---- log-probabilities of reduced rows ------------------------------------------------
+//
+// One block per row that asks for them, after its token is known:
+// qsample_logprobs on the raw logits.  NaN counts as -inf; the log-sum-exp
+// is summed in double; with +inf logits those share the mass.  The top n
+// come from n block-wide maxima, each the largest (value, then lower id)
+// below the previous one in that order.
+
+__device__ __forceinline__ float lp_clean(float x) { return x != x ? -INFINITY : x; }
+
+__global__ void __launch_bounds__(SAMPLE_THREADS) logprobs_kernel(const float *__restrict__ logits, int V,
+                                                                 const uint8_t *__restrict__ mode,
+                                                                 const qrow_sample *__restrict__ ps,
+                                                                 const int32_t *__restrict__ tokens,
+                                                                 qrow_logprobs *out)
+{
+    pdl_wait();
+    const int r = blockIdx.x;
+    const int want = (mode[r] == QROW_ARGMAX || mode[r] == QROW_SAMPLE) ? ps[r].n_logprobs : 0;
+    if (want <= 0) return;
+    const int chosen = tokens[r];
+    if (chosen < 0 || chosen >= V) return; // a draw left to the host: n stays -1
+    __shared__ double shd[32];
+    __shared__ float shf[32];
+    __shared__ int best_id;
+    const float *row = logits + (size_t)r * V;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, lp_clean(row[i]));
+    mx = block_reduce<float>(mx, shf, true);
+    if (mx == -INFINITY) {
+        if (threadIdx.x == 0) out[r].n = 0;
+        return;
+    }
+    double lse;
+    int n_inf = 0;
+    if (mx == INFINITY) {
+        float c = 0;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) c += row[i] == INFINITY;
+        n_inf = (int)block_reduce<float>(c, shf, false);
+        lse = log((double)n_inf);
+    } else {
+        double sum = 0;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) sum += exp((double)lp_clean(row[i]) - (double)mx);
+        sum = block_reduce<double>(sum, shd, false);
+        lse = (double)mx + log(sum);
+    }
+#define LP(l) (n_inf ? ((l) == INFINITY ? (float)-lse : -INFINITY) : (float)((double)lp_clean(l) - lse))
+    int top_n = want - 1;
+    if (top_n > V) top_n = V;
+    float pv = INFINITY;
+    int pid = -1;
+    for (int k = 0; k < top_n; k++) {
+        // The largest (value desc, id asc) strictly after (pv, pid).
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const float v = lp_clean(row[i]);
+            const bool after = v < pv || (v == pv && i > pid);
+            if (after && (v > bv || (v == bv && i < bi))) bv = v, bi = i;
+        }
+        const float top = block_reduce<float>(bv, shf, true);
+        if (threadIdx.x == 0) best_id = 0x7fffffff;
+        __syncthreads();
+        if (bv == top && bi != 0x7fffffff) atomicMin(&best_id, bi);
+        __syncthreads();
+        pv = top;
+        pid = best_id;
+        if (threadIdx.x == 0) {
+            out[r].id[1 + k] = pid;
+            out[r].logprob[1 + k] = LP(row[pid]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[r].id[0] = chosen;
+        out[r].logprob[0] = LP(row[chosen]);
+        out[r].n = 1 + top_n;
+    }
+#undef LP
+}
+
+int qk_row_logprobs(cudaStream_t st, const float *logits, int n, int V, const uint8_t *mode, const qrow_sample *ps,
+                    const int32_t *tokens, qrow_logprobs *out)
+{
+    if (n <= 0) return 0;
+    qk_launch(logprobs_kernel, n, SAMPLE_THREADS, 0, st, logits, V, mode, ps, tokens, out);
+    CK_LAUNCH("logprobs");
+    return 0;
+}

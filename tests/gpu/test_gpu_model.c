@@ -53,7 +53,7 @@ static float *logits_all(qbackend *be, const int32_t *ids, int n, int V, int chu
     for (int s = 0; s < n; s += chunk) {
         int c = n - s < chunk ? n - s : chunk;
         qbatch_seq sq = { 0, c, s, table, nb };
-        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL };
+        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL, NULL };
         if (be->ops->forward(be, &b, out + (size_t)s * V)) {
             free(out);
             out = NULL;
@@ -132,7 +132,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
     for (int s = 0; s < n_seq && !rc; s++) {
         if (np[s] < 2) continue;
         qbatch_seq sq = { 0, np[s] - 1, 0, tables + s * per, per };
-        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL, NULL, NULL, NULL };
+        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
     }
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_seq), *li = malloc(sizeof(int32_t) * (size_t)n_seq);
@@ -143,7 +143,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
             qbatch_seq q = { s, 1, np[s] - 1 + g, tables + s * per, per };
             sq[s] = q;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
         for (int s = 0; s < n_seq && !rc; s++) out[s][g] = tok[s] = argmax(lg + (size_t)s * V, V);
     }
@@ -241,7 +241,7 @@ static float *decode_logits(qbackend *be, int n_seq, int n_gen, int V)
             tok[s] = (int32_t)((g * 31 + s * 17 + 3) % V);
             li[s] = s;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, out + (size_t)g * n_seq * V);
     }
     free(tables);
@@ -312,11 +312,11 @@ static void test_device_argmax(void)
         uint8_t mixed[3] = { 1, 0, 1 }, all[3] = { 1, 1, 1 };
         qbatch_seq sq = { 0, 5, 0, table, 4 };
         float *lg = malloc(sizeof(float) * 3 * (size_t)V);
-        qbatch b = { 5, tok, 1, &sq, 3, li, mixed, ids, NULL };
+        qbatch b = { 5, tok, 1, &sq, 3, li, mixed, ids, NULL, NULL };
         REQUIRE(be->ops->forward(be, &b, lg) == 0);
         CHECK_EQ_INT(ids[0], qsample_argmax(lg, V));
         CHECK_EQ_INT(ids[2], qsample_argmax(lg + 2 * (size_t)V, V));
-        qbatch b2 = { 5, tok, 1, &sq, 3, li, all, ids2, NULL };
+        qbatch b2 = { 5, tok, 1, &sq, 3, li, all, ids2, NULL, NULL };
         REQUIRE(be->ops->forward(be, &b2, lg) == 0);
         CHECK(ids2[0] == ids[0] && ids2[2] == ids[2] && ids2[1] == qsample_argmax(lg + V, V)); /* lg: the first pass's */
         free(lg);
@@ -362,7 +362,7 @@ static void test_device_draws(void)
                 qsampler_destroy(dev);
             }
             qbatch_seq sq = { 0, 5, 0, table, 4 };
-            qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs };
+            qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs, NULL };
             REQUIRE(be->ops->forward(be, &b, lg) == 0);
             for (int r = 0; r < 4; r++) {
                 int want = qsample(host[r], lg + (size_t)r * V);
@@ -383,6 +383,50 @@ static void test_device_draws(void)
     }
 }
 
+/* Log-probabilities of reduced rows (greedy and drawn) computed on the
+ * device: the ids and values qsample_logprobs gives from the same logits. */
+static void test_device_logprobs(void)
+{
+    qmodel *m = load(cases[2].path);
+    REQUIRE(m);
+    const int V = m->hp.n_vocab;
+    for (int exact = 0; exact < 2; exact++) {
+        qbackend *be = make(m, 1, exact, 8);
+        REQUIRE(be);
+        int32_t table[4] = { 1, 3, 0, 2 }, tok[5] = { 4, 77, 300, 12, 500 }, li[5] = { 0, 1, 2, 3, 4 }, ids[5];
+        uint8_t mode[5] = { QROW_ARGMAX, QROW_SAMPLE, QROW_ARGMAX, QROW_SAMPLE, QROW_LOGITS };
+        qrow_sample rs[5] = { { .n_logprobs = 1 },
+                              { .temperature = 0.9f, .top_p = 1.0f, .u = 0.25, .n_logprobs = 6 },
+                              { .n_logprobs = QROW_MAX_LOGPROBS },
+                              { .temperature = 1.2f, .top_k = 40, .top_p = 0.9f, .u = 0.75, .n_logprobs = 0 },
+                              { .temperature = 0 } };
+        qrow_logprobs lp[5];
+        float *lg = malloc(sizeof(float) * 5 * (size_t)V);
+        qbatch_seq sq = { 0, 5, 0, table, 4 };
+        qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs, lp };
+        REQUIRE(be->ops->forward(be, &b, lg) == 0);
+        int ok = 1;
+        for (int r = 0; r < 4; r++) {
+            if (!rs[r].n_logprobs) {
+                ok &= lp[r].n == -1;
+                continue;
+            }
+            qlogprob want[QROW_MAX_LOGPROBS];
+            int got = qsample_logprobs(lg + (size_t)r * V, V, ids[r], rs[r].n_logprobs - 1, want, NULL);
+            ok &= got == lp[r].n;
+            for (int i = 0; i < got && i < lp[r].n; i++) {
+                const float d = fabsf(want[i].logprob - lp[r].logprob[i]);
+                ok &= want[i].id == lp[r].id[i] && d <= 1e-6f * (1 + fabsf(want[i].logprob));
+            }
+        }
+        fprintf(stderr, "  %s: device log-probabilities %s the host's\n", exact ? "f32" : "bf16", ok ? "equal" : "DIFFER from");
+        CHECK(ok);
+        free(lg);
+        qbackend_destroy(be);
+    }
+    qmodel_destroy(m);
+}
+
 /* A nucleus too large to sort on the device (a random model's flat
  * distribution over 32,000 ids): -1 comes back with the row's logits, even
  * when every row was drawn, and the host's draw with the same number is
@@ -397,7 +441,7 @@ static void test_device_draw_fallback(qmodel *m, qbackend *gpu)
                                                        .top_p = 0.95f, .min_p = 0.0f, .u = 0.3 + 0.2 * r };
     float *a = malloc(sizeof(float) * 3 * (size_t)V), *b = malloc(sizeof(float) * 3 * (size_t)V);
     qbatch_seq sq = { 0, 3, 0, table, 4 };
-    qbatch bd = { 3, tok, 1, &sq, 3, li, drawn, ids, rs }, bl = { 3, tok, 1, &sq, 3, li, plain, NULL, NULL };
+    qbatch bd = { 3, tok, 1, &sq, 3, li, drawn, ids, rs, NULL }, bl = { 3, tok, 1, &sq, 3, li, plain, NULL, NULL, NULL };
     REQUIRE(gpu->ops->forward(gpu, &bd, a) == 0);
     REQUIRE(gpu->ops->forward(gpu, &bl, b) == 0);
     fprintf(stderr, "  flat 32k distribution, top_p 0.95: device gave %d, %d (top-k 50 then top-p: %d)\n", ids[0],
@@ -471,11 +515,11 @@ static void test_blocks_and_bad_batches(void)
         int32_t tab[2] = { 0, 9 }, tok[3] = { 1, 2, 3 }, li[1] = { 2 };
         float lg[1];
         qbatch_seq sq = { 0, 3, 14, tab, 2 }; /* positions 14..16: block 9 does not exist */
-        qbatch bad = { 3, tok, 1, &sq, 0, NULL, NULL, NULL, NULL };
+        qbatch bad = { 3, tok, 1, &sq, 0, NULL, NULL, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &bad, lg) == QERR_RANGE);
         qbatch_seq sq2 = { 0, 3, 0, tab, 1 };
         int32_t badtok[3] = { 1, -4, 3 };
-        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li, NULL, NULL, NULL };
+        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li, NULL, NULL, NULL, NULL };
         CHECK(bad2.n_logits == 1 && be->ops->forward(be, &bad2, lg) == QERR_RANGE);
         free(a);
         free(b);
@@ -497,6 +541,7 @@ int main(void)
     QT_RUN(test_graphs_and_gemv);
     QT_RUN(test_device_argmax);
     QT_RUN(test_device_draws);
+    QT_RUN(test_device_logprobs);
     QT_RUN(test_random_1b_matches_cpu);
     QT_RUN(test_blocks_and_bad_batches);
     QT_MAIN_END();
