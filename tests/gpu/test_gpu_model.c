@@ -345,6 +345,7 @@ static void test_device_draws(void)
             for (int i = 0; i < 5; i++) tok[i] = (int32_t)((trial * 37 + i * 101 + 7) % V);
             uint8_t mode[5] = { QROW_SAMPLE, QROW_SAMPLE, QROW_SAMPLE, QROW_SAMPLE, QROW_LOGITS };
             qrow_sample rs[5];
+            memset(rs, 0, sizeof rs); /* n_logprobs 0: no log-probabilities */
             qsampler *host[4];
             for (int r = 0; r < 4; r++) {
                 const int v = trial * 4 + r;
