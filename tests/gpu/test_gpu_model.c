@@ -41,30 +41,6 @@ static qbackend *make(qmodel *m, int cuda, int exact, int nb)
     return be;
 }
 
-/* Logits of every position of one sequence, prefilled in chunks. */
-static float *logits_all(qbackend *be, const int32_t *ids, int n, int V, int chunk)
-{
-    int nb = (n + 15) / 16;
-    int32_t *table = malloc(sizeof *table * (size_t)nb), *li = malloc(sizeof *li * (size_t)n);
-    for (int i = 0; i < nb; i++) table[i] = nb - 1 - i;
-    for (int i = 0; i < n; i++) li[i] = i;
-    float *out = malloc(sizeof(float) * (size_t)n * (size_t)V);
-    for (int i = 0; i < n * V; i++) out[i] = NAN;
-    for (int s = 0; s < n; s += chunk) {
-        int c = n - s < chunk ? n - s : chunk;
-        qbatch_seq sq = { 0, c, s, table, nb };
-        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL, NULL };
-        if (be->ops->forward(be, &b, out + (size_t)s * V)) {
-            free(out);
-            out = NULL;
-            break;
-        }
-    }
-    free(table);
-    free(li);
-    return out;
-}
-
 static double rel_err(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;

@@ -4,6 +4,10 @@
 #ifndef QUIRE_QMODELS_H
 #define QUIRE_QMODELS_H
 
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend.h"
 #include "model.h"
 #include "qtest.h"
 
@@ -29,6 +33,33 @@ static inline qmodel *load(const char *rel)
     qmodel *m = NULL;
     if (qmodel_load(path, &m, err, sizeof err)) fprintf(stderr, "  load %s: %s\n", path, err);
     return m;
+}
+
+/* Logits of every position of one sequence of n tokens from position 0,
+ * prefilled in chunks of `chunk`, its blocks in reverse order (the backend
+ * needs (n + 15) / 16 blocks of 16): (n, V) floats, poisoned with NaN
+ * before, or NULL when a pass fails. */
+static inline float *logits_all(qbackend *be, const int32_t *ids, int n, int V, int chunk)
+{
+    const int nb = (n + 15) / 16;
+    int32_t *table = malloc(sizeof *table * (size_t)nb), *li = malloc(sizeof *li * (size_t)n);
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    for (int i = 0; i < nb; i++) table[i] = nb - 1 - i; /* scattered, not identity */
+    for (int i = 0; i < n; i++) li[i] = i;
+    for (size_t i = 0; i < (size_t)n * V; i++) out[i] = NAN;
+    for (int s = 0; s < n; s += chunk) {
+        int c = n - s < chunk ? n - s : chunk;
+        qbatch_seq sq = { 0, c, s, table, nb };
+        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL, NULL };
+        if (be->ops->forward(be, &b, out + (size_t)s * V)) {
+            free(out);
+            out = NULL;
+            break;
+        }
+    }
+    free(table);
+    free(li);
+    return out;
 }
 
 #endif

@@ -82,6 +82,18 @@ static void make_jobs(void)
 
 static void check_clean(qengine *e);
 
+/* Writes len bytes of text to a new file named from the mkstemp template
+ * path (which gets the name); 0 or -1. */
+static int write_temp(char *path, const char *text, size_t len)
+{
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    const int ok = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+
 /* How run_with submits and steps. */
 typedef struct {
     float temp;
@@ -435,10 +447,7 @@ static void test_swap_space_full(void)
         "{\"model_type\": \"llama\", \"hidden_size\": 256, \"intermediate_size\": 512, \"num_hidden_layers\": 8,"
         " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"vocab_size\": 600, \"eos_token_id\": 2}";
     char path[] = "/tmp/quire-test-engine-XXXXXX", err[512];
-    int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    REQUIRE(write(fd, cfg, sizeof cfg - 1) == (ssize_t)(sizeof cfg - 1));
-    close(fd);
+    REQUIRE(write_temp(path, cfg, sizeof cfg - 1) == 0);
     qmodel *m = NULL;
     int rc = qmodel_random(path, 1, 7, &m, err, sizeof err);
     unlink(path);
@@ -934,10 +943,7 @@ static void test_random_weights(void)
         "{\"model_type\": \"qwen2\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
         " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, \"eos_token_id\": 2}";
     char path[] = "/tmp/quire-test-engine-XXXXXX", err[512];
-    int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    REQUIRE(write(fd, cfg, sizeof cfg - 1) == (ssize_t)(sizeof cfg - 1));
-    close(fd);
+    REQUIRE(write_temp(path, cfg, sizeof cfg - 1) == 0);
     int32_t out[2][8], prompt[4] = { 1, 7, 9, 11 };
     for (int k = 0; k < 2; k++) {
         qmodel *m = NULL;

@@ -34,32 +34,15 @@ static int32_t *json_ids(json_t *a, int *n)
     return ids;
 }
 
-/* Runs one sequence of n tokens from position 0, in chunks of `chunk`,
- * returning logits for every position (n, V). */
+/* Runs one sequence of n tokens from position 0 on a CPU backend of the
+ * given threads, in chunks of `chunk`: logits for every position (n, V). */
 static float *run_all(qmodel *m, int threads, const int32_t *ids, int n, int chunk)
 {
-    const int bs = 16, nb = (n + bs - 1) / bs;
     char err[256];
-    qbackend_opts o = { .n_threads = threads, .num_blocks = nb + 3, .block_size = bs };
+    qbackend_opts o = { .n_threads = threads, .num_blocks = (n + 15) / 16 + 3, .block_size = 16 };
     qbackend *be = NULL;
     if (cpu_backend_create(&m->w, &o, &be, err, sizeof err)) return NULL;
-    int32_t *table = malloc(sizeof *table * (size_t)nb), *li = malloc(sizeof *li * (size_t)n);
-    for (int i = 0; i < nb; i++) table[i] = nb + 2 - i; /* scattered, not identity */
-    for (int i = 0; i < n; i++) li[i] = i;
-    const int V = m->hp.n_vocab;
-    float *logits = malloc(sizeof(float) * (size_t)n * (size_t)V);
-    for (int s = 0; s < n; s += chunk) {
-        int c = n - s < chunk ? n - s : chunk;
-        qbatch_seq sq = { 0, c, s, table, nb };
-        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL, NULL };
-        if (be->ops->forward(be, &b, logits + (size_t)s * V)) {
-            free(logits);
-            logits = NULL;
-            break;
-        }
-    }
-    free(table);
-    free(li);
+    float *logits = logits_all(be, ids, n, m->hp.n_vocab, chunk);
     qbackend_destroy(be);
     return logits;
 }
