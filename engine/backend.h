@@ -123,15 +123,15 @@ typedef struct {
     int n_logits;
     const int32_t *logits_idx;   /* (n_logits) */
     /* Optional (NULL: off): rows reduced to a token by the backend.  For
-     * every r with row_argmax[r] == QROW_ARGMAX the pass writes argmax_out[r],
+     * every r with row_mode[r] == QROW_ARGMAX the pass writes row_token[r],
      * the lowest id among the maximal logits of row r (NaN never wins; all
      * NaN: 0), as qsample_argmax does; with QROW_SAMPLE (backends with
      * QBE_CAP_ROW_SAMPLE only) it writes the draw qrow_sample describes (the
      * other entries are unspecified).  When every row is such a row the
      * logits may be left unwritten: the CUDA backend then copies back only
      * the ids. */
-    const uint8_t *row_argmax;   /* (n_logits) QROW_* */
-    int32_t *argmax_out;         /* (n_logits) */
+    const uint8_t *row_mode;     /* (n_logits) QROW_* */
+    int32_t *row_token;          /* (n_logits) */
     const struct qrow_sample *row_sample; /* (n_logits) for QROW_SAMPLE rows, or NULL */
     /* Optional (NULL: off; backends with QBE_CAP_ROW_LOGPROBS): for reduced
      * rows whose qrow_sample asks for n_logprobs, the chosen id's

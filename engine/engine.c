@@ -135,13 +135,13 @@ struct qengine {
     qbatch_seq *b_seqs;
     req **b_reqs;
     int *b_sample;
-    uint8_t *b_argmax;            /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
+    uint8_t *b_rowmode;           /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
     qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
     qrow_logprobs *b_rlp;         /* (cap_seqs) log-probabilities the backend gives for reduced rows */
     struct sdraw *draws;          /* (cap_draws) the draws of a step */
     int cap_draws;
     qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
-    int32_t *b_argmax_ids;        /* (cap_seqs) the backend's argmax of those rows */
+    int32_t *b_rowtok;            /* (cap_seqs) the backend's token of those rows */
     float *logits;
     int cap_tokens, cap_seqs;
     qengine_stats st;
@@ -499,39 +499,28 @@ static void drain_inbox(qengine *e)
 
 /* ---- scheduling ---------------------------------------------------------------- */
 
+/* Resizes the array *pp to n elements; 0 or QERR_NOMEM (*pp unchanged). */
+static int grow_array(void **pp, size_t n, size_t size)
+{
+    void *p = q_reallocn(*pp, n, size);
+    if (!p) return QERR_NOMEM;
+    *pp = p;
+    return 0;
+}
+#define GROW(arr, n) grow_array((void **)&(arr), (size_t)(n), sizeof *(arr))
+
 static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
 {
     if (n_tokens > e->cap_tokens) {
-        int32_t *t = q_reallocn(e->b_tokens, (size_t)n_tokens, sizeof *t);
-        if (!t) return QERR_NOMEM;
-        e->b_tokens = t;
-        int32_t *li = q_reallocn(e->b_logits_idx, (size_t)n_tokens, sizeof *li);
-        if (!li) return QERR_NOMEM;
-        e->b_logits_idx = li;
+        if (GROW(e->b_tokens, n_tokens) || GROW(e->b_logits_idx, n_tokens)) return QERR_NOMEM;
         e->cap_tokens = n_tokens;
     }
     if (n_seqs > e->cap_seqs) {
-        qbatch_seq *s = q_reallocn(e->b_seqs, (size_t)n_seqs, sizeof *s);
-        if (!s) return QERR_NOMEM;
-        e->b_seqs = s;
-        req **rr = q_reallocn(e->b_reqs, (size_t)n_seqs, sizeof *rr);
-        if (!rr) return QERR_NOMEM;
-        e->b_reqs = rr;
-        int *sm = q_reallocn(e->b_sample, (size_t)n_seqs, sizeof *sm);
-        if (!sm) return QERR_NOMEM;
-        e->b_sample = sm;
-        uint8_t *am = q_reallocn(e->b_argmax, (size_t)n_seqs, sizeof *am);
-        if (!am) return QERR_NOMEM;
-        e->b_argmax = am;
-        int32_t *ai = q_reallocn(e->b_argmax_ids, (size_t)n_seqs, sizeof *ai);
-        if (!ai) return QERR_NOMEM;
-        e->b_argmax_ids = ai;
-        qrow_sample *rs = q_reallocn(e->b_rsample, (size_t)n_seqs, sizeof *rs);
-        if (!rs) return QERR_NOMEM;
-        e->b_rsample = rs;
-        qrow_logprobs *rl = q_reallocn(e->b_rlp, (size_t)n_seqs, sizeof *rl);
-        if (!rl) return QERR_NOMEM;
-        e->b_rlp = rl;
+        /* Per sequence, and per logit row (at most one a sequence). */
+        if (GROW(e->b_seqs, n_seqs) || GROW(e->b_reqs, n_seqs) || GROW(e->b_sample, n_seqs) ||
+            GROW(e->b_rowmode, n_seqs) || GROW(e->b_rowtok, n_seqs) || GROW(e->b_rsample, n_seqs) ||
+            GROW(e->b_rlp, n_seqs))
+            return QERR_NOMEM;
         /* The logits come back from the backend every step: in memory it
          * transfers to fast (pinned, on CUDA).  Nothing in them outlives a step. */
         const size_t lbytes = (size_t)n_seqs * (size_t)e->m->hp.n_vocab * sizeof(float);
@@ -983,10 +972,10 @@ int qengine_step(qengine *e)
             }
             if (mode != QROW_LOGITS && q->want_logprobs) rs->n_logprobs = 1 + q->top_logprobs;
         }
-        e->b_argmax[n_logits] = mode;
+        e->b_rowmode[n_logits] = mode;
         e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
     }
-    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_argmax, e->b_argmax_ids,
+    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
                  e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL };
     rc = e->be->ops->forward(e->be, &b, e->logits);
     e->st.tokens_computed += (uint64_t)n_tok;
@@ -1009,8 +998,7 @@ int qengine_step(qengine *e)
         if (e->b_sample[i]) n_draws += 1 + q->n_forks;
     }
     if (n_draws > e->cap_draws) {
-        sdraw *d = q_reallocn(e->draws, (size_t)n_draws, sizeof *d);
-        if (!d) {
+        if (GROW(e->draws, n_draws)) {
             for (int i = 0; i < n_seqs; i++) {
                 req *q = e->b_reqs[i];
                 if (!e->b_sample[i]) continue;
@@ -1019,7 +1007,6 @@ int qengine_step(qengine *e)
             }
             return QERR_NOMEM;
         }
-        e->draws = d;
         e->cap_draws = n_draws;
     }
     int dk = 0;
@@ -1029,8 +1016,8 @@ int qengine_step(qengine *e)
         const int row = li++;
         const float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
         for (int f = 0; f < q->n_forks; f++) e->draws[dk++] = (sdraw){ .r = q->forks[f], .lg = lg, .tok = -1 };
-        const int drawn = e->b_argmax[row] == QROW_SAMPLE;
-        e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_argmax[row] ? e->b_argmax_ids[row] : -1,
+        const int drawn = e->b_rowmode[row] == QROW_SAMPLE;
+        e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_rowmode[row] ? e->b_rowtok[row] : -1,
                                   .u = drawn ? &e->b_rsample[row].u : NULL,
                                   .blp = (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? &e->b_rlp[row] : NULL };
     }
@@ -1182,8 +1169,8 @@ void qengine_destroy(qengine *e)
     free(e->b_seqs);
     free(e->b_reqs);
     free(e->b_sample);
-    free(e->b_argmax);
-    free(e->b_argmax_ids);
+    free(e->b_rowmode);
+    free(e->b_rowtok);
     free(e->b_rsample);
     free(e->b_rlp);
     free(e->draws);

@@ -262,8 +262,8 @@ static int check_batch(const cpu_be *be, const qbatch *b)
         if (b->logits_idx[r] < 0 || b->logits_idx[r] >= b->n_tokens || (r && b->logits_idx[r] <= b->logits_idx[r - 1]))
             return QERR_INVAL;
     /* Drawn rows are for backends with QBE_CAP_ROW_SAMPLE; this one draws on the host. */
-    for (int r = 0; b->row_argmax && r < b->n_logits; r++)
-        if (b->row_argmax[r] == QROW_SAMPLE || (b->row_sample && b->row_sample[r].n_logprobs))
+    for (int r = 0; b->row_mode && r < b->n_logits; r++)
+        if (b->row_mode[r] == QROW_SAMPLE || (b->row_sample && b->row_sample[r].n_logprobs))
             return QERR_UNSUPPORTED;
     return 0;
 }
@@ -355,9 +355,9 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         const qtensor *Wout[1] = { &w->output };
         float *yl[1] = { logits };
         project(be, be->xn, b->n_logits, D, 1, Wout, yl);
-        for (int r = 0; b->row_argmax && r < b->n_logits; r++)
-            if (b->row_argmax[r] == QROW_ARGMAX)
-                b->argmax_out[r] = qrow_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
+        for (int r = 0; b->row_mode && r < b->n_logits; r++)
+            if (b->row_mode[r] == QROW_ARGMAX)
+                b->row_token[r] = qrow_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
     }
     return 0;
 }

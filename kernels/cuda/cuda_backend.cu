@@ -57,7 +57,7 @@ typedef struct {
     int cap_logits;
     float *logits;
     uint8_t *d_rows;               // (cap_logits) QROW_* of each row
-    int32_t *d_argmax;             // (cap_logits) the tokens of reduced rows
+    int32_t *d_rowtok;             // (cap_logits) the tokens of reduced rows
     qrow_sample *d_rsample;        // (cap_logits) draws of QROW_SAMPLE rows
     qrow_logprobs *d_lp;           // (cap_logits) log-probabilities of reduced rows
     size_t cap_part;
@@ -249,15 +249,15 @@ static int ensure_logits(cuda_be *be, int n)
     be->gen++;
     cudaFree(be->logits);
     cudaFree(be->d_rows);
-    cudaFree(be->d_argmax);
+    cudaFree(be->d_rowtok);
     cudaFree(be->d_rsample);
     cudaFree(be->d_lp);
     be->d_rows = NULL;
-    be->d_argmax = NULL;
+    be->d_rowtok = NULL;
     be->d_rsample = NULL;
     be->d_lp = NULL;
     if (dmalloc((void **)&be->logits, (size_t)n * be->base.w->hp.n_vocab * 4) || dmalloc((void **)&be->d_rows, n) ||
-        dmalloc((void **)&be->d_argmax, (size_t)n * 4) || dmalloc((void **)&be->d_rsample, (size_t)n * sizeof(qrow_sample)) ||
+        dmalloc((void **)&be->d_rowtok, (size_t)n * 4) || dmalloc((void **)&be->d_rsample, (size_t)n * sizeof(qrow_sample)) ||
         dmalloc((void **)&be->d_lp, (size_t)n * sizeof(qrow_logprobs)))
         return QERR_DEVICE;
     be->cap_logits = n;
@@ -555,10 +555,10 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     // Greedy and drawn rows are reduced here; when every row is one, only
     // the ids come back (4 bytes a row instead of the vocabulary's logits).
     int n_reduced = 0, n_drawn = 0, n_lp = 0;
-    for (int r = 0; b->row_argmax && r < b->n_logits; r++) {
-        const int red = b->row_argmax[r] == QROW_ARGMAX || b->row_argmax[r] == QROW_SAMPLE;
+    for (int r = 0; b->row_mode && r < b->n_logits; r++) {
+        const int red = b->row_mode[r] == QROW_ARGMAX || b->row_mode[r] == QROW_SAMPLE;
         n_reduced += red;
-        n_drawn += b->row_argmax[r] == QROW_SAMPLE;
+        n_drawn += b->row_mode[r] == QROW_SAMPLE;
         if (red && b->row_sample && b->row_sample[r].n_logprobs) {
             if (b->row_sample[r].n_logprobs < 0 || b->row_sample[r].n_logprobs > QROW_MAX_LOGPROBS || !b->row_logprobs)
                 rc = QERR_INVAL;
@@ -568,32 +568,31 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     if (!rc && n_drawn && !b->row_sample) rc = QERR_INVAL;
     const int V = base->w->hp.n_vocab;
     if (!rc && n_reduced) {
-        if (cudaMemcpyAsync(be->d_rows, b->row_argmax, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->stream) !=
+        if (cudaMemcpyAsync(be->d_rows, b->row_mode, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->stream) !=
                 cudaSuccess ||
             (n_drawn && cudaMemcpyAsync(be->d_rsample, b->row_sample, sizeof(qrow_sample) * (size_t)b->n_logits,
                                         cudaMemcpyHostToDevice, be->stream) != cudaSuccess))
             rc = QERR_DEVICE;
-        if (!rc && n_drawn < n_reduced) rc = qk_argmax_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_argmax);
+        if (!rc && n_drawn < n_reduced) rc = qk_argmax_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rowtok);
         if (!rc && n_drawn)
-            rc = qk_sample_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rsample, be->d_argmax);
+            rc = qk_sample_rows(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rsample, be->d_rowtok);
         if (!rc && n_lp) {
             if ((!n_drawn && cudaMemcpyAsync(be->d_rsample, b->row_sample, sizeof(qrow_sample) * (size_t)b->n_logits,
                                              cudaMemcpyHostToDevice, be->stream) != cudaSuccess) ||
                 cudaMemsetAsync(be->d_lp, 0xff, sizeof(qrow_logprobs) * (size_t)b->n_logits, be->stream) != cudaSuccess)
                 rc = QERR_DEVICE; // n = -1: rows not done
             if (!rc)
-                rc = qk_row_logprobs(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rsample, be->d_argmax,
+                rc = qk_row_logprobs(be->stream, be->logits, b->n_logits, V, be->d_rows, be->d_rsample, be->d_rowtok,
                                      be->d_lp);
             if (!rc && cudaMemcpyAsync(b->row_logprobs, be->d_lp, sizeof(qrow_logprobs) * (size_t)b->n_logits,
                                        cudaMemcpyDeviceToHost, be->stream) != cudaSuccess)
                 rc = QERR_DEVICE;
         }
-        if (!rc && cudaMemcpyAsync(b->argmax_out, be->d_argmax, 4 * (size_t)b->n_logits, cudaMemcpyDeviceToHost,
+        if (!rc && cudaMemcpyAsync(b->row_token, be->d_rowtok, 4 * (size_t)b->n_logits, cudaMemcpyDeviceToHost,
                                    be->stream) != cudaSuccess)
             rc = QERR_DEVICE;
     }
-    const int n_greedy = n_reduced;
-    if (!rc && b->n_logits > n_greedy &&
+    if (!rc && b->n_logits > n_reduced &&
         cudaMemcpyAsync(logits, be->logits, sizeof(float) * b->n_logits * base->w->hp.n_vocab, cudaMemcpyDeviceToHost,
                         be->stream) != cudaSuccess)
         rc = QERR_DEVICE;
@@ -607,7 +606,7 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     // needs its logits on the host, which an all-reduced pass did not copy.
     if (!rc && n_drawn && n_reduced == b->n_logits) {
         int back = 0;
-        for (int r = 0; r < b->n_logits; r++) back |= b->row_argmax[r] == QROW_SAMPLE && b->argmax_out[r] < 0;
+        for (int r = 0; r < b->n_logits; r++) back |= b->row_mode[r] == QROW_SAMPLE && b->row_token[r] < 0;
         if (back && cudaMemcpy(logits, be->logits, sizeof(float) * b->n_logits * V, cudaMemcpyDeviceToHost) != cudaSuccess)
             rc = QERR_DEVICE;
     }
@@ -719,7 +718,7 @@ static void cuda_destroy(qbackend *base)
     }
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
     void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
-                     be->qb, be->att, be->h, be->logits, be->d_rows, be->d_argmax, be->d_rsample, be->d_lp,
+                     be->qb, be->att, be->h, be->logits, be->d_rows, be->d_rowtok, be->d_rsample, be->d_lp,
                      be->part_acc, be->part_ml, be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(be->h_meta);

@@ -398,30 +398,31 @@ __device__ V block_reduce(V v, V *sh, bool is_max)
     return sh[0];
 }
 
-// Exclusive scan of one int per thread over the block; the total in *total.
-__device__ int block_excl_scan(int v, int *sh, int *total)
+// Exclusive scan of one value per thread over the block (in thread order);
+// the total in *total.
+template <typename V> __device__ V block_excl_scan(V v, V *sh, V *total)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int incl = v;
+    V incl = v;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-        const int x = __shfl_up_sync(0xffffffffu, incl, o);
+        const V x = __shfl_up_sync(0xffffffffu, incl, o);
         if (lane >= o) incl += x;
     }
     __syncthreads();
     if (lane == 31) sh[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        int t = lane < (int)(blockDim.x >> 5) ? sh[lane] : 0;
+        V t = lane < (int)(blockDim.x >> 5) ? sh[lane] : (V)0;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            const int x = __shfl_up_sync(0xffffffffu, t, o);
+            const V x = __shfl_up_sync(0xffffffffu, t, o);
             if (lane >= o) t += x;
         }
         sh[lane] = t;
     }
     __syncthreads();
-    const int before = (warp ? sh[warp - 1] : 0) + incl - v;
+    const V before = (warp ? sh[warp - 1] : (V)0) + incl - v;
     *total = sh[(blockDim.x >> 5) - 1];
     __syncthreads();
     return before;
@@ -476,29 +477,9 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(const float *__r
             const float pr = PROB(i);
             if (pr > 0 && pr >= cut) mine += pr, last = i;
         }
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        double incl = mine;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const double x = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += x;
-        }
-        __syncthreads();
-        if (lane == 31) shd[warp] = incl;
         if (threadIdx.x == 0) pick_sh = 0x7fffffff, last_sh = -1;
-        __syncthreads();
-        if (warp == 0) {
-            double t = lane < (int)(blockDim.x >> 5) ? shd[lane] : 0.0;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const double x = __shfl_up_sync(0xffffffffu, t, o);
-                if (lane >= o) t += x;
-            }
-            shd[lane] = t;
-        }
-        __syncthreads();
-        const double mass = shd[(blockDim.x >> 5) - 1];
-        const double before = (warp ? shd[warp - 1] : 0.0) + incl - mine;
+        double mass;
+        const double before = block_excl_scan<double>(mine, shd, &mass);
         const double target = p.u * mass;
         // The thread whose chunk holds the crossing walks it (should rounding
         // let two chunks claim it, the lower id wins).
@@ -583,9 +564,9 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_kernel(const float *__r
         }
     }
     int total_ties;
-    const int tie_before = block_excl_scan(my_ties, shi, &total_ties);
+    const int tie_before = block_excl_scan<int>(my_ties, shi, &total_ties);
     int n_members;
-    block_excl_scan(my_members + (k ? max(0, min(my_ties, need_ties - tie_before)) : 0), shi, &n_members);
+    block_excl_scan<int>(my_members + (k ? max(0, min(my_ties, need_ties - tie_before)) : 0), shi, &n_members);
     if (n_members > SAMPLE_CAP) {
         if (threadIdx.x == 0) out[r] = -1;
         return;
