@@ -3,12 +3,19 @@
 // Decode (and any token whose sequence has a single new token): one block
 // of 4 warps per (token, KV head, split).  The query heads that share the KV
 // head (GQA) are handled together, so K and V are read once for all of
-// them.  For the scores each lane takes one key position (a K row read
-// through the block table, vectorised); for the value sum each lane takes
-// DPL consecutive dimensions and the 32 probabilities of the step are
-// broadcast by shuffles.  The softmax is online (running max and sum).
-// Long contexts are split over blocks (split_len positions each) whose
-// partial maxima, sums and accumulators a second kernel combines.
+// them.  A warp takes 8 positions a step: four lanes score each position
+// (a quarter of its K row each, summed by shuffles), and for the value sum
+// each lane takes DPL consecutive dimensions of the 8 V rows, whose
+// probabilities are broadcast by shuffles.  A lane issues its K and V
+// loads of a step together, so a step is one round trip to memory and a
+// short chain of instructions (the kernel is latency-bound at batch 1).
+// The softmax is online (running max and sum).  Contexts are split over
+// blocks (split_len positions each); the last block of a token and KV head
+// to finish combines the partial maxima, sums and accumulators, in split
+// order.  For steps where every sequence has one new token, the kernel also
+// does rope_store's work for its token (qk_rope_in): the projections are
+// read raw, and the split holding the new position stores its key and
+// value before reading the cache.
 //
 // Prefill (chunks of several tokens of one sequence): flash attention with
 // tensor cores (WMMA, bf16/f16 inputs, float accumulation), 64 queries by
@@ -22,33 +29,119 @@
 using namespace nvcuda;
 
 #define DEC_WARPS 4
+#define DEC_QL 4                    // lanes that score one position together
+#define DEC_PW (32 / DEC_QL)        // positions a warp takes per step
 
-template <typename T, int DPL, int MAXG>
+// Element i of a 32-bit word holding 4 / sizeof(T) elements of T, as float.
+template <typename T> __device__ __forceinline__ float word_elem(uint32_t w, int i);
+template <> __device__ __forceinline__ float word_elem<bf16>(uint32_t w, int i)
+{
+    return __uint_as_float(i ? w & 0xffff0000u : w << 16);
+}
+template <> __device__ __forceinline__ float word_elem<__half>(uint32_t w, int i)
+{
+    return __half2float(__ushort_as_half((unsigned short)(i ? w >> 16 : w & 0xffffu)));
+}
+template <> __device__ __forceinline__ float word_elem<float>(uint32_t w, int) { return __uint_as_float(w); }
+
+// n bytes (2, 4, 8 or a multiple of 16) at p into words w.
+template <int B> __device__ __forceinline__ void load_words(uint32_t *w, const void *p)
+{
+    if constexpr (B >= 16) {
+#pragma unroll
+        for (int i = 0; i < B / 16; i++) {
+            const uint4 u = ((const uint4 *)p)[i];
+            w[4 * i] = u.x, w[4 * i + 1] = u.y, w[4 * i + 2] = u.z, w[4 * i + 3] = u.w;
+        }
+    } else if constexpr (B == 8) {
+        const uint2 u = *(const uint2 *)p;
+        w[0] = u.x, w[1] = u.y;
+    } else if constexpr (B == 4) {
+        w[0] = *(const uint32_t *)p;
+    } else {
+        w[0] = *(const unsigned short *)p;
+    }
+}
+
+template <typename T, int DPL, int MAXG, bool ROPE>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
-    attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc, qattn_geom g,
+    attn_decode_kernel(const T *__restrict__ q, T *kc, T *vc, qattn_geom g, qk_rope_in rp,
                        const int32_t *__restrict__ tok_list, int split_len, int n_split, float *part_acc,
-                       float *part_ml, T *out)
+                       float *part_ml, int *part_cnt, T *out)
 {
     pdl_wait();
-    constexpr int HDMAX = 32 * DPL;
-    __shared__ float qs[MAXG][HDMAX];
+    constexpr int HDMAX = 32 * DPL;                    // the lanes' DPL dimensions cover the head
+    constexpr int KQ = HDMAX / DEC_QL;                 // dimensions a lane scores
+    constexpr int QST = KQ + 4;                        // their stride in shared memory (banks apart)
+    constexpr int E = 16 / (int)sizeof(T);             // elements of a 16-byte load
+    constexpr int KB = KQ * (int)sizeof(T);            // bytes of a lane's part of a K row
+    constexpr int VB = DPL * (int)sizeof(T);           // bytes of a lane's part of a V row
+    constexpr int EW = 4 / (int)sizeof(T) > 0 ? 4 / (int)sizeof(T) : 1; // elements a word
+    constexpr int KW = KB / 4, VW = VB >= 4 ? VB / 4 : 1;
+    constexpr int HP = HDMAX / 2;
+    __shared__ __align__(16) float qs[MAXG][DEC_QL][QST];
+    __shared__ float kvnew[ROPE ? 2 : 1][ROPE ? HDMAX : 1];
     __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG];
     __shared__ float sacc[MAXG][HDMAX];
+    __shared__ int last;
     const int i = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
     const int t = tok_list[i], G = g.H / g.KV, hd = g.hd;
-    const int ctx = g.pos[t] + 1;
+    const int pnew = g.pos[t], ctx = pnew + 1;
+    // This token's splits: the grid may have more (graphs are captured for
+    // a bucketed count); the blocks past its context leave at once.
+    const int n_eff = (ctx + split_len - 1) / split_len;
+    if (sp >= n_eff) return;
     const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
     const int32_t *tab = g.tables + g.seq_info[2 * g.seq[t]];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#define QS(gi, d) qs[gi][(d) / KQ][(d) % KQ]
 
-    for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
-        const int gi = idx / HDMAX, d = idx % HDMAX;
-        float v = 0;
-        if (gi < G && d < hd) v = tof(q[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d]) * g.scale;
-        qs[gi][d] = v;
-        sacc[gi][d] = 0;
+    if (ROPE) {
+        // The token's query heads and, in the split that holds its position,
+        // its key and value: bias added, rotated and rounded to T exactly as
+        // rope_store_kernel does, the key and value stored to the cache.
+        const bool own = sp == n_eff - 1;
+        const int W = (g.H + 2 * g.KV) * hd, half = rp.rope_dim / 2;
+        const float *src = rp.qkv + (size_t)t * W;
+        for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
+            const int gi = idx / HDMAX, d = idx % HDMAX, c = (kvh * G + gi) * hd + d;
+            QS(gi, d) = gi < G && d < hd ? src[c] + (rp.bias ? rp.bias[c] : 0.0f) : 0.0f;
+        }
+        for (int idx = threadIdx.x; own && idx < 2 * HDMAX; idx += blockDim.x) {
+            const int which = idx / HDMAX, d = idx % HDMAX;
+            const int c = g.H * hd + which * g.KV * hd + kvh * hd + d;
+            if (d < hd) kvnew[which][d] = src[c] + (rp.bias ? rp.bias[c] : 0.0f);
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < (MAXG + 1) * HP; idx += blockDim.x) {
+            const int h = idx / HP, j = idx % HP;
+            if (j >= half || (h < MAXG && h >= G) || (h == MAXG && !own)) continue;
+            const int a = rp.neox ? j : 2 * j, b = rp.neox ? j + half : 2 * j + 1;
+            if (h < MAXG) qk_rotate(&QS(h, a), &QS(h, b), pnew, rp.inv_freq[j]);
+            else qk_rotate(&kvnew[0][a], &kvnew[0][b], pnew, rp.inv_freq[j]);
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
+            const int gi = idx / HDMAX, d = idx % HDMAX;
+            if (gi < G && d < hd) QS(gi, d) = tof(fromf<T>(QS(gi, d))) * g.scale;
+        }
+        if (own) {
+            const size_t off = (size_t)tab[pnew / g.bs] * g.block_elems + ((size_t)kvh * g.bs + pnew % g.bs) * hd;
+            for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+                kc[off + d] = fromf<T>(kvnew[0][d]);
+                vc[off + d] = fromf<T>(kvnew[1][d]);
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
+            const int gi = idx / HDMAX, d = idx % HDMAX;
+            float v = 0;
+            if (gi < G && d < hd) v = tof(q[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d]) * g.scale;
+            QS(gi, d) = v;
+        }
     }
-    __syncthreads();
+    for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) sacc[idx / HDMAX][idx % HDMAX] = 0;
+    __syncthreads(); // (the cache stores above are seen by the loads below)
 
     float m[MAXG], l[MAXG], acc[MAXG][DPL];
 #pragma unroll
@@ -59,73 +152,97 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         for (int k = 0; k < DPL; k++) acc[gi][k] = 0;
     }
     const size_t head_off = (size_t)kvh * g.bs * hd;
-    const bool vec8 = (hd % 8) == 0;
-    for (int base = p0 + warp * 32; base < p1; base += DEC_WARPS * 32) {
-        const int p = base + lane;
+    const int qd = lane % DEC_QL, kd0 = qd * KQ;     // this lane's quarter of a K row
+    const bool kvec = hd % E == 0;                   // 16-byte pieces lie wholly inside the head
+    const int d0 = lane * DPL;                       // this lane's dimensions of a V row
+    const bool vvec = hd % DPL == 0, vlane = d0 < hd;
+    for (int base = p0 + warp * DEC_PW; base < p1; base += DEC_WARPS * DEC_PW) {
+        const int p = base + lane / DEC_QL;
         const bool valid = p < p1;
         // This lane's row (a valid one for lanes past the end: their weight is 0).
         const int pr = valid ? p : p1 - 1;
         const long long row = (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off +
                               (long long)(pr % g.bs) * hd;
+        // One round trip: a quarter of this lane's K row and this lane's
+        // dimensions of the step's V rows, all issued before any is used.
+        uint32_t kw[KW], vw[DEC_PW][VW];
+        if (kvec) {
+#pragma unroll
+            for (int j = 0; j < KB / 16; j++)
+                if (kd0 + j * E < hd) load_words<16>(kw + 4 * j, kc + row + kd0 + j * E);
+        }
+#pragma unroll
+        for (int j = 0; j < DEC_PW; j++) {
+            const long long rj = __shfl_sync(0xffffffffu, row, j * DEC_QL);
+            if (vvec && vlane) load_words<VB>(vw[j], vc + rj + d0);
+        }
         float s[MAXG];
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) s[gi] = 0;
-        if (valid) {
-            const T *kp = kc + row;
-            if (vec8) {
-                for (int d = 0; d < hd; d += 8) {
-                    float kv[8];
-                    load_vec<T, 8>(kp + d, kv);
+        if (kvec) {
+#pragma unroll
+            for (int j = 0; j < KB / 16; j++) {
+                if (kd0 + j * E >= hd) break;
+#pragma unroll
+                for (int e = 0; e < E; e++) {
+                    const float kv = word_elem<T>(kw[4 * j + e / EW], e % EW);
 #pragma unroll
                     for (int gi = 0; gi < MAXG; gi++)
-                        if (gi < G) {
-#pragma unroll
-                            for (int e = 0; e < 8; e++) s[gi] += qs[gi][d + e] * kv[e];
-                        }
-                }
-            } else {
-                for (int d = 0; d < hd; d++) {
-                    const float kv = tof(kp[d]);
-#pragma unroll
-                    for (int gi = 0; gi < MAXG; gi++)
-                        if (gi < G) s[gi] += qs[gi][d] * kv;
+                        if (gi < G) s[gi] += qs[gi][qd][j * E + e] * kv;
                 }
             }
+        } else {
+            for (int e = 0; e < KQ && kd0 + e < hd; e++) {
+                const float kv = tof(kc[row + kd0 + e]);
+#pragma unroll
+                for (int gi = 0; gi < MAXG; gi++)
+                    if (gi < G) s[gi] += qs[gi][qd][e] * kv;
+            }
         }
+        // The quarters' sums, then the online softmax over the step's 8
+        // positions (lanes xor 4, 8, 16 hold the other positions).
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) {
             if (gi >= G) break;
-            const float sv = valid ? s[gi] : -INFINITY;
-            const float mnew = fmaxf(m[gi], warp_max(sv)); // lane 0 is always valid: finite
+            float sv = s[gi];
+            sv += __shfl_xor_sync(0xffffffffu, sv, 1);
+            sv += __shfl_xor_sync(0xffffffffu, sv, 2);
+            sv = valid ? sv : -INFINITY;
+            float mx = sv;
+#pragma unroll
+            for (int o = DEC_QL; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float mnew = fmaxf(m[gi], mx); // the step's first position is valid: finite
             const float alpha = __expf(m[gi] - mnew);
-            const float pr = valid ? __expf(sv - mnew) : 0.0f;
-            l[gi] = l[gi] * alpha + warp_sum(pr);
+            const float pw = valid ? __expf(sv - mnew) : 0.0f;
+            float sum = pw;
+#pragma unroll
+            for (int o = DEC_QL; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            l[gi] = l[gi] * alpha + sum;
 #pragma unroll
             for (int k = 0; k < DPL; k++) acc[gi][k] *= alpha;
             m[gi] = mnew;
-            s[gi] = pr;
+            s[gi] = pw;
         }
-        // V rows: their offsets come from the lanes that scored them, all 32
-        // iterations unrolled so that the loads overlap.
-        const int d0 = lane * DPL;
-#pragma unroll 8
-        for (int j = 0; j < 32; j++) {
-            const T *vp = vc + __shfl_sync(0xffffffffu, row, j);
+#pragma unroll
+        for (int j = 0; j < DEC_PW; j++) {
             float v[DPL];
-            if (d0 + DPL <= hd && (hd % DPL) == 0) {
-                load_vec<T, DPL>(vp + d0, v);
+            if (vvec) {
+#pragma unroll
+                for (int k = 0; k < DPL; k++) v[k] = vlane ? word_elem<T>(vw[j][k / EW], k % EW) : 0.0f;
             } else {
+                const T *vp = vc + __shfl_sync(0xffffffffu, row, j * DEC_QL);
 #pragma unroll
                 for (int k = 0; k < DPL; k++) v[k] = d0 + k < hd ? tof(vp[d0 + k]) : 0.0f;
             }
 #pragma unroll
             for (int gi = 0; gi < MAXG; gi++) {
-                const float pg = __shfl_sync(0xffffffffu, s[gi], j);
+                const float pg = __shfl_sync(0xffffffffu, s[gi], j * DEC_QL);
 #pragma unroll
                 for (int k = 0; k < DPL; k++) acc[gi][k] += pg * v[k];
             }
         }
     }
+#undef QS
     // Combine the warps: a common maximum, then scaled sums into shared memory.
     if (lane == 0) {
 #pragma unroll
@@ -147,19 +264,20 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                 const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - M);
 #pragma unroll
                 for (int k = 0; k < DPL; k++)
-                    if (lane * DPL + k < hd) sacc[gi][lane * DPL + k] += acc[gi][k] * f;
+                    if (d0 + k < hd) sacc[gi][d0 + k] += acc[gi][k] * f;
             }
         }
         __syncthreads();
     }
-    for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
-        const int gi = idx / hd, d = idx % hd;
+    for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
+        const int gi = idx / HDMAX, d = idx % HDMAX;
+        if (gi >= G || d >= hd) continue;
         float M = -INFINITY, L = 0;
         for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
         for (int w = 0; w < DEC_WARPS; w++)
             if (wm[w][gi] != -INFINITY) L += wl[w][gi] * __expf(wm[w][gi] - M);
         const int h = kvh * G + gi;
-        if (n_split == 1) {
+        if (n_eff == 1) {
             out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(sacc[gi][d] / L);
         } else {
             const size_t slot = ((size_t)i * g.H + h) * n_split + sp;
@@ -170,74 +288,89 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             }
         }
     }
-}
-
-// One block per (token, head): combines the splits' partial results.
-template <typename T>
-__global__ void attn_reduce_kernel(const float *part_acc, const float *part_ml, const int32_t *tok_list, int H, int hd,
-                                   int n_split, T *out)
-{
-    pdl_wait();
-    const int i = blockIdx.x, h = blockIdx.y, t = tok_list[i];
-    const size_t slot0 = ((size_t)i * H + h) * n_split;
-    float M = -INFINITY;
-    for (int s = 0; s < n_split; s++) M = fmaxf(M, part_ml[2 * (slot0 + s)]);
-    float L = 0;
-    for (int s = 0; s < n_split; s++) {
-        const float ms = part_ml[2 * (slot0 + s)];
-        if (ms != -INFINITY) L += part_ml[2 * (slot0 + s) + 1] * __expf(ms - M);
-    }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float a = 0;
-        for (int s = 0; s < n_split; s++) {
-            const float ms = part_ml[2 * (slot0 + s)];
-            if (ms != -INFINITY) a += part_acc[(slot0 + s) * hd + d] * __expf(ms - M);
+    if (n_eff == 1) return;
+    // The last split of this (token, KV head) to finish combines all of
+    // them, in split order; its counter is left at 0 for the next pass.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(part_cnt + (size_t)i * g.KV + kvh, 1) == n_eff - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
+        const int gi = idx / HDMAX, d = idx % HDMAX;
+        if (gi >= G || d >= hd) continue;
+        const int h = kvh * G + gi;
+        const size_t slot0 = ((size_t)i * g.H + h) * n_split;
+        float M = -INFINITY;
+        for (int s = 0; s < n_eff; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (slot0 + s)));
+        float L = 0, a = 0;
+        for (int s = 0; s < n_eff; s++) {
+            const float ms = __ldcg(part_ml + 2 * (slot0 + s));
+            if (ms == -INFINITY) continue;
+            const float f = __expf(ms - M);
+            L += __ldcg(part_ml + 2 * (slot0 + s) + 1) * f;
+            a += __ldcg(part_acc + (slot0 + s) * hd + d) * f;
         }
-        out[(size_t)t * H * hd + (size_t)h * hd + d] = fromf<T>(a / L);
+        out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(a / L);
     }
+    if (threadIdx.x == 0) part_cnt[(size_t)i * g.KV + kvh] = 0;
 }
 
-template <typename T, int DPL, int MAXG>
-static int decode_launch(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g,
+template <typename T, int DPL, int MAXG, bool ROPE>
+static int decode_launch(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rp,
                          const int32_t *tok_list, int n, int n_split, int split_len, float *part_acc, float *part_ml,
-                         T *out)
+                         int *part_cnt, T *out)
 {
-    dim3 grid(n, g->KV, n_split);
-    qk_launch(attn_decode_kernel<T, DPL, MAXG>, grid, DEC_WARPS * 32, 0, st, q, kc, vc, *g, tok_list, split_len, n_split,
-              part_acc, part_ml, out);
+    const qk_rope_in none = {};
+    qk_launch(attn_decode_kernel<T, DPL, MAXG, ROPE>, dim3(n, g->KV, n_split), DEC_WARPS * 32, 0, st, q, kc, vc, *g,
+              rp ? *rp : none, tok_list, split_len, n_split, part_acc, part_ml, part_cnt, out);
     CK_LAUNCH("attn_decode");
-    if (n_split > 1) {
-        qk_launch(attn_reduce_kernel<T>, dim3(n, g->H), 128, 0, st, part_acc, part_ml, tok_list, g->H, g->hd, n_split,
-                  out);
-        CK_LAUNCH("attn_reduce");
-    }
     return 0;
 }
 
-template <typename T, int DPL>
-static int decode_dispatch_g(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g,
-                             const int32_t *tok_list, int n, int n_split, int split_len, float *pa, float *pm, T *out)
+template <typename T, int DPL, bool ROPE>
+static int decode_dispatch_g(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rp,
+                             const int32_t *tok_list, int n, int n_split, int split_len, float *pa, float *pm, int *pc,
+                             T *out)
 {
     const int G = g->H / g->KV;
-    if (G <= 4) return decode_launch<T, DPL, 4>(st, q, kc, vc, g, tok_list, n, n_split, split_len, pa, pm, out);
-    if (G <= 8) return decode_launch<T, DPL, 8>(st, q, kc, vc, g, tok_list, n, n_split, split_len, pa, pm, out);
-    if (G <= 16) return decode_launch<T, DPL, 16>(st, q, kc, vc, g, tok_list, n, n_split, split_len, pa, pm, out);
+    if (G <= 4) return decode_launch<T, DPL, 4, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
+    if (G <= 8) return decode_launch<T, DPL, 8, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
+    if (G <= 16)
+        return decode_launch<T, DPL, 16, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
+    return QERR_UNSUPPORTED;
+}
+
+template <typename T, bool ROPE>
+static int decode_dispatch(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rp,
+                           const int32_t *tok_list, int n, int n_split, int split_len, float *pa, float *pm, int *pc,
+                           T *out)
+{
+    const int hd = g->hd;
+    if (hd <= 32) return decode_dispatch_g<T, 1, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
+    if (hd <= 64) return decode_dispatch_g<T, 2, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
+    if (hd <= 128)
+        return decode_dispatch_g<T, 4, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
+    if (hd <= 256)
+        return decode_dispatch_g<T, 8, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
     return QERR_UNSUPPORTED;
 }
 
 template <typename T>
-int qk_attn_decode(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int32_t *tok_list,
-                   int n, int n_split, int split_len, float *part_acc, float *part_ml, T *out)
+int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rope,
+                   const int32_t *tok_list, int n, int n_split, int split_len, float *part_acc, float *part_ml,
+                   int *part_cnt, T *out)
 {
     if (n <= 0) return 0;
-    const int hd = g->hd;
-    if (hd <= 32) return decode_dispatch_g<T, 1>(st, q, kc, vc, g, tok_list, n, n_split, split_len, part_acc, part_ml, out);
-    if (hd <= 64) return decode_dispatch_g<T, 2>(st, q, kc, vc, g, tok_list, n, n_split, split_len, part_acc, part_ml, out);
-    if (hd <= 128)
-        return decode_dispatch_g<T, 4>(st, q, kc, vc, g, tok_list, n, n_split, split_len, part_acc, part_ml, out);
-    if (hd <= 256)
-        return decode_dispatch_g<T, 8>(st, q, kc, vc, g, tok_list, n, n_split, split_len, part_acc, part_ml, out);
-    return QERR_UNSUPPORTED;
+    if (n_split > 1 && (!part_acc || !part_ml || !part_cnt)) return QERR_INVAL;
+    if (rope) {
+        if (rope->rope_dim < 2 || rope->rope_dim > g->hd || rope->rope_dim % 2) return QERR_INVAL;
+        return decode_dispatch<T, true>(st, q, kc, vc, g, rope, tok_list, n, n_split, split_len, part_acc, part_ml,
+                                        part_cnt, out);
+    }
+    return decode_dispatch<T, false>(st, q, kc, vc, g, rope, tok_list, n, n_split, split_len, part_acc, part_ml,
+                                     part_cnt, out);
 }
 
 // ---- prefill: flash attention with tensor cores ----------------------------------------
@@ -510,12 +643,12 @@ int qk_attn_prefill<float>(cudaStream_t, const float *, const float *, const flo
     return n_tiles > 0 ? QERR_UNSUPPORTED : 0;
 }
 
-template int qk_attn_decode<float>(cudaStream_t, const float *, const float *, const float *, const qattn_geom *,
-                                   const int32_t *, int, int, int, float *, float *, float *);
-template int qk_attn_decode<bf16>(cudaStream_t, const bf16 *, const bf16 *, const bf16 *, const qattn_geom *,
-                                  const int32_t *, int, int, int, float *, float *, bf16 *);
-template int qk_attn_decode<__half>(cudaStream_t, const __half *, const __half *, const __half *, const qattn_geom *,
-                                    const int32_t *, int, int, int, float *, float *, __half *);
+#define INST_DECODE(T)                                                                                                  \
+    template int qk_attn_decode<T>(cudaStream_t, const T *, T *, T *, const qattn_geom *, const qk_rope_in *,           \
+                                   const int32_t *, int, int, int, float *, float *, int *, T *);
+INST_DECODE(float)
+INST_DECODE(bf16)
+INST_DECODE(__half)
 template int qk_attn_prefill<bf16>(cudaStream_t, const bf16 *, const bf16 *, const bf16 *, const qattn_geom *,
                                    const int4 *, int, bf16 *);
 template int qk_attn_prefill<__half>(cudaStream_t, const __half *, const __half *, const __half *, const qattn_geom *,

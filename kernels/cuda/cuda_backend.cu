@@ -62,10 +62,14 @@ typedef struct {
     qrow_logprobs *d_lp;           // (cap_logits) log-probabilities of reduced rows
     size_t cap_part;
     float *part_acc, *part_ml;
+    int *part_cnt;                 // (cap_part) split counters, 0 between passes
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
     int gemv;                      // own kernel for projections of <= 8 tokens (QUIRE_CUDA_GEMV=0: cuBLAS)
+    // Decode steps fold RoPE and the cache store into attention and SwiGLU
+    // into the gate/up projection (QUIRE_CUDA_FUSE=0: separate kernels).
+    int fuse;
     // Decode steps run as CUDA graphs (QUIRE_CUDA_GRAPHS=0: launched one by
     // one), one per (tokens, splits, split length); scratch reallocation
     // bumps gen and so invalidates them.
@@ -270,10 +274,13 @@ static int ensure_part(cuda_be *be, size_t slots)
     be->gen++;
     cudaFree(be->part_acc);
     cudaFree(be->part_ml);
+    cudaFree(be->part_cnt);
     be->part_ml = NULL;
+    be->part_cnt = NULL;
     if (dmalloc((void **)&be->part_acc, slots * be->base.w->hp.head_dim * 4) ||
-        dmalloc((void **)&be->part_ml, slots * 2 * 4))
+        dmalloc((void **)&be->part_ml, slots * 2 * 4) || dmalloc((void **)&be->part_cnt, slots * 4))
         return QERR_DEVICE;
+    CK(cudaMemset(be->part_cnt, 0, slots * 4));
     be->cap_part = slots;
     return 0;
 }
@@ -321,6 +328,7 @@ static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int 
 typedef struct {
     size_t tiles, tok, pos, seq, lidx, dec, info, tables, total;
     int n_dec, n_tiles, n_split, split_len;
+    int fuse_rope;                 // one token a sequence: attention does rope_store's work
     int T, n_logits;               // with padding: decode graphs run bucketed batch sizes
 } meta_plan;
 
@@ -351,6 +359,7 @@ static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
         else n_dec += q->n_tokens;
     }
     if (covered != T) return QERR_INVAL;
+    mp->fuse_rope = be->fuse && b->n_seqs == T;
     for (int i = 0; i < T; i++)
         if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab) return QERR_RANGE;
     for (int r = 0; r < b->n_logits; r++)
@@ -410,17 +419,21 @@ static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
             if (q->pos0 + q->n_tokens > max_ctx) max_ctx = q->pos0 + q->n_tokens;
         }
     }
-    // Splits: enough blocks to fill the GPU twice, a power-of-two length of
-    // at least 128 positions (so that few distinct plans, and graphs, occur).
+    // Splits: the shortest power-of-two length from 32 positions (one step
+    // of the kernel's four warps) that gives at most enough blocks to fill
+    // the GPU twice, and at most 64 splits.  The grid's count is rounded up
+    // to a power of two (each token uses what its context needs), so that
+    // few distinct plans, and graphs, occur.
     mp->n_split = 1;
-    mp->split_len = 128;
+    mp->split_len = 32;
     if (n_dec > 0) {
         const long blocks = (long)n_dec * hp->n_kv_heads;
-        long len = 128;
+        long len = 32;
         while (len < max_ctx && ((max_ctx + len - 1) / len) * blocks > 2L * be->n_sm) len *= 2;
         while ((max_ctx + len - 1) / len > 64) len *= 2;
+        const int need = (int)((max_ctx + len - 1) / len);
         mp->split_len = (int)len;
-        mp->n_split = (int)((max_ctx + len - 1) / len);
+        while (mp->n_split < need) mp->n_split *= 2;
     }
     return 0;
 }
@@ -446,22 +459,29 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         prof_mark(be, PF_NORM1, l);
         if ((rc = gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f))) break;
         prof_mark(be, PF_QKV, l);
-        if ((rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)))
+        const qk_rope_in rope = { be->qkv, L->bqkv, be->inv_freq, hp->rope_dim, hp->rope_neox };
+        if (!mp->fuse_rope &&
+            (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)))
             break;
         prof_mark(be, PF_ROPE, l);
         if ((rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att))) break;
         prof_mark(be, PF_PREFILL, l);
-        if ((rc = qk_attn_decode<T>(st, qb, kc, vc, &g, dm + mp->dec, mp->n_dec, mp->n_split, mp->split_len,
-                                    be->part_acc, be->part_ml, att)))
+        if ((rc = qk_attn_decode<T>(st, qb, kc, vc, &g, mp->fuse_rope ? &rope : NULL, dm + mp->dec, mp->n_dec,
+                                    mp->n_split, mp->split_len, be->part_acc, be->part_ml, be->part_cnt, att)))
             break;
         prof_mark(be, PF_DECODE, l);
         if ((rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f))) break;
         prof_mark(be, PF_WO, l);
         if ((rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM2, l);
-        if ((rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f))) break;
-        prof_mark(be, PF_GU, l);
-        if ((rc = qk_swiglu<T>(st, h, be->gu, T_, F))) break;
+        if (be->fuse && be->gemv && qk_gemv_ok((int)be->esz, T_, D)) {
+            if ((rc = qk_gemv_swiglu<T>(st, h, xn, (const T *)L->wgu, T_, F, D))) break;
+            prof_mark(be, PF_GU, l);
+        } else {
+            if ((rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f))) break;
+            prof_mark(be, PF_GU, l);
+            if ((rc = qk_swiglu<T>(st, h, be->gu, T_, F))) break;
+        }
         prof_mark(be, PF_SWIGLU, l);
         if ((rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f))) break;
         prof_mark(be, PF_DOWN, l);
@@ -719,7 +739,7 @@ static void cuda_destroy(qbackend *base)
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
     void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
                      be->qb, be->att, be->h, be->logits, be->d_rows, be->d_rowtok, be->d_rsample, be->d_lp,
-                     be->part_acc, be->part_ml, be->d_meta };
+                     be->part_acc, be->part_ml, be->part_cnt, be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(be->h_meta);
     if (be->blas) cublasDestroy(be->blas);
@@ -796,10 +816,12 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     const char *ge = getenv("QUIRE_CUDA_GRAPHS"), *gv = getenv("QUIRE_CUDA_GEMV");
     be->graphs = !(ge && *ge == '0');
     be->gemv = !(gv && *gv == '0');
+    const char *fu = getenv("QUIRE_CUDA_FUSE");
+    be->fuse = !(fu && *fu == '0');
     const char *pd = getenv("QUIRE_CUDA_PDL");
     qk_pdl = !(pd && *pd == '0');
     const char *gs = getenv("QUIRE_CUDA_GEMV_SPLIT");
-    qk_gemv_split = !(gs && *gs == '0');
+    qk_gemv_split = gs && *gs ? atoi(gs) : 2;
     // cuBLAS gets its workspace up front: nothing may allocate during graph capture.
     const size_t ws = (size_t)32 << 20;
     if (!rc && (dmalloc(&be->blas_ws, ws) || cublasSetWorkspace(be->blas, be->blas_ws, ws) != CUBLAS_STATUS_SUCCESS))

@@ -42,7 +42,8 @@ typedef __nv_bfloat16 bf16;
 // before it reads anything the previous kernel wrote.  qk_pdl = 0
 // (QUIRE_CUDA_PDL=0) launches them plainly.
 extern int qk_pdl;
-// The projection kernel may split K over two warps (QUIRE_CUDA_GEMV_SPLIT=0: never).
+// How the projection kernel splits K over warps (QUIRE_CUDA_GEMV_SPLIT: 0
+// never, 1 in two for middling matrices only, 2 also long rows; cuda_ops.cu).
 extern int qk_gemv_split;
 
 __device__ __forceinline__ void pdl_wait()

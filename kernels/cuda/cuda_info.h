@@ -79,11 +79,25 @@ typedef struct {
  * poisoned before the run. */
 int cuda_selftest_rope_store(const cuda_rope_case *c, float *q, float *kc, float *vc);
 
+/* qk_attn_decode with RoPE and the cache store folded in, against
+ * qk_rope_store followed by qk_attn_decode, for c's tokens (one a sequence,
+ * token i in sequence i) over caches (num_blocks, KV, bs, hd) that start as
+ * kc0 / vc0, with n_split splits of split_len positions.  *mismatch counts
+ * the elements of the output and of both caches whose bits differ between
+ * the two; out (n_tok, H*hd) receives the folded form's output. */
+int cuda_selftest_attn_rope(const cuda_rope_case *c, const float *kc0, const float *vc0, int n_split, int split_len,
+                            float *out, size_t *mismatch);
+
 /* qk_gemv: x (n, K) and W (N, K) as dtype; y (n, N) float.  beta 0: y is
  * poisoned and y0 unused; otherwise y starts as y0 (n, N).  QERR_UNSUPPORTED
  * where qk_gemv_ok refuses the shape (float storage, n > 8, K % 8). */
 int cuda_selftest_gemv(int dtype, const float *x, const float *W, int n, int N, int K, float beta, const float *y0,
                        int rows_per_warp, float *y);
+/* qk_gemv_swiglu: x (n, K), W (2F, K) as dtype; h (n, F) stored as dtype.
+ * *mismatch counts the elements of h whose bits differ from qk_gemv on the
+ * whole W followed by qk_swiglu.  QERR_UNSUPPORTED where qk_gemv_ok refuses. */
+int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, int F, int K, float *h,
+                              size_t *mismatch);
 /* qk_fill_uniform: n elements of dtype from seed, returned as floats. */
 int cuda_selftest_fill_uniform(int dtype, size_t n, uint64_t seed, float lo, float hi, float *out);
 /* qk_convert on raw storage: src holds n elements of src_dtype (float, or

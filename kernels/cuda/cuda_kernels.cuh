@@ -38,6 +38,25 @@ static inline qattn_geom qk_geom(const int32_t *pos, const int32_t *seq, const i
     return g;
 }
 
+// What rope_store reads for a token, for attention that does its work
+// itself (qk_attn_decode): the raw projections (float, n x (H+2KV)*hd), the
+// bias or NULL, the inverse frequencies (rope_dim/2), the pairing.
+struct qk_rope_in {
+    const float *qkv, *bias, *inv_freq;
+    int rope_dim, neox;
+};
+
+// RoPE on one pair at position p, the same operations wherever it is done
+// (explicit roundings: no contraction may differ between two kernels).
+__device__ __forceinline__ void qk_rotate(float *x0, float *x1, int p, float inv_freq)
+{
+    float s, c;
+    sincosf((float)p * inv_freq, &s, &c);
+    const float a = *x0, b = *x1;
+    *x0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    *x1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
 // x[i] (float, D) = emb[tok[i]] for n tokens.
 template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D);
 // y[i] = x[rows ? rows[i] : i] / rms * w, for n rows of D.
@@ -51,11 +70,20 @@ int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out
 // h[i][j] = silu(gu[i][j]) * gu[i][F + j].
 template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F);
 // Attention of n single query tokens (tok_list) over their whole context,
-// split in n_split ranges of split_len positions and reduced (n_split 1:
-// direct).  part_* hold n * H * n_split partial results.
+// split in ranges of split_len positions and reduced (one range: direct);
+// n_split * split_len must cover every token's context (blocks for ranges
+// past a token's context return at once).  part_acc/part_ml hold n * H * n_split partial results, part_cnt
+// n * KV counters that must be 0 before the first call (and are left 0);
+// all three may be NULL when n_split is 1.  rope NULL: q holds the rotated
+// queries and the cache the tokens' keys and values (qk_rope_store ran).
+// rope given: q is not read; each token's query, key and value come from
+// rope->qkv as qk_rope_store would make them, and the key and value are
+// stored to the cache here - only for passes where no two tokens share a
+// sequence.
 template <typename T>
-int qk_attn_decode(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int32_t *tok_list,
-                   int n, int n_split, int split_len, float *part_acc, float *part_ml, T *out);
+int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rope,
+                   const int32_t *tok_list, int n, int n_split, int split_len, float *part_acc, float *part_ml,
+                   int *part_cnt, T *out);
 // Tiled attention with tensor cores for chunks of up to 64 consecutive query
 // tokens of one sequence (tiles: {first token, count, sequence, 0}); keys are
 // the sequence's positions 0 .. last query, read through its block table.
@@ -71,6 +99,10 @@ bool qk_attn_prefill_ok(int elem_bytes, int hd);
 template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp);
 bool qk_gemv_ok(int elem_bytes, int n, int K);
+// h(n, F) = silu(x W_gate^T) * (x W_up^T) as T, W (2F, K) the gate rows then
+// the up rows: the same bits as qk_gemv on the whole W and qk_swiglu after
+// it (the shapes qk_gemv_ok takes).
+template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K);
 // For each row r < n with rows[r] != 0: out[r] = the lowest id among the
 // maximal logits of row r (NaN never wins; all NaN: 0).
 int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out);

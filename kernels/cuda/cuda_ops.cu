@@ -7,7 +7,7 @@
 #include "cuda_kernels.cuh"
 
 int qk_pdl = 1;
-int qk_gemv_split = 1;
+int qk_gemv_split = 2;
 
 template <typename T> __global__ void embed_kernel(float *x, const T *emb, const int32_t *tok, int D)
 {
@@ -80,12 +80,7 @@ __global__ void rope_store_kernel(const float *qkv, const float *bias, T *q_out,
     for (int idx = threadIdx.x; idx < (g.H + g.KV) * half; idx += blockDim.x) {
         const int h = idx / half, i = idx % half;
         float *base = row + (size_t)h * g.hd;
-        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        float s, c;
-        sincosf((float)p * inv_freq[i], &s, &c);
-        const float x0 = base[a], x1 = base[b];
-        base[a] = x0 * c - x1 * s;
-        base[b] = x1 * c + x0 * s;
+        qk_rotate(base + (neox ? i : 2 * i), base + (neox ? i + half : 2 * i + 1), p, inv_freq[i]);
     }
     __syncthreads();
     const int qd = g.H * g.hd, kvd = g.KV * g.hd;
@@ -194,21 +189,29 @@ INST(__half)
 // a sequence's result does not depend on what it is batched with.  On the
 // H200 this streams the 1B and 8B projection shapes 5-80% faster than
 // cuBLAS at one token (bench_gpu --gemv 1).
+//
+// SWI: the gate/up projection with SwiGLU applied on the way out.  W holds
+// the N gate rows, then the N up rows; a warp takes gate row j and up row j
+// (R = 2) and writes h[t][j] = silu(gate) * up as T - the sums formed as the
+// plain kernel forms them, the same expression as swiglu_kernel after it.
 
-template <typename T, int NT, int R, int S>
-__global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const T *__restrict__ x,
+template <typename T, int NT, int R, int S, bool SWI>
+__global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__restrict__ h, const T *__restrict__ x,
                                                    const T *__restrict__ W, int N, int K, float beta)
 {
+    static_assert(!SWI || R == 2, "a gate row and its up row");
     pdl_wait();
     // S warps share each group of R rows, taking alternate 256-element
     // chunks of K; their sums meet in shared memory in a fixed order.
     __shared__ float other[8][R * NT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % S;
-    const int row0 = (blockIdx.x * (8 / S) + warp / S) * R;
+    const int row0 = (blockIdx.x * (8 / S) + warp / S) * (SWI ? 1 : R);
     const bool live = row0 < N;
     const T *w[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) w[r] = W + (size_t)(row0 + r < N ? row0 + r : (live ? row0 : 0)) * K;
+    for (int r = 0; r < R; r++)
+        w[r] = SWI ? W + ((size_t)r * N + (live ? row0 : 0)) * K
+                   : W + (size_t)(row0 + r < N ? row0 + r : (live ? row0 : 0)) * K;
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -235,7 +238,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const 
 #pragma unroll
         for (int r = 0; r < R; r++) v[r][t] = warp_sum(acc[r][t]);
     if (S > 1) {
-        if (part == 1 && lane == 0)
+        if (part != 0 && lane == 0)
 #pragma unroll
             for (int t = 0; t < NT; t++)
 #pragma unroll
@@ -243,62 +246,102 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, const 
         __syncthreads();
         if (part != 0) return;
 #pragma unroll
-        for (int t = 0; t < NT; t++)
+        for (int p = 1; p < S; p++)
 #pragma unroll
-            for (int r = 0; r < R; r++) v[r][t] += other[warp + 1][r * NT + t];
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int r = 0; r < R; r++) v[r][t] += other[warp + p][r * NT + t];
     }
     if (!live || lane != 0) return;
 #pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int t = 0; t < NT; t++) {
+        if constexpr (SWI) {
+            const float gt = v[0][t], up = v[R - 1][t];
+            h[(size_t)t * N + row0] = fromf<T>(gt / (1.0f + expf(-gt)) * up);
+        } else {
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            if (row0 + r < N) {
-                float *yp = y + (size_t)t * N + row0 + r;
-                *yp = beta != 0.0f ? v[r][t] + beta * *yp : v[r][t];
-            }
+            for (int r = 0; r < R; r++)
+                if (row0 + r < N) {
+                    float *yp = y + (size_t)t * N + row0 + r;
+                    *yp = beta != 0.0f ? v[r][t] + beta * *yp : v[r][t];
+                }
+        }
+    }
 }
 
 bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= QK_GEMV_MAX && K % 8 == 0; }
 
-template <typename T, int R, int S>
-static int gemv_rows(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta)
+template <typename T, int R, int S, bool SWI = false>
+static int gemv_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta)
 {
-    const int rows_per_block = 8 / S * R;
+    const int rows_per_block = 8 / S * (SWI ? 1 : R);
     const dim3 grid((N + rows_per_block - 1) / rows_per_block), block(256);
     switch (n) {
-    case 1: qk_launch(gemv_kernel<T, 1, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 2: qk_launch(gemv_kernel<T, 2, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 3: qk_launch(gemv_kernel<T, 3, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 4: qk_launch(gemv_kernel<T, 4, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 5: qk_launch(gemv_kernel<T, 5, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 6: qk_launch(gemv_kernel<T, 6, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 7: qk_launch(gemv_kernel<T, 7, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
-    case 8: qk_launch(gemv_kernel<T, 8, R, S>, grid, block, 0, st, y, x, W, N, K, beta); break;
+    case 1: qk_launch(gemv_kernel<T, 1, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+    case 2: qk_launch(gemv_kernel<T, 2, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+    case 3: qk_launch(gemv_kernel<T, 3, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+    case 4: qk_launch(gemv_kernel<T, 4, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+    case 5: qk_launch(gemv_kernel<T, 5, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+    case 6: qk_launch(gemv_kernel<T, 6, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+    case 7: qk_launch(gemv_kernel<T, 7, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+    case 8: qk_launch(gemv_kernel<T, 8, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
     default: return QERR_UNSUPPORTED;
     }
     CK_LAUNCH("gemv");
     return 0;
 }
 
-// K split over two warps for the small and middling matrices, whose rows
-// are otherwise too few to keep enough loads in flight; chosen from the
-// shape alone, so a token's sums never depend on the batch.
-static int gemv_split(int N, int K) { return qk_gemv_split && K >= 2048 && N <= 8192 ? 2 : 1; }
+// K split over S warps: two for the small and middling matrices, whose
+// rows are otherwise too few to keep enough loads in flight, and enough
+// that no warp streams more than 2,048 elements of a row (its loads then
+// go out together, not in rounds).  Chosen from the shape alone, so a
+// token's sums never depend on the batch.  qk_gemv_split (QUIRE_CUDA_GEMV_SPLIT):
+// 0 never splits, 1 only the first rule, 2 (the default) both.
+static int gemv_split(int N, int K)
+{
+    int S = qk_gemv_split && K >= 2048 && N <= 8192 ? 2 : 1;
+    while (qk_gemv_split >= 2 && S < 8 && K > 2048 * S) S *= 2;
+    return S;
+}
+
+template <typename T, int R, bool SWI>
+static int gemv_split_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta,
+                           int S)
+{
+    switch (S) {
+    case 1: return gemv_rows<T, R, 1, SWI>(st, y, h, x, W, n, N, K, beta);
+    case 2: return gemv_rows<T, R, 2, SWI>(st, y, h, x, W, n, N, K, beta);
+    case 4: return gemv_rows<T, R, 4, SWI>(st, y, h, x, W, n, N, K, beta);
+    default: return gemv_rows<T, R, 8, SWI>(st, y, h, x, W, n, N, K, beta);
+    }
+}
 
 template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp)
 {
     const int S = gemv_split(N, K);
-    if (rows_per_warp == 2)
-        return S == 2 ? gemv_rows<T, 2, 2>(st, y, x, W, n, N, K, beta) : gemv_rows<T, 2, 1>(st, y, x, W, n, N, K, beta);
-    return S == 2 ? gemv_rows<T, 1, 2>(st, y, x, W, n, N, K, beta) : gemv_rows<T, 1, 1>(st, y, x, W, n, N, K, beta);
+    if (rows_per_warp == 2) return gemv_split_rows<T, 2, false>(st, y, NULL, x, W, n, N, K, beta, S);
+    return gemv_split_rows<T, 1, false>(st, y, NULL, x, W, n, N, K, beta, S);
+}
+
+template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K)
+{
+    if (K % 8) return QERR_UNSUPPORTED;
+    // The split of the plain kernel on the whole (2F, K) matrix: the same sums.
+    return gemv_split_rows<T, 2, true>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K));
 }
 
 template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int)
 {
     return QERR_UNSUPPORTED;
 }
+template <> int qk_gemv_swiglu<float>(cudaStream_t, float *, const float *, const float *, int, int, int)
+{
+    return QERR_UNSUPPORTED;
+}
 template int qk_gemv<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float, int);
+template int qk_gemv_swiglu<bf16>(cudaStream_t, bf16 *, const bf16 *, const bf16 *, int, int, int);
+template int qk_gemv_swiglu<__half>(cudaStream_t, __half *, const __half *, const __half *, int, int, int);
 template int qk_gemv<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float, int);
 
 // ---- greedy rows ----------------------------------------------------------------------------

@@ -14,6 +14,33 @@ extern "C" {
 #include "cuda_info.h"
 }
 
+// Decode attention run twice on the same input: the second run must give
+// the same bits (the split counters were left at 0), or QERR_DEVICE.
+template <typename T>
+static int decode_twice(T *q, T *kc, T *vc, const qattn_geom *g, const int32_t *list, const cuda_attn_case *c,
+                        float *pa, float *pm, int *pc, T *o, size_t q_n)
+{
+    const int ns = c->n_split > 0 ? c->n_split : 1;
+    T *first = NULL;
+    CK(cudaMalloc(&first, q_n * sizeof(T)));
+    int rc = qk_attn_decode<T>(0, q, kc, vc, g, NULL, list, c->n_tok, ns, c->split_len, pa, pm, pc, first);
+    if (!rc && cudaMemset(o, 0xff, q_n * sizeof(T)) != cudaSuccess) rc = QERR_DEVICE;
+    if (!rc) rc = qk_attn_decode<T>(0, q, kc, vc, g, NULL, list, c->n_tok, ns, c->split_len, pa, pm, pc, o);
+    T *h1 = (T *)malloc(q_n * sizeof(T)), *h2 = (T *)malloc(q_n * sizeof(T));
+    if (!rc && (!h1 || !h2)) rc = QERR_NOMEM;
+    if (!rc && (cudaMemcpy(h1, first, q_n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess ||
+                cudaMemcpy(h2, o, q_n * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess))
+        rc = QERR_DEVICE;
+    if (!rc && memcmp(h1, h2, q_n * sizeof(T))) {
+        QLOGE("cuda selftest: decode attention gave other bits on its second run");
+        rc = QERR_DEVICE;
+    }
+    free(h1);
+    free(h2);
+    cudaFree(first);
+    return rc;
+}
+
 template <typename T>
 static int attention_t(const cuda_attn_case *c, float *out)
 {
@@ -21,6 +48,7 @@ static int attention_t(const cuda_attn_case *c, float *out)
     T *kc = to_device<T>(c->kc, cache_n), *vc = to_device<T>(c->vc, cache_n), *q = to_device<T>(c->q, q_n), *o = NULL;
     int32_t *meta = NULL;
     float *pa = NULL, *pm = NULL;
+    int *pc = NULL;
     int rc = kc && vc && q ? 0 : QERR_DEVICE;
     // Metadata: pos, seq, seq_info, tables, token list, tiles (int4-aligned first).
     int n_tiles = 0;
@@ -51,14 +79,14 @@ static int attention_t(const cuda_attn_case *c, float *out)
         rc = QERR_DEVICE; // 0xff..: NaN in every storage type
     const size_t slots = (size_t)c->n_tok * c->H * (c->n_split > 0 ? c->n_split : 1);
     if (!rc && c->n_split > 1 &&
-        (cudaMalloc(&pa, slots * c->hd * 4) != cudaSuccess || cudaMalloc(&pm, slots * 8) != cudaSuccess))
+        (cudaMalloc(&pa, slots * c->hd * 4) != cudaSuccess || cudaMalloc(&pm, slots * 8) != cudaSuccess ||
+         cudaMalloc(&pc, slots * 4) != cudaSuccess || cudaMemset(pc, 0, slots * 4) != cudaSuccess))
         rc = QERR_DEVICE;
     if (!rc) {
         const qattn_geom g = qk_geom(meta + off_pos, meta + off_seq, meta + off_info, meta + off_tab, c->H, c->KV,
                                      c->hd, c->bs);
         if (c->prefill) rc = qk_attn_prefill<T>(0, q, kc, vc, &g, (const int4 *)meta, n_tiles, o);
-        else rc = qk_attn_decode<T>(0, q, kc, vc, &g, meta + off_list, c->n_tok, c->n_split > 0 ? c->n_split : 1,
-                                    c->split_len, pa, pm, o);
+        else rc = decode_twice<T>(q, kc, vc, &g, meta + off_list, c, pa, pm, pc, o, q_n);
         if (!rc && cudaDeviceSynchronize() != cudaSuccess) rc = QERR_DEVICE;
         if (!rc) rc = to_host<T>(out, o, q_n);
     }
@@ -69,6 +97,7 @@ static int attention_t(const cuda_attn_case *c, float *out)
     cudaFree(meta);
     cudaFree(pa);
     cudaFree(pm);
+    cudaFree(pc);
     free(tiles);
     free(list);
     return rc;

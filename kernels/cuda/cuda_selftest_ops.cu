@@ -133,6 +133,83 @@ extern "C" int cuda_selftest_rope_store(const cuda_rope_case *c, float *q, float
     return BY_DTYPE(c->dtype, rope_store_t, c, q, kc, vc);
 }
 
+// Bytes of n elements of T at a and b that differ (as whole elements).
+template <typename T> static size_t bits_differ(const T *a, const T *b, size_t n)
+{
+    T *ha = (T *)malloc(n * sizeof(T)), *hb = (T *)malloc(n * sizeof(T));
+    size_t bad = n;
+    if (ha && hb && cudaMemcpy(ha, a, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess &&
+        cudaMemcpy(hb, b, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess) {
+        bad = 0;
+        for (size_t i = 0; i < n; i++) bad += memcmp(ha + i, hb + i, sizeof(T)) != 0;
+    }
+    free(ha);
+    free(hb);
+    return bad;
+}
+
+template <typename T>
+static int attn_rope_t(const cuda_rope_case *c, const float *kc0, const float *vc0, int n_split, int split_len,
+                       float *out, size_t *mismatch)
+{
+    const int W = (c->H + 2 * c->KV) * c->hd;
+    const size_t cache_n = (size_t)c->num_blocks * c->KV * c->bs * c->hd, q_n = (size_t)c->n_tok * c->H * c->hd;
+    const size_t slots = (size_t)c->n_tok * c->H * n_split;
+    float *dqkv = (float *)upload(c->qkv, sizeof(float) * (size_t)c->n_tok * W);
+    float *dbias = c->bias ? (float *)upload(c->bias, sizeof(float) * W) : NULL;
+    float *dfreq = (float *)upload(c->inv_freq, sizeof(float) * (size_t)(c->rope_dim / 2));
+    // Metadata in one array: pos, seq, seq_info, tables, the token list.
+    const size_t off_seq = c->n_tok, off_info = off_seq + c->n_tok, off_tab = off_info + 2 * (size_t)c->n_seqs,
+                 off_list = off_tab + c->n_table, total = off_list + c->n_tok;
+    int32_t *meta = (int32_t *)malloc(sizeof(int32_t) * total), *dmeta = NULL;
+    if (meta) {
+        memcpy(meta, c->pos, sizeof(int32_t) * c->n_tok);
+        memcpy(meta + off_seq, c->seq, sizeof(int32_t) * c->n_tok);
+        memcpy(meta + off_info, c->seq_info, sizeof(int32_t) * 2 * c->n_seqs);
+        memcpy(meta + off_tab, c->tables, sizeof(int32_t) * c->n_table);
+        for (int i = 0; i < c->n_tok; i++) meta[off_list + i] = i;
+        dmeta = (int32_t *)upload(meta, sizeof(int32_t) * total);
+    }
+    // Two copies of the caches: one for each form.
+    T *kr = to_device<T>(kc0, cache_n), *vr = to_device<T>(vc0, cache_n), *kf = to_device<T>(kc0, cache_n),
+      *vf = to_device<T>(vc0, cache_n), *dq = poisoned<T>(q_n), *or_ = poisoned<T>(q_n), *of = poisoned<T>(q_n);
+    float *pa = NULL, *pm = NULL;
+    int *pc = NULL;
+    int rc = dqkv && (dbias || !c->bias) && dfreq && dmeta && kr && vr && kf && vf && dq && or_ && of ? 0 : QERR_DEVICE;
+    if (!rc && (cudaMalloc(&pa, slots * c->hd * 4) != cudaSuccess || cudaMalloc(&pm, slots * 8) != cudaSuccess ||
+                cudaMalloc(&pc, slots * 4) != cudaSuccess || cudaMemset(pc, 0, slots * 4) != cudaSuccess))
+        rc = QERR_DEVICE;
+    if (!rc) {
+        const qattn_geom g =
+            qk_geom(dmeta, dmeta + off_seq, dmeta + off_info, dmeta + off_tab, c->H, c->KV, c->hd, c->bs);
+        const qk_rope_in rope = { dqkv, dbias, dfreq, c->rope_dim, c->neox };
+        rc = sync_rc(qk_rope_store<T>(0, dqkv, dbias, dq, kr, vr, dfreq, &g, c->n_tok, c->rope_dim, c->neox));
+        if (!rc)
+            rc = sync_rc(qk_attn_decode<T>(0, dq, kr, vr, &g, NULL, dmeta + off_list, c->n_tok, n_split, split_len, pa,
+                                           pm, pc, or_));
+        if (!rc)
+            rc = sync_rc(qk_attn_decode<T>(0, NULL, kf, vf, &g, &rope, dmeta + off_list, c->n_tok, n_split, split_len,
+                                           pa, pm, pc, of));
+    }
+    if (!rc) {
+        *mismatch = bits_differ<T>(or_, of, q_n) + bits_differ<T>(kr, kf, cache_n) + bits_differ<T>(vr, vf, cache_n);
+        rc = to_host<T>(out, of, q_n);
+    }
+    free(meta);
+    void *bufs[] = { dqkv, dbias, dfreq, dmeta, kr, vr, kf, vf, dq, or_, of, pa, pm, pc };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    return rc;
+}
+
+extern "C" int cuda_selftest_attn_rope(const cuda_rope_case *c, const float *kc0, const float *vc0, int n_split,
+                                       int split_len, float *out, size_t *mismatch)
+{
+    if (c->n_tok <= 0 || c->rope_dim <= 0 || c->rope_dim > c->hd || c->rope_dim % 2 || n_split < 1) return QERR_INVAL;
+    for (int i = 0; i < c->n_tok; i++)
+        if (c->seq[i] != i) return QERR_INVAL; // one token a sequence
+    return BY_DTYPE(c->dtype, attn_rope_t, c, kc0, vc0, n_split, split_len, out, mismatch);
+}
+
 template <typename T>
 static int gemv_t(const float *x, const float *W, int n, int N, int K, float beta, const float *y0, int rows_per_warp,
                   float *y)
@@ -156,6 +233,33 @@ extern "C" int cuda_selftest_gemv(int dtype, const float *x, const float *W, int
     if (!qk_gemv_ok((int)qdt_size(dtype), n, K) || N <= 0) return QERR_UNSUPPORTED;
     if (beta != 0.0f && !y0) return QERR_INVAL;
     return BY_DTYPE(dtype, gemv_t, x, W, n, N, K, beta, y0, rows_per_warp, y);
+}
+
+template <typename T>
+static int gemv_swiglu_t(const float *x, const float *W, int n, int F, int K, float *h, size_t *mismatch)
+{
+    const size_t hn = (size_t)n * F;
+    T *dx = to_device<T>(x, (size_t)n * K), *dW = to_device<T>(W, (size_t)2 * F * K), *dh = poisoned<T>(hn),
+      *dh2 = poisoned<T>(hn);
+    float *dgu = poisoned<float>(2 * hn);
+    int rc = dx && dW && dh && dh2 && dgu ? 0 : QERR_DEVICE;
+    if (!rc) rc = sync_rc(qk_gemv_swiglu<T>(0, dh, dx, dW, n, F, K));
+    if (!rc) rc = sync_rc(qk_gemv<T>(0, dgu, dx, dW, n, 2 * F, K, 0.0f, 1));
+    if (!rc) rc = sync_rc(qk_swiglu<T>(0, dh2, dgu, n, F));
+    if (!rc) {
+        *mismatch = bits_differ<T>(dh, dh2, hn);
+        rc = to_host<T>(h, dh, hn);
+    }
+    void *bufs[] = { dx, dW, dh, dh2, dgu };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    return rc;
+}
+
+extern "C" int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, int F, int K, float *h,
+                                         size_t *mismatch)
+{
+    if (!qk_gemv_ok((int)qdt_size(dtype), n, K) || F <= 0) return QERR_UNSUPPORTED;
+    return BY_DTYPE(dtype, gemv_swiglu_t, x, W, n, F, K, h, mismatch);
 }
 
 template <typename T> static int fill_t(size_t n, uint64_t seed, float lo, float hi, float *out)

@@ -1,6 +1,8 @@
 /* test_gpu_ops.c - the CUDA backend's non-attention kernels (qk_convert,
  * qk_embed, qk_rmsnorm, qk_swiglu, qk_rope_store, qk_gemv, qk_fill_uniform)
- * against CPU references, on fresh random inputs (seed from the clock, or
+ * against CPU references, and the fused forms decode steps use (attention
+ * with rope_store folded in, gate/up with SwiGLU) against the unfused ones,
+ * bit for bit, on fresh random inputs (seed from the clock, or
  * QUIRE_TEST_SEED; printed first).  Inputs a kernel reads in the storage
  * type are rounded to it first (cuda_selftest_round), so a reference sees
  * what the kernel sees; references are computed in double.  Every output is
@@ -23,9 +25,12 @@
  *             not a written slot must still hold the poison.
  *   gemv      (bf16 / f16 inputs, float accumulation of products that are
  *             exact in float) per token ||y - ref|| / ||sum |x W| + |beta y0|||
- *             below 1e-5 (the worst-case bound of K/32 + 6 float roundings
- *             is 8.3e-6 at K = 4096); bit-identical results for 1 and 2 rows
- *             a warp and for every batch size n = 1..8.
+ *             below 1e-5 (the worst-case bound, K/(32 S) + 6 + log2 S float
+ *             roundings with K split over S warps, is at most 8.3e-6 on
+ *             these shapes); bit-identical results for 1 and 2 rows a warp
+ *             and for every batch size n = 1..8.
+ *   fused     attention with RoPE folded in, gemv_swiglu: every output and
+ *             cache element the bits of the unfused pair; no NaN.
  *   fill      each value within (f32) 4 float ulps / (bf16, f16) 1 ulp,
  *             at max(|lo|, |hi|), of the generator's formula evaluated on
  *             the CPU; all in [round(lo), round(hi)]; mean and variance
@@ -393,6 +398,70 @@ static void test_rope_store(void)
             }
 }
 
+/* ---- qk_attn_decode with RoPE folded in ------------------------------------ */
+
+/* Decode steps (one token a sequence) fold rope_store into attention: the
+ * output and both caches must be the bits that rope_store followed by the
+ * plain attention kernel give (each tested against its CPU reference). */
+static void test_attn_rope(void)
+{
+    static const rope_shape shapes[] = {
+        { 32, 8, 64, 64, 1, 0, 500000 }, { 32, 8, 128, 128, 1, 0, 500000 }, { 28, 4, 128, 128, 1, 1, 1000000 },
+        { 8, 4, 128, 64, 0, 1, 10000 },  { 6, 2, 20, 12, 0, 1, 10000 },      { 16, 1, 64, 64, 1, 0, 10000 },
+    };
+    static const int splits[3][2] = { { 1, 4096 }, { 4, 1024 }, { 32, 128 } };
+    const int bs = 16, n = 6, pos0[6] = { 0, 5, 100, 1000, 4000, 31 };
+    for (int di = 0; di < 3; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const rope_shape *s = &shapes[si];
+            const int dt = all_dts[di], W = (s->H + 2 * s->KV) * s->hd, half = s->rope_dim / 2;
+            int pos[6], seq[6], info[12], n_table = 0;
+            for (int i = 0; i < n; i++) {
+                pos[i] = irand(pos0[i] + 1), seq[i] = i;
+                info[2 * i] = n_table, info[2 * i + 1] = pos[i] / bs + 1;
+                n_table += pos[i] / bs + 1;
+            }
+            const int nb = n_table + 3;
+            const size_t cache_n = (size_t)nb * s->KV * bs * s->hd, q_n = (size_t)n * s->H * s->hd;
+            float *qkv = malloc(sizeof(float) * n * W), *bias = malloc(sizeof(float) * W),
+                  *freq = malloc(sizeof(float) * half), *kc = malloc(sizeof(float) * cache_n),
+                  *vc = malloc(sizeof(float) * cache_n), *out = malloc(sizeof(float) * q_n);
+            int32_t *tables = malloc(4 * (size_t)n_table), *perm = malloc(4 * (size_t)nb);
+            REQUIRE(qkv && bias && freq && kc && vc && out && tables && perm);
+            for (int i = 0; i < n * W; i++) qkv[i] = frand() * 2;
+            for (int i = 0; i < W; i++) bias[i] = frand() * 0.5f;
+            for (int i = 0; i < half; i++) freq[i] = (float)(1.0 / pow(s->theta, (double)(2 * i) / s->rope_dim));
+            for (size_t i = 0; i < cache_n; i++) kc[i] = frand(), vc[i] = frand();
+            for (int i = 0; i < nb; i++) perm[i] = i;
+            for (int i = nb - 1; i > 0; i--) {
+                int j = irand(i + 1), t = perm[i];
+                perm[i] = perm[j], perm[j] = t;
+            }
+            memcpy(tables, perm, 4 * (size_t)n_table);
+            cuda_rope_case c = { dt,  s->neox, s->rope_dim, s->H, s->KV, s->hd, bs,     nb,    qkv,
+                                 s->bias ? bias : NULL, freq, n, pos, seq, n, info, tables, n_table };
+            for (int k = 0; k < 3; k++) {
+                size_t mismatch = 1;
+                int rc = cuda_selftest_attn_rope(&c, kc, vc, splits[k][0], splits[k][1], out, &mismatch);
+                size_t nan = 0;
+                for (size_t i = 0; !rc && i < q_n; i++) nan += isnan(out[i]) != 0;
+                fprintf(stderr,
+                        "  attention with RoPE folded in, %s H=%d KV=%d hd=%d rope_dim=%d %s%s, %d splits: rc %d, "
+                        "%zu elements differ in bits from rope_store + attention, %zu NaN\n",
+                        dname(dt), s->H, s->KV, s->hd, s->rope_dim, s->neox ? "neox" : "adjacent",
+                        s->bias ? " +bias" : "", splits[k][0], rc, mismatch, nan);
+                CHECK(rc == 0 && mismatch == 0 && nan == 0);
+            }
+            free(qkv), free(bias), free(freq), free(kc), free(vc), free(out), free(tables), free(perm);
+        }
+    /* Sequences that share a token are refused (the fold is for decode steps only). */
+    float z[64] = { 0 }, o[64];
+    int32_t zp[2] = { 0, 1 }, zs[2] = { 0, 0 }, zi[2] = { 0, 1 }, zt[1] = { 0 };
+    cuda_rope_case bad = { QDT_BF16, 1, 8, 1, 1, 8, 16, 1, z, NULL, z, 2, zp, zs, 1, zi, zt, 1 };
+    size_t mm = 0;
+    CHECK_EQ_INT(cuda_selftest_attn_rope(&bad, z, z, 1, 16, o, &mm), QERR_INVAL);
+}
+
 /* ---- qk_gemv -------------------------------------------------------------- */
 
 #define GEMV_TOL 1e-5
@@ -418,7 +487,10 @@ static double gemv_err(const float *y, const double *dot, const double *absdot, 
 
 static void test_gemv(void)
 {
-    const int shapes[][2] = { { 1, 8 }, { 7, 64 }, { 17, 264 }, { 64, 520 }, { 300, 2048 }, { 2053, 4096 } };
+    /* K split in 1, 2, 4 and 8 (cuda_ops.cu's gemv_split): K >= 2048 with at
+     * most 8192 rows, and no more than 2048 of K a warp. */
+    const int shapes[][2] = { { 1, 8 },      { 7, 64 },     { 17, 264 }, { 64, 520 },
+                              { 300, 2048 }, { 2053, 4096 }, { 37, 8192 }, { 9, 14336 } };
     const int dts[2] = { QDT_BF16, QDT_F16 }, NT = 8;
     for (int di = 0; di < 2; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -477,6 +549,39 @@ static void test_gemv(void)
     CHECK_EQ_INT(cuda_selftest_gemv(QDT_BF16, z, z, 9, 1, 8, 0, NULL, 1, out), QERR_UNSUPPORTED);
     CHECK_EQ_INT(cuda_selftest_gemv(QDT_BF16, z, z, 0, 1, 8, 0, NULL, 1, out), QERR_UNSUPPORTED);
     CHECK_EQ_INT(cuda_selftest_gemv(QDT_F16, z, z, 1, 1, 12, 0, NULL, 1, out), QERR_UNSUPPORTED);
+}
+
+/* ---- qk_gemv_swiglu ------------------------------------------------------- */
+
+/* The gate/up projection with SwiGLU on the way out gives the bits of qk_gemv
+ * on the whole matrix and qk_swiglu after it, for 1 to 8 tokens, with the K
+ * split (2F <= 8192, K >= 2048) and without it. */
+static void test_gemv_swiglu(void)
+{
+    const int shapes[][2] = { { 4, 8 }, { 33, 264 }, { 300, 2048 }, { 2053, 4096 }, { 4200, 2048 }, { 40, 14336 } };
+    const int dts[2] = { QDT_BF16, QDT_F16 }, ns[3] = { 1, 3, 8 };
+    for (int di = 0; di < 2; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int dt = dts[di], F = shapes[si][0], K = shapes[si][1];
+            float *x = malloc(sizeof(float) * 8 * K), *Wm = malloc(sizeof(float) * 2 * F * K),
+                  *h = malloc(sizeof(float) * 8 * F);
+            REQUIRE(x && Wm && h);
+            for (int i = 0; i < 8 * K; i++) x[i] = frand();
+            for (size_t i = 0; i < (size_t)2 * F * K; i++) Wm[i] = frand() * (float)(4.0 / sqrt(K));
+            for (int k = 0; k < 3; k++) {
+                size_t mismatch = 1, nan = 0;
+                int rc = cuda_selftest_gemv_swiglu(dt, x, Wm, ns[k], F, K, h, &mismatch);
+                for (int i = 0; !rc && i < ns[k] * F; i++) nan += isnan(h[i]) != 0;
+                fprintf(stderr, "  gemv_swiglu %s n=%d F=%d K=%d: rc %d, %zu differ in bits from gemv + swiglu, %zu NaN\n",
+                        dname(dt), ns[k], F, K, rc, mismatch, nan);
+                CHECK(rc == 0 && mismatch == 0 && nan == 0);
+            }
+            free(x), free(Wm), free(h);
+        }
+    float z[16] = { 0 }, out[16];
+    size_t mm = 0;
+    CHECK_EQ_INT(cuda_selftest_gemv_swiglu(QDT_F32, z, z, 1, 1, 8, out, &mm), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_swiglu(QDT_BF16, z, z, 9, 1, 8, out, &mm), QERR_UNSUPPORTED);
 }
 
 /* ---- qk_fill_uniform ------------------------------------------------------ */
@@ -560,7 +665,9 @@ int main(void)
     QT_RUN(test_rmsnorm);
     QT_RUN(test_swiglu);
     QT_RUN(test_rope_store);
+    QT_RUN(test_attn_rope);
     QT_RUN(test_gemv);
+    QT_RUN(test_gemv_swiglu);
     QT_RUN(test_fill_uniform);
     QT_MAIN_END();
 #endif
