@@ -31,18 +31,7 @@ using namespace nvcuda;
 #define DEC_WARPS 4
 #define DEC_QL 4                    // lanes that score one position together
 #define DEC_PW (32 / DEC_QL)        // positions a warp takes per step
-
-// Element i of a 32-bit word holding 4 / sizeof(T) elements of T, as float.
-template <typename T> __device__ __forceinline__ float word_elem(uint32_t w, int i);
-template <> __device__ __forceinline__ float word_elem<bf16>(uint32_t w, int i)
-{
-    return __uint_as_float(i ? w & 0xffff0000u : w << 16);
-}
-template <> __device__ __forceinline__ float word_elem<__half>(uint32_t w, int i)
-{
-    return __half2float(__ushort_as_half((unsigned short)(i ? w >> 16 : w & 0xffffu)));
-}
-template <> __device__ __forceinline__ float word_elem<float>(uint32_t w, int) { return __uint_as_float(w); }
+#define DEC_MAX_SPLIT 64            // splits of one token's context, at most
 
 // n bytes (2, 4, 8 or a multiple of 16) at p into words w.
 template <int B> __device__ __forceinline__ void load_words(uint32_t *w, const void *p)
@@ -69,7 +58,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                        const int32_t *__restrict__ tok_list, int split_len, int n_split, float *part_acc,
                        float *part_ml, int *part_cnt, T *out)
 {
-    pdl_wait();
     constexpr int HDMAX = 32 * DPL;                    // the lanes' DPL dimensions cover the head
     constexpr int KQ = HDMAX / DEC_QL;                 // dimensions a lane scores
     constexpr int QST = KQ + 4;                        // their stride in shared memory (banks apart)
@@ -80,10 +68,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     constexpr int KW = KB / 4, VW = VB >= 4 ? VB / 4 : 1;
     constexpr int HP = HDMAX / 2;
     __shared__ __align__(16) float qs[MAXG][DEC_QL][QST];
-    __shared__ float kvnew[ROPE ? 2 : 1][ROPE ? HDMAX : 1];
-    __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG];
+    __shared__ __align__(16) T kvs[ROPE ? 2 : 1][ROPE ? HDMAX : 1]; // the new position's K and V
+    __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG], bm[MAXG], bl[MAXG];
+    __shared__ float sm_[MAXG][DEC_MAX_SPLIT], sl_[MAXG][DEC_MAX_SPLIT]; // the last block's view of the splits
     __shared__ float sacc[MAXG][HDMAX];
     __shared__ int last;
+    // Until pdl_wait, only what no kernel of the pass writes: the metadata
+    // (copied before the pass) and, for decode steps, the cache rows of
+    // earlier passes.
     const int i = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
     const int t = tok_list[i], G = g.H / g.KV, hd = g.hd;
     const int pnew = g.pos[t], ctx = pnew + 1;
@@ -94,43 +86,78 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
     const int32_t *tab = g.tables + g.seq_info[2 * g.seq[t]];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t head_off = (size_t)kvh * g.bs * hd;
+    const int qd = lane % DEC_QL, kd0 = qd * KQ;     // this lane's quarter of a K row
+    const bool kvec = hd % E == 0;                   // 16-byte pieces lie wholly inside the head
+    const int d0 = lane * DPL;                       // this lane's dimensions of a V row
+    const bool vvec = hd % DPL == 0, vlane = d0 < hd;
+    // One round trip a step: a quarter of this lane's K row and this lane's
+    // dimensions of the step's V rows, all issued before any is used.
+    uint32_t kw[KW], vw[DEC_PW][VW];
+    long long row = 0;
+    bool valid = false;
+    auto step_load = [&](int b) {
+        const int p = b + lane / DEC_QL;
+        valid = p < p1;
+        // This lane's row (a valid one for lanes past the end: their weight is 0).
+        const int pr = valid ? p : p1 - 1;
+        row = (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off + (long long)(pr % g.bs) * hd;
+        if (kvec) {
+#pragma unroll
+            for (int j = 0; j < KB / 16; j++)
+                if (kd0 + j * E < hd) load_words<16>(kw + 4 * j, kc + row + kd0 + j * E);
+        }
+#pragma unroll
+        for (int j = 0; j < DEC_PW; j++) {
+            const long long rj = __shfl_sync(0xffffffffu, row, j * DEC_QL);
+            if (vvec && vlane) load_words<VB>(vw[j], vc + rj + d0);
+        }
+    };
+    int base = p0 + warp * DEC_PW;
+    // Decode steps: the first step's rows now (the new position's are
+    // loaded again once it is stored).
+    if (ROPE && base < p1) step_load(base);
+    pdl_wait();
 #define QS(gi, d) qs[gi][(d) / KQ][(d) % KQ]
 
     if (ROPE) {
         // The token's query heads and, in the split that holds its position,
         // its key and value: bias added, rotated and rounded to T exactly as
-        // rope_store_kernel does, the key and value stored to the cache.
+        // rope_store_kernel does, in one pass from the raw projections.  The
+        // key and value go to the cache and, for this block's own loads of
+        // that row, to kvs.
         const bool own = sp == n_eff - 1;
         const int W = (g.H + 2 * g.KV) * hd, half = rp.rope_dim / 2;
-        const float *src = rp.qkv + (size_t)t * W;
-        for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
-            const int gi = idx / HDMAX, d = idx % HDMAX, c = (kvh * G + gi) * hd + d;
-            QS(gi, d) = gi < G && d < hd ? src[c] + (rp.bias ? rp.bias[c] : 0.0f) : 0.0f;
-        }
-        for (int idx = threadIdx.x; own && idx < 2 * HDMAX; idx += blockDim.x) {
-            const int which = idx / HDMAX, d = idx % HDMAX;
-            const int c = g.H * hd + which * g.KV * hd + kvh * hd + d;
-            if (d < hd) kvnew[which][d] = src[c] + (rp.bias ? rp.bias[c] : 0.0f);
-        }
-        __syncthreads();
+        const float *src = rp.qkv + (size_t)t * W, *bias = rp.bias;
+        const size_t off =
+            own ? (size_t)tab[pnew / g.bs] * g.block_elems + ((size_t)kvh * g.bs + pnew % g.bs) * hd : 0;
+        // Rotated pairs of the G query heads and (own) the key head (h = MAXG).
         for (int idx = threadIdx.x; idx < (MAXG + 1) * HP; idx += blockDim.x) {
             const int h = idx / HP, j = idx % HP;
             if (j >= half || (h < MAXG && h >= G) || (h == MAXG && !own)) continue;
             const int a = rp.neox ? j : 2 * j, b = rp.neox ? j + half : 2 * j + 1;
-            if (h < MAXG) qk_rotate(&QS(h, a), &QS(h, b), pnew, rp.inv_freq[j]);
-            else qk_rotate(&kvnew[0][a], &kvnew[0][b], pnew, rp.inv_freq[j]);
-        }
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
-            const int gi = idx / HDMAX, d = idx % HDMAX;
-            if (gi < G && d < hd) QS(gi, d) = tof(fromf<T>(QS(gi, d))) * g.scale;
-        }
-        if (own) {
-            const size_t off = (size_t)tab[pnew / g.bs] * g.block_elems + ((size_t)kvh * g.bs + pnew % g.bs) * hd;
-            for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-                kc[off + d] = fromf<T>(kvnew[0][d]);
-                vc[off + d] = fromf<T>(kvnew[1][d]);
+            const int c = h < MAXG ? (kvh * G + h) * hd : (g.H + kvh) * hd;
+            float x0 = src[c + a] + (bias ? bias[c + a] : 0.0f), x1 = src[c + b] + (bias ? bias[c + b] : 0.0f);
+            qk_rotate(&x0, &x1, pnew, rp.inv_freq[j]);
+            const T r0 = fromf<T>(x0), r1 = fromf<T>(x1);
+            if (h < MAXG) {
+                QS(h, a) = tof(r0) * g.scale;
+                QS(h, b) = tof(r1) * g.scale;
+            } else {
+                kc[off + a] = kvs[0][a] = r0;
+                kc[off + b] = kvs[0][b] = r1;
             }
+        }
+        // The other dimensions: past rope_dim of the query heads and the key
+        // (h = MAXG), and all of the value (h = MAXG + 1).
+        for (int idx = threadIdx.x; idx < (MAXG + 2) * HDMAX; idx += blockDim.x) {
+            const int h = idx / HDMAX, d = idx % HDMAX;
+            if (d >= hd || (h < MAXG && h >= G) || (h >= MAXG && !own) || (h <= MAXG && d < rp.rope_dim)) continue;
+            const int c = (h < MAXG ? (kvh * G + h) * hd : (g.H + (h - MAXG) * g.KV + kvh) * hd) + d;
+            const T r = fromf<T>(src[c] + (bias ? bias[c] : 0.0f));
+            if (h < MAXG) QS(h, d) = tof(r) * g.scale;
+            else if (h == MAXG) kc[off + d] = kvs[0][d] = r;
+            else vc[off + d] = kvs[1][d] = r;
         }
     } else {
         for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
@@ -142,6 +169,19 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) sacc[idx / HDMAX][idx % HDMAX] = 0;
     __syncthreads(); // (the cache stores above are seen by the loads below)
+    if (ROPE && base < p1 && pnew >= base && pnew < base + DEC_PW) {
+        // The new position's row was loaded before it was stored: take it
+        // from kvs instead (the same bits).
+        const int jn = pnew - base;
+        if (kvec && lane / DEC_QL == jn) {
+#pragma unroll
+            for (int j = 0; j < KB / 16; j++)
+                if (kd0 + j * E < hd) load_words<16>(kw + 4 * j, &kvs[0][kd0 + j * E]);
+        }
+#pragma unroll
+        for (int j = 0; j < DEC_PW; j++)
+            if (j == jn && vvec && vlane) load_words<VB>(vw[j], &kvs[1][d0]);
+    }
 
     float m[MAXG], l[MAXG], acc[MAXG][DPL];
 #pragma unroll
@@ -151,31 +191,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
         for (int k = 0; k < DPL; k++) acc[gi][k] = 0;
     }
-    const size_t head_off = (size_t)kvh * g.bs * hd;
-    const int qd = lane % DEC_QL, kd0 = qd * KQ;     // this lane's quarter of a K row
-    const bool kvec = hd % E == 0;                   // 16-byte pieces lie wholly inside the head
-    const int d0 = lane * DPL;                       // this lane's dimensions of a V row
-    const bool vvec = hd % DPL == 0, vlane = d0 < hd;
-    for (int base = p0 + warp * DEC_PW; base < p1; base += DEC_WARPS * DEC_PW) {
-        const int p = base + lane / DEC_QL;
-        const bool valid = p < p1;
-        // This lane's row (a valid one for lanes past the end: their weight is 0).
-        const int pr = valid ? p : p1 - 1;
-        const long long row = (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off +
-                              (long long)(pr % g.bs) * hd;
-        // One round trip: a quarter of this lane's K row and this lane's
-        // dimensions of the step's V rows, all issued before any is used.
-        uint32_t kw[KW], vw[DEC_PW][VW];
-        if (kvec) {
-#pragma unroll
-            for (int j = 0; j < KB / 16; j++)
-                if (kd0 + j * E < hd) load_words<16>(kw + 4 * j, kc + row + kd0 + j * E);
-        }
-#pragma unroll
-        for (int j = 0; j < DEC_PW; j++) {
-            const long long rj = __shfl_sync(0xffffffffu, row, j * DEC_QL);
-            if (vvec && vlane) load_words<VB>(vw[j], vc + rj + d0);
-        }
+    for (bool first = true; base < p1; base += DEC_WARPS * DEC_PW, first = false) {
+        if (!ROPE || !first) step_load(base);
         float s[MAXG];
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) s[gi] = 0;
@@ -243,13 +260,24 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
 #undef QS
-    // Combine the warps: a common maximum, then scaled sums into shared memory.
+    // Combine the warps: the block's maximum and sum for each query head,
+    // then the warps' scaled sums into shared memory.
     if (lane == 0) {
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) {
             wm[warp][gi] = m[gi];
             wl[warp][gi] = l[gi];
         }
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const int gi = threadIdx.x;
+        float M = -INFINITY, L = 0;
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
+        for (int w = 0; w < DEC_WARPS; w++)
+            if (wm[w][gi] != -INFINITY) L += wl[w][gi] * __expf(wm[w][gi] - M);
+        bm[gi] = M;
+        bl[gi] = L;
     }
     __syncthreads();
     // The warps add their scaled sums one after another, in warp order: the
@@ -259,9 +287,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
             for (int gi = 0; gi < MAXG; gi++) {
                 if (gi >= G) break;
-                float M = -INFINITY;
-                for (int v = 0; v < DEC_WARPS; v++) M = fmaxf(M, wm[v][gi]);
-                const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - M);
+                const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - bm[gi]);
 #pragma unroll
                 for (int k = 0; k < DPL; k++)
                     if (d0 + k < hd) sacc[gi][d0 + k] += acc[gi][k] * f;
@@ -272,19 +298,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
         const int gi = idx / HDMAX, d = idx % HDMAX;
         if (gi >= G || d >= hd) continue;
-        float M = -INFINITY, L = 0;
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
-        for (int w = 0; w < DEC_WARPS; w++)
-            if (wm[w][gi] != -INFINITY) L += wl[w][gi] * __expf(wm[w][gi] - M);
         const int h = kvh * G + gi;
         if (n_eff == 1) {
-            out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(sacc[gi][d] / L);
+            out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(sacc[gi][d] / bl[gi]);
         } else {
             const size_t slot = ((size_t)i * g.H + h) * n_split + sp;
             part_acc[slot * hd + d] = sacc[gi][d];
             if (d == 0) {
-                part_ml[2 * slot] = M;
-                part_ml[2 * slot + 1] = L;
+                part_ml[2 * slot] = bm[gi];
+                part_ml[2 * slot + 1] = bl[gi];
             }
         }
     }
@@ -297,22 +319,36 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     __syncthreads();
     if (!last) return;
     __threadfence();
+    const size_t slot0 = ((size_t)i * g.H + (size_t)kvh * G) * n_split; // head gi's: slot0 + gi * n_split
+    // The splits' maxima and sums in one round trip, then each head's
+    // factors and total.
+    for (int idx = threadIdx.x; idx < G * n_eff; idx += blockDim.x) {
+        const int gi = idx / n_eff, s2 = idx % n_eff;
+        const float2 ml = __ldcg((const float2 *)(part_ml + 2 * (slot0 + (size_t)gi * n_split + s2)));
+        sm_[gi][s2] = ml.x;
+        sl_[gi][s2] = ml.y;
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        const int gi = threadIdx.x;
+        float M = -INFINITY, L = 0;
+        for (int s2 = 0; s2 < n_eff; s2++) M = fmaxf(M, sm_[gi][s2]);
+        for (int s2 = 0; s2 < n_eff; s2++) {
+            const float f = sm_[gi][s2] == -INFINITY ? 0.0f : __expf(sm_[gi][s2] - M);
+            L += sl_[gi][s2] * f;
+            sm_[gi][s2] = f;
+        }
+        bl[gi] = L;
+    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
         const int gi = idx / HDMAX, d = idx % HDMAX;
         if (gi >= G || d >= hd) continue;
-        const int h = kvh * G + gi;
-        const size_t slot0 = ((size_t)i * g.H + h) * n_split;
-        float M = -INFINITY;
-        for (int s = 0; s < n_eff; s++) M = fmaxf(M, __ldcg(part_ml + 2 * (slot0 + s)));
-        float L = 0, a = 0;
-        for (int s = 0; s < n_eff; s++) {
-            const float ms = __ldcg(part_ml + 2 * (slot0 + s));
-            if (ms == -INFINITY) continue;
-            const float f = __expf(ms - M);
-            L += __ldcg(part_ml + 2 * (slot0 + s) + 1) * f;
-            a += __ldcg(part_acc + (slot0 + s) * hd + d) * f;
-        }
-        out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(a / L);
+        const float *pa = part_acc + (slot0 + (size_t)gi * n_split) * hd + d;
+        float a = 0;
+#pragma unroll 8
+        for (int s2 = 0; s2 < n_eff; s2++) a += __ldcg(pa + (size_t)s2 * hd) * sm_[gi][s2];
+        out[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d] = fromf<T>(a / bl[gi]);
     }
     if (threadIdx.x == 0) part_cnt[(size_t)i * g.KV + kvh] = 0;
 }
@@ -363,7 +399,8 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
                    int *part_cnt, T *out)
 {
     if (n <= 0) return 0;
-    if (n_split > 1 && (!part_acc || !part_ml || !part_cnt)) return QERR_INVAL;
+    if (n_split < 1 || n_split > DEC_MAX_SPLIT || (n_split > 1 && (!part_acc || !part_ml || !part_cnt)))
+        return QERR_INVAL;
     if (rope) {
         if (rope->rope_dim < 2 || rope->rope_dim > g->hd || rope->rope_dim % 2) return QERR_INVAL;
         return decode_dispatch<T, true>(st, q, kc, vc, g, rope, tok_list, n, n_split, split_len, part_acc, part_ml,

@@ -70,6 +70,11 @@ typedef struct {
     // Decode steps fold RoPE and the cache store into attention and SwiGLU
     // into the gate/up projection (QUIRE_CUDA_FUSE=0: separate kernels).
     int fuse;
+    // QUIRE_CUDA_SKIP=mask leaves steps out, for timing what each costs in
+    // place (the output is then meaningless): 1 norms, 2 Q/K/V, 4 RoPE and
+    // attention, 8 output projection, 16 gate/up (and SwiGLU), 32 down,
+    // 64 the final norm and the logits.
+    int skip;
     // Decode steps run as CUDA graphs (QUIRE_CUDA_GRAPHS=0: launched one by
     // one), one per (tokens, splits, split length); scratch reallocation
     // bumps gen and so invalidates them.
@@ -455,26 +460,28 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         const dlayer *L = &be->L[l];
         T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
         prof_mark(be, PF_L1START, l);
-        if ((rc = qk_rmsnorm<T>(st, xn, be->x, L->attn_norm, T_, D, hp->norm_eps, NULL))) break;
+        const int sk = be->skip;
+        if (!(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, L->attn_norm, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM1, l);
-        if ((rc = gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f))) break;
+        if (!(sk & 2) && (rc = gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f))) break;
         prof_mark(be, PF_QKV, l);
         const qk_rope_in rope = { be->qkv, L->bqkv, be->inv_freq, hp->rope_dim, hp->rope_neox };
-        if (!mp->fuse_rope &&
+        if (!mp->fuse_rope && !(sk & 4) &&
             (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)))
             break;
         prof_mark(be, PF_ROPE, l);
-        if ((rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att))) break;
+        if (!(sk & 4) && (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att))) break;
         prof_mark(be, PF_PREFILL, l);
-        if ((rc = qk_attn_decode<T>(st, qb, kc, vc, &g, mp->fuse_rope ? &rope : NULL, dm + mp->dec, mp->n_dec,
+        if (!(sk & 4) && (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, mp->fuse_rope ? &rope : NULL, dm + mp->dec, mp->n_dec,
                                     mp->n_split, mp->split_len, be->part_acc, be->part_ml, be->part_cnt, att)))
             break;
         prof_mark(be, PF_DECODE, l);
-        if ((rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f))) break;
+        if (!(sk & 8) && (rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f))) break;
         prof_mark(be, PF_WO, l);
-        if ((rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL))) break;
+        if (!(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM2, l);
-        if (be->fuse && be->gemv && qk_gemv_ok((int)be->esz, T_, D)) {
+        if (sk & 16) {
+        } else if (be->fuse && be->gemv && qk_gemv_ok((int)be->esz, T_, D)) {
             if ((rc = qk_gemv_swiglu<T>(st, h, xn, (const T *)L->wgu, T_, F, D))) break;
             prof_mark(be, PF_GU, l);
         } else {
@@ -483,10 +490,10 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
             if ((rc = qk_swiglu<T>(st, h, be->gu, T_, F))) break;
         }
         prof_mark(be, PF_SWIGLU, l);
-        if ((rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f))) break;
+        if (!(sk & 32) && (rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f))) break;
         prof_mark(be, PF_DOWN, l);
     }
-    if (!rc && mp->n_logits > 0) {
+    if (!rc && mp->n_logits > 0 && !(be->skip & 64)) {
         if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, mp->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
             (rc = gemm(be, be->logits, xn, be->output, mp->n_logits, hp->n_vocab, D, 0.0f)))
             return rc;
@@ -816,6 +823,9 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     const char *ge = getenv("QUIRE_CUDA_GRAPHS"), *gv = getenv("QUIRE_CUDA_GEMV");
     be->graphs = !(ge && *ge == '0');
     be->gemv = !(gv && *gv == '0');
+    const char *sk = getenv("QUIRE_CUDA_SKIP");
+    be->skip = sk ? atoi(sk) : 0;
+    if (be->skip) QLOGW("cuda: QUIRE_CUDA_SKIP=%d: steps left out, outputs are meaningless", be->skip);
     const char *fu = getenv("QUIRE_CUDA_FUSE");
     be->fuse = !(fu && *fu == '0');
     const char *pd = getenv("QUIRE_CUDA_PDL");

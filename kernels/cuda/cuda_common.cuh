@@ -124,6 +124,28 @@ template <> __device__ __forceinline__ void load_vec<float, 4>(const float *p, f
     out[0] = u.x, out[1] = u.y, out[2] = u.z, out[3] = u.w;
 }
 
+// Element i of a 32-bit word holding 4 / sizeof(T) elements of T, as float
+// (register data: no trip through memory).
+template <typename T> __device__ __forceinline__ float word_elem(uint32_t w, int i);
+template <> __device__ __forceinline__ float word_elem<bf16>(uint32_t w, int i)
+{
+    return __uint_as_float(i ? w & 0xffff0000u : w << 16);
+}
+template <> __device__ __forceinline__ float word_elem<__half>(uint32_t w, int i)
+{
+    return __half2float(__ushort_as_half((unsigned short)(i ? w >> 16 : w & 0xffffu)));
+}
+template <> __device__ __forceinline__ float word_elem<float>(uint32_t w, int) { return __uint_as_float(w); }
+
+// The 8 elements of a 16-byte load of a 2-byte type, as floats.
+template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float *out)
+{
+    static_assert(sizeof(T) == 2, "8 elements in 16 bytes");
+    const uint32_t w[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = word_elem<T>(w[i / 2], i % 2);
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

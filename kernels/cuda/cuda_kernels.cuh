@@ -71,9 +71,10 @@ int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out
 template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F);
 // Attention of n single query tokens (tok_list) over their whole context,
 // split in ranges of split_len positions and reduced (one range: direct);
-// n_split * split_len must cover every token's context (blocks for ranges
-// past a token's context return at once).  part_acc/part_ml hold n * H * n_split partial results, part_cnt
-// n * KV counters that must be 0 before the first call (and are left 0);
+// n_split (at most 64) * split_len must cover every token's context
+// (blocks for ranges past a token's context return at once).
+// part_acc/part_ml hold n * H * n_split partial results, part_cnt n * KV
+// counters that must be 0 before the first call (and are left 0);
 // all three may be NULL when n_split is 1.  rope NULL: q holds the rotated
 // queries and the cache the tokens' keys and values (qk_rope_store ran).
 // rope given: q is not read; each token's query, key and value come from
