@@ -4,7 +4,8 @@
  * bandwidth), decode throughput at batch 1 to 256, and prefill of one long
  * prompt vs the bf16 GEMM roofline.  Timings are host clocks around whole
  * forward passes (each ends with a stream synchronisation and the logits
- * copied to the host), after a warm-up.
+ * copied to the host, into pinned memory as the engine's are), after a
+ * warm-up.
  *
  * usage: bench_gpu [--config PATH]... [--batches 1,8,64,256] [--prompt 128]
  *                  [--gen 128] [--prefill 2048] [--mem-util 0.85] [--gemv N]
@@ -56,7 +57,11 @@ static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int ma
     int32_t *tables = malloc(sizeof(int32_t) * (size_t)B * per), *tok = malloc(sizeof(int32_t) * (size_t)max_tokens),
             *li = malloc(sizeof(int32_t) * (size_t)B);
     qbatch_seq *sq = malloc(sizeof *sq * (size_t)B);
-    float *lg = malloc(sizeof(float) * (size_t)B * V);
+    float *lg = qbackend_host_alloc(be, sizeof(float) * (size_t)B * V);
+    if (!tables || !tok || !li || !sq || !lg) {
+        free(tables), free(tok), free(li), free(sq), qbackend_host_free(be, lg);
+        return -1;
+    }
     for (int i = 0; i < B * per; i++) tables[i] = i;
     int rc = 0;
     /* Prefill: as many whole prompts per pass as fit max_tokens. */
@@ -86,7 +91,8 @@ static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int ma
         rc = be->ops->forward(be, &b, lg);
     }
     double dt = q_now() - t0;
-    free(tables), free(tok), free(li), free(sq), free(lg);
+    free(tables), free(tok), free(li), free(sq);
+    qbackend_host_free(be, lg);
     return rc ? -1 : dt / gen;
 }
 
@@ -95,7 +101,11 @@ static double run_prefill(qbackend *be, int V, int n)
     const int bs = be->opts.block_size, nb = (n + bs - 1) / bs;
     if (nb > be->opts.num_blocks) return -2;
     int32_t *table = malloc(sizeof(int32_t) * (size_t)nb), *tok = malloc(sizeof(int32_t) * (size_t)n), li = n - 1;
-    float *lg = malloc(sizeof(float) * (size_t)V);
+    float *lg = qbackend_host_alloc(be, sizeof(float) * (size_t)V);
+    if (!table || !tok || !lg) {
+        free(table), free(tok), qbackend_host_free(be, lg);
+        return -1;
+    }
     for (int i = 0; i < nb; i++) table[i] = nb - 1 - i;
     for (int i = 0; i < n; i++) tok[i] = rand_tok(V);
     qbatch_seq sq = { 0, n, 0, table, nb };
@@ -107,7 +117,8 @@ static double run_prefill(qbackend *be, int V, int n)
         rc = be->ops->forward(be, &b, lg);
         times[r] = q_now() - t0;
     }
-    free(table), free(tok), free(lg);
+    free(table), free(tok);
+    qbackend_host_free(be, lg);
     if (rc) return -1;
     /* median of the last five */
     for (int i = 2; i < 7; i++)
