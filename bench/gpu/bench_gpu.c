@@ -191,6 +191,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < o.n_batches; i++) maxb = o.batches[i] > maxb ? o.batches[i] : maxb;
         int max_tokens = o.prefill > maxb ? o.prefill : maxb;
         if (max_tokens < 2048) max_tokens = 2048;
+        if (max_tokens < o.prompt) max_tokens = o.prompt; /* a prompt is prefilled in one pass */
         qbackend_opts bo = { .num_blocks = 0, .block_size = 16, .gpu_mem_util = o.mem_util, .random_weights = 1,
                              .seed = 7, .max_tokens = max_tokens };
         qbackend *be = NULL;
