@@ -88,39 +88,65 @@ extern "C" int cuda_selftest_swiglu(int dtype, const float *gu, int n, int F, fl
     return BY_DTYPE(dtype, swiglu_t, gu, n, F, h);
 }
 
-template <typename T> static int rope_store_t(const cuda_rope_case *c, float *q, float *kc, float *vc)
+// A rope case's inputs on the device: the raw projections, the bias (or
+// NULL), the inverse frequencies, and the metadata in one array (pos, seq,
+// seq_info, tables, then the token list 0 .. n_tok-1) with its geometry.
+typedef struct {
+    float *qkv, *bias, *freq;
+    int32_t *meta;
+    const int32_t *list;
+    qattn_geom g;
+} rope_dev;
+
+static void rope_dev_free(rope_dev *d)
+{
+    cudaFree(d->qkv);
+    cudaFree(d->bias);
+    cudaFree(d->freq);
+    cudaFree(d->meta);
+}
+
+static int rope_dev_upload(const cuda_rope_case *c, rope_dev *d)
 {
     const int W = (c->H + 2 * c->KV) * c->hd;
-    const size_t cache_n = (size_t)c->num_blocks * c->KV * c->bs * c->hd, q_n = (size_t)c->n_tok * c->H * c->hd;
-    float *dqkv = (float *)upload(c->qkv, sizeof(float) * (size_t)c->n_tok * W);
-    float *dbias = c->bias ? (float *)upload(c->bias, sizeof(float) * W) : NULL;
-    float *dfreq = (float *)upload(c->inv_freq, sizeof(float) * (size_t)(c->rope_dim / 2));
-    // Metadata in one array: pos, seq, seq_info, tables.
     const size_t off_seq = c->n_tok, off_info = off_seq + c->n_tok, off_tab = off_info + 2 * (size_t)c->n_seqs,
-                 total = off_tab + c->n_table;
-    int32_t *meta = (int32_t *)malloc(sizeof(int32_t) * total), *dmeta = NULL;
+                 off_list = off_tab + c->n_table, total = off_list + c->n_tok;
+    memset(d, 0, sizeof *d);
+    d->qkv = (float *)upload(c->qkv, sizeof(float) * (size_t)c->n_tok * W);
+    d->bias = c->bias ? (float *)upload(c->bias, sizeof(float) * W) : NULL;
+    d->freq = (float *)upload(c->inv_freq, sizeof(float) * (size_t)(c->rope_dim / 2));
+    int32_t *meta = (int32_t *)malloc(sizeof(int32_t) * total);
     if (meta) {
         memcpy(meta, c->pos, sizeof(int32_t) * c->n_tok);
         memcpy(meta + off_seq, c->seq, sizeof(int32_t) * c->n_tok);
         memcpy(meta + off_info, c->seq_info, sizeof(int32_t) * 2 * c->n_seqs);
         memcpy(meta + off_tab, c->tables, sizeof(int32_t) * c->n_table);
-        dmeta = (int32_t *)upload(meta, sizeof(int32_t) * total);
+        for (int i = 0; i < c->n_tok; i++) meta[off_list + i] = i;
+        d->meta = (int32_t *)upload(meta, sizeof(int32_t) * total);
+        free(meta);
     }
+    if (!d->qkv || (c->bias && !d->bias) || !d->freq || !d->meta) {
+        rope_dev_free(d);
+        return QERR_DEVICE;
+    }
+    d->list = d->meta + off_list;
+    d->g = qk_geom(d->meta, d->meta + off_seq, d->meta + off_info, d->meta + off_tab, c->H, c->KV, c->hd, c->bs);
+    return 0;
+}
+
+template <typename T> static int rope_store_t(const cuda_rope_case *c, float *q, float *kc, float *vc)
+{
+    const size_t cache_n = (size_t)c->num_blocks * c->KV * c->bs * c->hd, q_n = (size_t)c->n_tok * c->H * c->hd;
+    rope_dev d;
+    int rc = rope_dev_upload(c, &d);
+    if (rc) return rc;
     T *dq = poisoned<T>(q_n), *dk = poisoned<T>(cache_n), *dv = poisoned<T>(cache_n);
-    int rc = dqkv && (dbias || !c->bias) && dfreq && dmeta && dq && dk && dv ? 0 : QERR_DEVICE;
-    if (!rc) {
-        const qattn_geom g =
-            qk_geom(dmeta, dmeta + off_seq, dmeta + off_info, dmeta + off_tab, c->H, c->KV, c->hd, c->bs);
-        rc = sync_rc(qk_rope_store<T>(0, dqkv, dbias, dq, dk, dv, dfreq, &g, c->n_tok, c->rope_dim, c->neox));
-    }
+    if (!dq || !dk || !dv) rc = QERR_DEVICE;
+    if (!rc) rc = sync_rc(qk_rope_store<T>(0, d.qkv, d.bias, dq, dk, dv, d.freq, &d.g, c->n_tok, c->rope_dim, c->neox));
     if (!rc) rc = to_host<T>(q, dq, q_n);
     if (!rc) rc = to_host<T>(kc, dk, cache_n);
     if (!rc) rc = to_host<T>(vc, dv, cache_n);
-    free(meta);
-    cudaFree(dqkv);
-    cudaFree(dbias);
-    cudaFree(dfreq);
-    cudaFree(dmeta);
+    rope_dev_free(&d);
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dv);
@@ -133,7 +159,7 @@ extern "C" int cuda_selftest_rope_store(const cuda_rope_case *c, float *q, float
     return BY_DTYPE(c->dtype, rope_store_t, c, q, kc, vc);
 }
 
-// Bytes of n elements of T at a and b that differ (as whole elements).
+// How many of the n elements of T at a and b (device memory) differ in their bits.
 template <typename T> static size_t bits_differ(const T *a, const T *b, size_t n)
 {
     T *ha = (T *)malloc(n * sizeof(T)), *hb = (T *)malloc(n * sizeof(T));
@@ -152,51 +178,36 @@ template <typename T>
 static int attn_rope_t(const cuda_rope_case *c, const float *kc0, const float *vc0, int n_split, int split_len,
                        float *out, size_t *mismatch)
 {
-    const int W = (c->H + 2 * c->KV) * c->hd;
     const size_t cache_n = (size_t)c->num_blocks * c->KV * c->bs * c->hd, q_n = (size_t)c->n_tok * c->H * c->hd;
     const size_t slots = (size_t)c->n_tok * c->H * n_split;
-    float *dqkv = (float *)upload(c->qkv, sizeof(float) * (size_t)c->n_tok * W);
-    float *dbias = c->bias ? (float *)upload(c->bias, sizeof(float) * W) : NULL;
-    float *dfreq = (float *)upload(c->inv_freq, sizeof(float) * (size_t)(c->rope_dim / 2));
-    // Metadata in one array: pos, seq, seq_info, tables, the token list.
-    const size_t off_seq = c->n_tok, off_info = off_seq + c->n_tok, off_tab = off_info + 2 * (size_t)c->n_seqs,
-                 off_list = off_tab + c->n_table, total = off_list + c->n_tok;
-    int32_t *meta = (int32_t *)malloc(sizeof(int32_t) * total), *dmeta = NULL;
-    if (meta) {
-        memcpy(meta, c->pos, sizeof(int32_t) * c->n_tok);
-        memcpy(meta + off_seq, c->seq, sizeof(int32_t) * c->n_tok);
-        memcpy(meta + off_info, c->seq_info, sizeof(int32_t) * 2 * c->n_seqs);
-        memcpy(meta + off_tab, c->tables, sizeof(int32_t) * c->n_table);
-        for (int i = 0; i < c->n_tok; i++) meta[off_list + i] = i;
-        dmeta = (int32_t *)upload(meta, sizeof(int32_t) * total);
-    }
+    rope_dev d;
+    int rc = rope_dev_upload(c, &d);
+    if (rc) return rc;
     // Two copies of the caches: one for each form.
     T *kr = to_device<T>(kc0, cache_n), *vr = to_device<T>(vc0, cache_n), *kf = to_device<T>(kc0, cache_n),
       *vf = to_device<T>(vc0, cache_n), *dq = poisoned<T>(q_n), *or_ = poisoned<T>(q_n), *of = poisoned<T>(q_n);
     float *pa = NULL, *pm = NULL;
     int *pc = NULL;
-    int rc = dqkv && (dbias || !c->bias) && dfreq && dmeta && kr && vr && kf && vf && dq && or_ && of ? 0 : QERR_DEVICE;
+    if (!kr || !vr || !kf || !vf || !dq || !or_ || !of) rc = QERR_DEVICE;
     if (!rc && (cudaMalloc(&pa, slots * c->hd * 4) != cudaSuccess || cudaMalloc(&pm, slots * 8) != cudaSuccess ||
                 cudaMalloc(&pc, slots * 4) != cudaSuccess || cudaMemset(pc, 0, slots * 4) != cudaSuccess))
         rc = QERR_DEVICE;
     if (!rc) {
-        const qattn_geom g =
-            qk_geom(dmeta, dmeta + off_seq, dmeta + off_info, dmeta + off_tab, c->H, c->KV, c->hd, c->bs);
-        const qk_rope_in rope = { dqkv, dbias, dfreq, c->rope_dim, c->neox };
-        rc = sync_rc(qk_rope_store<T>(0, dqkv, dbias, dq, kr, vr, dfreq, &g, c->n_tok, c->rope_dim, c->neox));
+        const qk_rope_in rope = { d.qkv, d.bias, d.freq, c->rope_dim, c->neox };
+        rc = sync_rc(qk_rope_store<T>(0, d.qkv, d.bias, dq, kr, vr, d.freq, &d.g, c->n_tok, c->rope_dim, c->neox));
         if (!rc)
-            rc = sync_rc(qk_attn_decode<T>(0, dq, kr, vr, &g, NULL, dmeta + off_list, c->n_tok, n_split, split_len, pa,
-                                           pm, pc, or_));
+            rc = sync_rc(qk_attn_decode<T>(0, dq, kr, vr, &d.g, NULL, d.list, c->n_tok, n_split, split_len, pa, pm, pc,
+                                           or_));
         if (!rc)
-            rc = sync_rc(qk_attn_decode<T>(0, NULL, kf, vf, &g, &rope, dmeta + off_list, c->n_tok, n_split, split_len,
-                                           pa, pm, pc, of));
+            rc = sync_rc(qk_attn_decode<T>(0, NULL, kf, vf, &d.g, &rope, d.list, c->n_tok, n_split, split_len, pa, pm,
+                                           pc, of));
     }
     if (!rc) {
         *mismatch = bits_differ<T>(or_, of, q_n) + bits_differ<T>(kr, kf, cache_n) + bits_differ<T>(vr, vf, cache_n);
         rc = to_host<T>(out, of, q_n);
     }
-    free(meta);
-    void *bufs[] = { dqkv, dbias, dfreq, dmeta, kr, vr, kf, vf, dq, or_, of, pa, pm, pc };
+    rope_dev_free(&d);
+    void *bufs[] = { kr, vr, kf, vf, dq, or_, of, pa, pm, pc };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     return rc;
 }
