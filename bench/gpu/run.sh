@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh - every GPU figure of bench/RESULTS.md in one go, on a machine with
 # an NVIDIA GPU: the ceilings and quire's backend on the 1B and 8B bodies
-# (bench_gpu), the projection kernel against cuBLAS, HF transformers on the
+# (bench_gpu), the real Qwen2.5-7B and Llama-3.2-1B shapes, long contexts,
+# the projection kernel against cuBLAS, HF transformers on the
 # same workloads (hf_peer.py, needs torch and transformers), and the engine
 # end to end (bench/engine.sh, greedy and at temperature 0.8).
 #
@@ -21,6 +22,12 @@ C8=bench/configs/bench-8b-v32k.json
 
 echo "## quire on the GPU"
 "$BUILD/bench_gpu" --config "$C1" --config "$C8" 2>"$OUT/gpu-bench.log" | tee "$OUT/gpu-bench.txt"
+echo "## the real shapes, full vocabularies"
+"$BUILD/bench_gpu" --config bench/configs/qwen2.5-7b-instruct.json --config bench/configs/llama-3.2-1b.json \
+    --batches 1,8,64,256 2>>"$OUT/gpu-bench.log" | tee "$OUT/gpu-real.txt"
+echo "## long contexts (4,000-4,064 positions)"
+"$BUILD/bench_gpu" --config "$C1" --config "$C8" --batches 1,16 --prompt 4000 --gen 64 --prefill 0 \
+    2>>"$OUT/gpu-bench.log" | tee "$OUT/gpu-long.txt"
 echo "## the projection kernel against cuBLAS, one token"
 "$BUILD/bench_gpu" --gemv 1 2>>"$OUT/gpu-bench.log" | tee "$OUT/gpu-gemv.txt"
 if [ "${SKIP_HF:-0}" != 1 ]; then
