@@ -68,14 +68,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     constexpr int KW = KB / 4, VW = VB >= 4 ? VB / 4 : 1;
     constexpr int HP = HDMAX / 2;
     __shared__ __align__(16) float qs[MAXG][DEC_QL][QST];
-    __shared__ __align__(16) T kvs[ROPE ? 2 : 1][ROPE ? HDMAX : 1]; // the new position's K and V
     __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG], bm[MAXG], bl[MAXG];
     __shared__ float sm_[MAXG][DEC_MAX_SPLIT], sl_[MAXG][DEC_MAX_SPLIT]; // the last block's view of the splits
     __shared__ float sacc[MAXG][HDMAX];
     __shared__ int last;
-    // Until pdl_wait, only what no kernel of the pass writes: the metadata
-    // (copied before the pass) and, for decode steps, the cache rows of
-    // earlier passes.
+    // Until pdl_wait, only what no kernel of the pass writes: the metadata,
+    // copied before the pass.
     const int i = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
     const int t = tok_list[i], G = g.H / g.KV, hd = g.hd;
     const int pnew = g.pos[t], ctx = pnew + 1;
@@ -91,41 +89,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const bool kvec = hd % E == 0;                   // 16-byte pieces lie wholly inside the head
     const int d0 = lane * DPL;                       // this lane's dimensions of a V row
     const bool vvec = hd % DPL == 0, vlane = d0 < hd;
-    // One round trip a step: a quarter of this lane's K row and this lane's
-    // dimensions of the step's V rows, all issued before any is used.
-    uint32_t kw[KW], vw[DEC_PW][VW];
-    long long row = 0;
-    bool valid = false;
-    auto step_load = [&](int b) {
-        const int p = b + lane / DEC_QL;
-        valid = p < p1;
-        // This lane's row (a valid one for lanes past the end: their weight is 0).
-        const int pr = valid ? p : p1 - 1;
-        row = (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off + (long long)(pr % g.bs) * hd;
-        if (kvec) {
-#pragma unroll
-            for (int j = 0; j < KB / 16; j++)
-                if (kd0 + j * E < hd) load_words<16>(kw + 4 * j, kc + row + kd0 + j * E);
-        }
-#pragma unroll
-        for (int j = 0; j < DEC_PW; j++) {
-            const long long rj = __shfl_sync(0xffffffffu, row, j * DEC_QL);
-            if (vvec && vlane) load_words<VB>(vw[j], vc + rj + d0);
-        }
-    };
-    int base = p0 + warp * DEC_PW;
-    // Decode steps: the first step's rows now (the new position's are
-    // loaded again once it is stored).
-    if (ROPE && base < p1) step_load(base);
     pdl_wait();
 #define QS(gi, d) qs[gi][(d) / KQ][(d) % KQ]
 
     if (ROPE) {
         // The token's query heads and, in the split that holds its position,
         // its key and value: bias added, rotated and rounded to T exactly as
-        // rope_store_kernel does, in one pass from the raw projections.  The
-        // key and value go to the cache and, for this block's own loads of
-        // that row, to kvs.
+        // rope_store_kernel does, in one pass from the raw projections; the
+        // key and value go to the cache.
         const bool own = sp == n_eff - 1;
         const int W = (g.H + 2 * g.KV) * hd, half = rp.rope_dim / 2;
         const float *src = rp.qkv + (size_t)t * W, *bias = rp.bias;
@@ -144,8 +115,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                 QS(h, a) = tof(r0) * g.scale;
                 QS(h, b) = tof(r1) * g.scale;
             } else {
-                kc[off + a] = kvs[0][a] = r0;
-                kc[off + b] = kvs[0][b] = r1;
+                kc[off + a] = r0;
+                kc[off + b] = r1;
             }
         }
         // The other dimensions: past rope_dim of the query heads and the key
@@ -156,8 +127,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             const int c = (h < MAXG ? (kvh * G + h) * hd : (g.H + (h - MAXG) * g.KV + kvh) * hd) + d;
             const T r = fromf<T>(src[c] + (bias ? bias[c] : 0.0f));
             if (h < MAXG) QS(h, d) = tof(r) * g.scale;
-            else if (h == MAXG) kc[off + d] = kvs[0][d] = r;
-            else vc[off + d] = kvs[1][d] = r;
+            else (h == MAXG ? kc : vc)[off + d] = r;
         }
     } else {
         for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
@@ -169,19 +139,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) sacc[idx / HDMAX][idx % HDMAX] = 0;
     __syncthreads(); // (the cache stores above are seen by the loads below)
-    if (ROPE && base < p1 && pnew >= base && pnew < base + DEC_PW) {
-        // The new position's row was loaded before it was stored: take it
-        // from kvs instead (the same bits).
-        const int jn = pnew - base;
-        if (kvec && lane / DEC_QL == jn) {
-#pragma unroll
-            for (int j = 0; j < KB / 16; j++)
-                if (kd0 + j * E < hd) load_words<16>(kw + 4 * j, &kvs[0][kd0 + j * E]);
-        }
-#pragma unroll
-        for (int j = 0; j < DEC_PW; j++)
-            if (j == jn && vvec && vlane) load_words<VB>(vw[j], &kvs[1][d0]);
-    }
 
     float m[MAXG], l[MAXG], acc[MAXG][DPL];
 #pragma unroll
@@ -191,8 +148,26 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
         for (int k = 0; k < DPL; k++) acc[gi][k] = 0;
     }
-    for (bool first = true; base < p1; base += DEC_WARPS * DEC_PW, first = false) {
-        if (!ROPE || !first) step_load(base);
+    for (int base = p0 + warp * DEC_PW; base < p1; base += DEC_WARPS * DEC_PW) {
+        const int p = base + lane / DEC_QL;
+        const bool valid = p < p1;
+        // This lane's row (a valid one for lanes past the end: their weight is 0).
+        const int pr = valid ? p : p1 - 1;
+        const long long row = (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off +
+                              (long long)(pr % g.bs) * hd;
+        // One round trip a step: a quarter of this lane's K row and this lane's
+        // dimensions of the step's V rows, all issued before any is used.
+        uint32_t kw[KW], vw[DEC_PW][VW];
+        if (kvec) {
+#pragma unroll
+            for (int j = 0; j < KB / 16; j++)
+                if (kd0 + j * E < hd) load_words<16>(kw + 4 * j, kc + row + kd0 + j * E);
+        }
+#pragma unroll
+        for (int j = 0; j < DEC_PW; j++) {
+            const long long rj = __shfl_sync(0xffffffffu, row, j * DEC_QL);
+            if (vvec && vlane) load_words<VB>(vw[j], vc + rj + d0);
+        }
         float s[MAXG];
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) s[gi] = 0;
@@ -353,44 +328,26 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     if (threadIdx.x == 0) part_cnt[(size_t)i * g.KV + kvh] = 0;
 }
 
-template <typename T, int DPL, int MAXG, bool ROPE>
-static int decode_launch(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rp,
-                         const int32_t *tok_list, int n, int n_split, int split_len, float *part_acc, float *part_ml,
-                         int *part_cnt, T *out)
+template <typename T>
+using decode_fn = void (*)(const T *, T *, T *, qattn_geom, qk_rope_in, const int32_t *, int, int, float *, float *,
+                           int *, T *);
+
+// The instance for a head size and a number of query heads per KV head.
+template <typename T, bool ROPE, int DPL> static decode_fn<T> decode_pick_g(int G)
 {
-    const qk_rope_in none = {};
-    qk_launch(attn_decode_kernel<T, DPL, MAXG, ROPE>, dim3(n, g->KV, n_split), DEC_WARPS * 32, 0, st, q, kc, vc, *g,
-              rp ? *rp : none, tok_list, split_len, n_split, part_acc, part_ml, part_cnt, out);
-    CK_LAUNCH("attn_decode");
-    return 0;
+    if (G <= 4) return attn_decode_kernel<T, DPL, 4, ROPE>;
+    if (G <= 8) return attn_decode_kernel<T, DPL, 8, ROPE>;
+    if (G <= 16) return attn_decode_kernel<T, DPL, 16, ROPE>;
+    return NULL;
 }
 
-template <typename T, int DPL, bool ROPE>
-static int decode_dispatch_g(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rp,
-                             const int32_t *tok_list, int n, int n_split, int split_len, float *pa, float *pm, int *pc,
-                             T *out)
+template <typename T, bool ROPE> static decode_fn<T> decode_pick(int hd, int G)
 {
-    const int G = g->H / g->KV;
-    if (G <= 4) return decode_launch<T, DPL, 4, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
-    if (G <= 8) return decode_launch<T, DPL, 8, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
-    if (G <= 16)
-        return decode_launch<T, DPL, 16, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
-    return QERR_UNSUPPORTED;
-}
-
-template <typename T, bool ROPE>
-static int decode_dispatch(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *g, const qk_rope_in *rp,
-                           const int32_t *tok_list, int n, int n_split, int split_len, float *pa, float *pm, int *pc,
-                           T *out)
-{
-    const int hd = g->hd;
-    if (hd <= 32) return decode_dispatch_g<T, 1, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
-    if (hd <= 64) return decode_dispatch_g<T, 2, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
-    if (hd <= 128)
-        return decode_dispatch_g<T, 4, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
-    if (hd <= 256)
-        return decode_dispatch_g<T, 8, ROPE>(st, q, kc, vc, g, rp, tok_list, n, n_split, split_len, pa, pm, pc, out);
-    return QERR_UNSUPPORTED;
+    if (hd <= 32) return decode_pick_g<T, ROPE, 1>(G);
+    if (hd <= 64) return decode_pick_g<T, ROPE, 2>(G);
+    if (hd <= 128) return decode_pick_g<T, ROPE, 4>(G);
+    if (hd <= 256) return decode_pick_g<T, ROPE, 8>(G);
+    return NULL;
 }
 
 template <typename T>
@@ -401,13 +358,15 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
     if (n <= 0) return 0;
     if (n_split < 1 || n_split > DEC_MAX_SPLIT || (n_split > 1 && (!part_acc || !part_ml || !part_cnt)))
         return QERR_INVAL;
-    if (rope) {
-        if (rope->rope_dim < 2 || rope->rope_dim > g->hd || rope->rope_dim % 2) return QERR_INVAL;
-        return decode_dispatch<T, true>(st, q, kc, vc, g, rope, tok_list, n, n_split, split_len, part_acc, part_ml,
-                                        part_cnt, out);
-    }
-    return decode_dispatch<T, false>(st, q, kc, vc, g, rope, tok_list, n, n_split, split_len, part_acc, part_ml,
-                                     part_cnt, out);
+    if (rope && (rope->rope_dim < 2 || rope->rope_dim > g->hd || rope->rope_dim % 2)) return QERR_INVAL;
+    const int G = g->H / g->KV;
+    const decode_fn<T> kernel = rope ? decode_pick<T, true>(g->hd, G) : decode_pick<T, false>(g->hd, G);
+    if (!kernel) return QERR_UNSUPPORTED;
+    const qk_rope_in none = {};
+    qk_launch(kernel, dim3(n, g->KV, n_split), DEC_WARPS * 32, 0, st, q, kc, vc, *g, rope ? *rope : none, tok_list,
+              split_len, n_split, part_acc, part_ml, part_cnt, out);
+    CK_LAUNCH("attn_decode");
+    return 0;
 }
 
 // ---- prefill: flash attention with tensor cores ----------------------------------------

@@ -443,6 +443,21 @@ static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
     return 0;
 }
 
+// h = SwiGLU of the gate/up projection of xn: the projection kernel does
+// both for a few tokens (unless QUIRE_CUDA_FUSE=0), else cuBLAS and qk_swiglu.
+template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const dlayer *L, int T_, int l)
+{
+    const int D = be->base.w->hp.dim, F = be->base.w->hp.ffn_dim;
+    if (be->fuse && be->gemv && qk_gemv_ok((int)be->esz, T_, D)) {
+        const int rc = qk_gemv_swiglu<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D);
+        prof_mark(be, PF_GU, l);
+        return rc;
+    }
+    int rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f);
+    prof_mark(be, PF_GU, l);
+    return rc ? rc : qk_swiglu<T>(be->stream, h, be->gu, T_, F);
+}
+
 template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
@@ -470,25 +485,20 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
             (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)))
             break;
         prof_mark(be, PF_ROPE, l);
-        if (!(sk & 4) && (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att))) break;
+        if (!(sk & 4) &&
+            (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att)))
+            break;
         prof_mark(be, PF_PREFILL, l);
-        if (!(sk & 4) && (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, mp->fuse_rope ? &rope : NULL, dm + mp->dec, mp->n_dec,
-                                    mp->n_split, mp->split_len, be->part_acc, be->part_ml, be->part_cnt, att)))
+        if (!(sk & 4) && (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, mp->fuse_rope ? &rope : NULL, dm + mp->dec,
+                                                 mp->n_dec, mp->n_split, mp->split_len, be->part_acc, be->part_ml,
+                                                 be->part_cnt, att)))
             break;
         prof_mark(be, PF_DECODE, l);
         if (!(sk & 8) && (rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f))) break;
         prof_mark(be, PF_WO, l);
         if (!(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM2, l);
-        if (sk & 16) {
-        } else if (be->fuse && be->gemv && qk_gemv_ok((int)be->esz, T_, D)) {
-            if ((rc = qk_gemv_swiglu<T>(st, h, xn, (const T *)L->wgu, T_, F, D))) break;
-            prof_mark(be, PF_GU, l);
-        } else {
-            if ((rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f))) break;
-            prof_mark(be, PF_GU, l);
-            if ((rc = qk_swiglu<T>(st, h, be->gu, T_, F))) break;
-        }
+        if (!(sk & 16) && (rc = gate_up<T>(be, h, xn, L, T_, l))) break;
         prof_mark(be, PF_SWIGLU, l);
         if (!(sk & 32) && (rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f))) break;
         prof_mark(be, PF_DOWN, l);

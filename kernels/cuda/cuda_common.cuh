@@ -137,15 +137,6 @@ template <> __device__ __forceinline__ float word_elem<__half>(uint32_t w, int i
 }
 template <> __device__ __forceinline__ float word_elem<float>(uint32_t w, int) { return __uint_as_float(w); }
 
-// The 8 elements of a 16-byte load of a 2-byte type, as floats.
-template <typename T> __device__ __forceinline__ void unpack8(uint4 u, float *out)
-{
-    static_assert(sizeof(T) == 2, "8 elements in 16 bytes");
-    const uint32_t w[4] = { u.x, u.y, u.z, u.w };
-#pragma unroll
-    for (int i = 0; i < 8; i++) out[i] = word_elem<T>(w[i / 2], i % 2);
-}
-
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

@@ -216,37 +216,9 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0;
-    // The first PF chunks of the weights are loaded before waiting for the
-    // previous kernel (nothing in a pass writes weights): with programmatic
-    // launch they arrive while it finishes.
-    constexpr int PF = 4;
-    const int k0 = (part * 32 + lane) * 8, kstep = 256 * S;
-    uint4 pre[PF][R];
-#pragma unroll
-    for (int i = 0; i < PF; i++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (live && k0 + i * kstep < K) pre[i][r] = *(const uint4 *)(w[r] + k0 + i * kstep);
     pdl_wait();
-#pragma unroll
-    for (int i = 0; i < PF; i++) {
-        const int k = k0 + i * kstep;
-        if (!live || k >= K) break;
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            float xv[8];
-            load_vec<T, 8>(x + (size_t)t * K + k, xv);
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float a[8];
-                unpack8<T>(pre[i][r], a);
-#pragma unroll
-                for (int e = 0; e < 8; e++) acc[r][t] += a[e] * xv[e];
-            }
-        }
-    }
 #pragma unroll 4
-    for (int k = k0 + PF * kstep; live && k < K; k += kstep) {
+    for (int k = (part * 32 + lane) * 8; live && k < K; k += 256 * S) {
         float a[R][8];
 #pragma unroll
         for (int r = 0; r < R; r++) load_vec<T, 8>(w[r] + k, a[r]);

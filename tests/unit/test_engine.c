@@ -325,6 +325,34 @@ static void test_swap_invariance(void)
     qengine_destroy(e);
 }
 
+/* The tokens (at most max) that job's prompt gives as a request of its own,
+ * sampled at temperature 1 with seed, in a fresh engine. */
+static int sample_alone(const job *jb, uint64_t seed, int max, int32_t *out)
+{
+    qengine *e = engine(0, 0, 0);
+    if (!e) return -1;
+    qreq_params p = { .prompt = jb->prompt, .n_prompt = jb->n, .sp = qsample_defaults(), .max_tokens = max,
+                      .ignore_eos = 1 };
+    p.sp.temperature = 1.0f;
+    p.sp.seed = seed;
+    uint64_t id;
+    char err[256];
+    int n = 0;
+    if (qengine_submit(e, &p, &id, err, sizeof err) == 0) {
+        while (qengine_step(e) > 0) {
+        }
+        qevent ev;
+        while (qengine_poll(e, &ev)) {
+            if (!ev.finish && n < max) out[n++] = ev.token;
+            qevent_free(&ev);
+        }
+    } else {
+        n = -1;
+    }
+    qengine_destroy(e);
+    return n;
+}
+
 /* Parallel samples (n = 4) of prompts that share a 48-token prefix, in a
  * pool too small for them: victims keep their references on the shared
  * prefix and forked blocks and swap out only their own.  Each sample
@@ -340,24 +368,8 @@ static void test_swap_parallel_samples(void)
     int nsep[NP][N] = { { 0 } }, npar[NP][N] = { { 0 } };
     char err[256];
     for (int k = 0; k < NP; k++)
-        for (int i = 0; i < N; i++) {
-            qengine *e = engine(0, 0, 0);
-            REQUIRE(e);
-            qreq_params p = { .prompt = jobs[pj[k]].prompt, .n_prompt = jobs[pj[k]].n, .sp = qsample_defaults(),
-                              .max_tokens = GEN, .ignore_eos = 1 };
-            p.sp.temperature = 1.0f;
-            p.sp.seed = 100 + (uint64_t)i;
-            uint64_t id;
-            REQUIRE(qengine_submit(e, &p, &id, err, sizeof err) == 0);
-            while (qengine_step(e) > 0) {
-            }
-            qevent ev;
-            while (qengine_poll(e, &ev)) {
-                if (!ev.finish && nsep[k][i] < GEN) sep[k][i][nsep[k][i]++] = ev.token;
-                qevent_free(&ev);
-            }
-            qengine_destroy(e);
-        }
+        for (int i = 0; i < N; i++)
+            REQUIRE((nsep[k][i] = sample_alone(&jobs[pj[k]], 100 + (uint64_t)i, GEN, sep[k][i])) >= 0);
     qengine *e = swap_engine(16, 4);
     REQUIRE(e);
     uint64_t ids[NP];
@@ -682,24 +694,7 @@ static void test_parallel_sampling(void)
     int32_t sep[N][GEN], par[N][GEN];
     int nsep[N] = { 0 }, npar[N] = { 0 };
     char err[256];
-    for (int i = 0; i < N; i++) {
-        qengine *e = engine(0, 0, 0);
-        REQUIRE(e);
-        qreq_params p = { .prompt = jobs[j].prompt, .n_prompt = jobs[j].n, .sp = qsample_defaults(),
-                          .max_tokens = GEN, .ignore_eos = 1 };
-        p.sp.temperature = 1.0f;
-        p.sp.seed = 100 + (uint64_t)i;
-        uint64_t id;
-        REQUIRE(qengine_submit(e, &p, &id, err, sizeof err) == 0);
-        while (qengine_step(e) > 0) {
-        }
-        qevent ev;
-        while (qengine_poll(e, &ev)) {
-            if (!ev.finish && nsep[i] < GEN) sep[i][nsep[i]++] = ev.token;
-            qevent_free(&ev);
-        }
-        qengine_destroy(e);
-    }
+    for (int i = 0; i < N; i++) REQUIRE((nsep[i] = sample_alone(&jobs[j], 100 + (uint64_t)i, GEN, sep[i])) >= 0);
     qengine *e = engine(0, 0, 0);
     REQUIRE(e);
     qreq_params p = { .prompt = jobs[j].prompt, .n_prompt = jobs[j].n, .sp = qsample_defaults(),
