@@ -258,10 +258,6 @@ void qrope_inv_freq(const qweights *w, float *inv_freq);
  * opts->exact), cuBLAS projections, paged-attention kernels.  QERR_DEVICE
  * with a message when there is no usable device or a CUDA call fails. */
 int cuda_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err, size_t errlen);
-/* 1 when be (a CUDA backend) runs one-token passes as its persistent
- * kernel chain, 0 when kernel by kernel (QUIRE_CUDA_MEGA=0, f32 storage,
- * shapes or devices it does not take).  Cannot fail. */
-int cuda_backend_persistent(const qbackend *be);
 /* Free and total bytes of device memory; 0 or QERR_DEVICE. */
 int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 #endif

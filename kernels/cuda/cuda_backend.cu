@@ -79,12 +79,6 @@ typedef struct {
     // one), one per (tokens, splits, split length); scratch reallocation
     // bumps gen and so invalidates them.
     int graphs;
-    // One-token passes run as chains of persistent kernels (cuda_mega.cu;
-    // QUIRE_CUDA_MEGA=0: the kernels one by one): ring geometry and the
-    // grid barrier's counter.
-    int mega, mg_slot, mg_ns, mg_dbg, mg_rb;
-    size_t mg_smem;
-    unsigned long long *mg_bar;
     unsigned gen;
     dgraph g[32];
     int n_graphs;
@@ -340,7 +334,6 @@ typedef struct {
     size_t tiles, tok, pos, seq, lidx, dec, info, tables, total;
     int n_dec, n_tiles, n_split, split_len;
     int fuse_rope;                 // one token a sequence: attention does rope_store's work
-    int mega;                      // one token: the persistent chain (forward_mega)
     int T, n_logits;               // with padding: decode graphs run bucketed batch sizes
 } meta_plan;
 
@@ -465,60 +458,8 @@ template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const d
     return rc ? rc : qk_swiglu<T>(be->stream, h, be->gu, T_, F);
 }
 
-// One token: the embedding, then per layer a chain kernel (the previous
-// layer's output projection, FFN norm, gate/up + SwiGLU and down; this
-// layer's norm and Q/K/V) and attention with RoPE folded in; a last chain
-// ends with the final norm and the logits.  The same stages, and bits, as
-// forward_t's kernels for one token.
-template <typename T> static int forward_mega(cuda_be *be, const meta_plan *mp)
-{
-    const qhparams *hp = &be->base.w->hp;
-    const int D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, F = hp->ffn_dim;
-    const int qd = H * hd, nqkv = qd + 2 * KV * hd, nl = hp->n_layers;
-    cudaStream_t st = be->stream;
-    const int32_t *dm = be->d_meta;
-    const qattn_geom g =
-        qk_geom(dm + mp->pos, dm + mp->seq, dm + mp->info, dm + mp->tables, H, KV, hd, be->base.opts.block_size);
-    const size_t layer_elems = (size_t)be->nb_alloc * be->block_elems;
-    qk_mpass P;
-    memset(&P, 0, sizeof P);
-    P.x = be->x;
-    P.eps = hp->norm_eps;
-    P.norm_threads = qk_rmsnorm_threads(D);
-    P.slot = be->mg_slot;
-    P.ns = be->mg_ns;
-    P.bar = be->mg_bar;
-    P.dbg = be->mg_dbg;
-    P.rb = be->mg_rb;
-    int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, 1, D);
-    for (int l = 0; l <= nl && !rc; l++) {
-        int n = 0;
-        if (l > 0) {
-            const dlayer *L = &be->L[l - 1];
-            P.st[n++] = { L->wo, be->att, NULL, be->x, NULL, D, qd, qk_gemv_split_of(D, qd), 0, 1 };
-            P.st[n++] = { L->wgu, NULL, L->ffn_norm, NULL, be->h, F, D, qk_gemv_split_of(2 * F, D), 1, 0 };
-            P.st[n++] = { L->wdown, be->h, NULL, be->x, NULL, D, F, qk_gemv_split_of(D, F), 0, 1 };
-        }
-        if (l < nl)
-            P.st[n++] = { be->L[l].wqkv, NULL, be->L[l].attn_norm, be->qkv, NULL, nqkv, D, qk_gemv_split_of(nqkv, D),
-                          0, 0 };
-        else if (mp->n_logits)
-            P.st[n++] = { be->output, NULL, be->out_norm, be->logits, NULL, hp->n_vocab, D,
-                          qk_gemv_split_of(hp->n_vocab, D), 0, 0 };
-        P.n = n;
-        if ((rc = qk_mega<T>(st, &P, be->n_sm, be->mg_smem)) || l == nl) break;
-        const dlayer *L = &be->L[l];
-        const qk_rope_in rope = { be->qkv, L->bqkv, be->inv_freq, hp->rope_dim, hp->rope_neox };
-        rc = qk_attn_decode<T>(st, (const T *)be->qb, (T *)be->kc + (size_t)l * layer_elems,
-                               (T *)be->vc + (size_t)l * layer_elems, &g, &rope, dm + mp->dec, mp->n_dec, mp->n_split,
-                               mp->split_len, be->part_acc, be->part_ml, be->part_cnt, (T *)be->att);
-    }
-    return rc;
-}
-
 template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
-    if (mp->mega) return forward_mega<T>(be, mp);
     const qhparams *hp = &be->base.w->hp;
     const int T_ = mp->T, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim, F = hp->ffn_dim;
     const int qd = H * hd, kvd = KV * hd;
@@ -642,7 +583,6 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     const int use_graph = be->graphs && decode_step && !be->prof;
     int rc = plan_batch(be, b, use_graph ? decode_bucket(b->n_tokens) - b->n_tokens : 0, &mp);
     if (rc) return rc;
-    mp.mega = be->mega && mp.T == 1 && mp.fuse_rope && mp.n_logits <= 1 && !be->skip && !be->prof;
     if ((rc = ensure_tokens(be, mp.T)) || (rc = ensure_logits(be, mp.n_logits)) ||
         (rc = ensure_part(be, (size_t)mp.n_dec * base->w->hp.n_heads * (mp.n_split > 1 ? mp.n_split : 0))))
         return rc;
@@ -797,40 +737,6 @@ static int cuda_write_block(qbackend *base, int block, const void *src)
     return cuda_rw_block(base, block, (void *)src, 1);
 }
 
-// The persistent one-token pass (forward_mega): where the storage is 16-bit,
-// the projection kernel and the folds are on (its sums are theirs) and
-// every row length suits the 16-byte loads; else, or where the device
-// cannot run it, one-token passes take the kernels one by one.
-static int mega_setup(cuda_be *be)
-{
-    const qhparams *hp = &be->base.w->hp;
-    const char *me = getenv("QUIRE_CUDA_MEGA");
-    const int D = hp->dim, F = hp->ffn_dim, qd = hp->n_heads * hp->head_dim, e = (int)be->esz;
-    if ((me && *me == '0') || be->wt == QDT_F32 || !be->gemv || !be->fuse || D % 8 || F % 8 || qd % 8) return 0;
-    int unit = 2 * D * e;
-    if (qd * e > unit) unit = qd * e;
-    if (F * e > unit) unit = F * e;
-    int xs = D > F ? D : F;
-    if (qd > xs) xs = qd;
-    const int rc = be->wt == QDT_BF16 ? qk_mega_config<bf16>(unit, xs, &be->mg_slot, &be->mg_ns, &be->mg_smem)
-                                      : qk_mega_config<__half>(unit, xs, &be->mg_slot, &be->mg_ns, &be->mg_smem);
-    if (rc == QERR_UNSUPPORTED) {
-        QLOGI("cuda: one-token passes kernel by kernel (the persistent kernel does not fit this device or shape)");
-        return 0;
-    }
-    if (rc || dmalloc((void **)&be->mg_bar, sizeof *be->mg_bar)) return QERR_DEVICE;
-    CK(cudaMemset(be->mg_bar, 0, sizeof *be->mg_bar));
-    be->mega = 1;
-    const char *dbg = getenv("QUIRE_CUDA_MEGA_DBG");
-    be->mg_dbg = dbg ? atoi(dbg) : 0;
-    const char *rb = getenv("QUIRE_CUDA_MEGA_RB");
-    be->mg_rb = rb && atoi(rb) >= 1 ? atoi(rb) : 1;
-    if (be->mg_dbg) QLOGW("cuda: QUIRE_CUDA_MEGA_DBG=%d: outputs are meaningless", be->mg_dbg);
-    return 0;
-}
-
-extern "C" int cuda_backend_persistent(const qbackend *base) { return ((const cuda_be *)base)->mega; }
-
 static void cuda_destroy(qbackend *base)
 {
     cuda_be *be = (cuda_be *)base;
@@ -850,7 +756,7 @@ static void cuda_destroy(qbackend *base)
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
     void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
                      be->qb, be->att, be->h, be->logits, be->d_rows, be->d_rowtok, be->d_rsample, be->d_lp,
-                     be->part_acc, be->part_ml, be->part_cnt, be->d_meta, be->mg_bar };
+                     be->part_acc, be->part_ml, be->part_cnt, be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(be->h_meta);
     if (be->blas) cublasDestroy(be->blas);
@@ -973,10 +879,6 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
         rc = ensure_tokens(be, opts->max_tokens > 0 ? opts->max_tokens : 2048);
         if (!rc) rc = ensure_logits(be, 256);
         if (!rc) rc = ensure_meta(be, 1 << 16);
-    }
-    if (!rc) {
-        what = "the persistent decode kernel";
-        rc = mega_setup(be);
     }
     const size_t per_block = 2 * (size_t)hp->n_layers * be->block_elems * be->esz;
     if (!rc && opts->num_blocks == 0) {

@@ -62,8 +62,6 @@ template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, cons
 // y[i] = x[rows ? rows[i] : i] / rms * w, for n rows of D.
 template <typename T>
 int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows);
-// The block size qk_rmsnorm uses for rows of D (its sums depend on it).
-int qk_rmsnorm_threads(int D);
 // From qkv (float, n x (H+2KV)*hd, bias added when given): RoPE on q and k,
 // q stored to q_out (n x H*hd), k and v stored to the layer's cache.
 template <typename T>
@@ -106,44 +104,6 @@ bool qk_gemv_ok(int elem_bytes, int n, int K);
 // the up rows: the same bits as qk_gemv on the whole W and qk_swiglu after
 // it (the shapes qk_gemv_ok takes).
 template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K);
-// The K split qk_gemv uses for an (N, K) matrix (warps per row, 1-8).
-int qk_gemv_split_of(int N, int K);
-
-// One token's projections between two attention steps as one persistent
-// kernel (cuda_mega.cu): up to QK_MEGA_STAGES stages, each y = W xs for the
-// block's rows of W (N, K) of T, where xs is the vector `in` (T, K) or,
-// when in is NULL, RMSNorm(x) * norm_w (K = D).  Outputs: y (float, N), to
-// which the sums are added when resid; or, for swiglu, h (T, N) =
-// silu(W[j] xs) * (W[N + j] xs), W then (2N, K).  S is the K split
-// (qk_gemv_split_of): the sums are qk_gemv's bit for bit, the norm
-// qk_rmsnorm's.  bar: a counter on the device, zero when allocated.
-#define QK_MEGA_STAGES 4
-struct qk_mstage {
-    const void *W, *in;
-    const float *norm_w;
-    float *y;
-    void *h;
-    int N, K, S, swiglu, resid;
-};
-struct qk_mpass {
-    qk_mstage st[QK_MEGA_STAGES];
-    int n;                   // stages
-    float *x;                // (D) the residual stream
-    float eps;
-    int norm_threads;        // qk_rmsnorm's block size for D, whose sums are replayed
-    int slot, ns;            // ring: ns slots of slot bytes (qk_mega_config)
-    unsigned long long *bar;
-    int rb;                  // rows a warp takes together, at most (1, 2, 4)
-    int dbg;                 // QUIRE_CUDA_MEGA_DBG, measurement only: 1 skips the sums
-};
-// Sizes the ring for rows of at most max_unit_bytes a slot (a SwiGLU pair
-// counts as one unit) and an input vector of xs_elems, and readies the
-// kernel: QERR_UNSUPPORTED where the device cannot run it (before sm_90,
-// too little shared memory).
-template <typename T> int qk_mega_config(int max_unit_bytes, int xs_elems, int *slot, int *ns, size_t *smem);
-// Launches the pass described by P on n_blocks blocks (at most one per SM:
-// the stages meet at grid barriers, so all must be resident at once).
-template <typename T> int qk_mega(cudaStream_t st, const qk_mpass *P, int n_blocks, size_t smem);
 // For each row r < n with rows[r] != 0: out[r] = the lowest id among the
 // maximal logits of row r (NaN never wins; all NaN: 0).
 int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out);

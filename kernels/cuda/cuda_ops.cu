@@ -51,19 +51,15 @@ __global__ void rmsnorm_kernel(T *y, const float *x, const float *w, int D, floa
     for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = fromf<T>((xr[i] * scale) * w[i]);
 }
 
-// Enough threads that each reads about four elements: a lone decode row is
-// then one round trip to memory, not several.
-int qk_rmsnorm_threads(int D)
-{
-    const int threads = ((D / 4 + 31) / 32) * 32;
-    return threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
-}
-
 template <typename T>
 int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows)
 {
     if (n <= 0) return 0;
-    qk_launch(rmsnorm_kernel<T>, n, qk_rmsnorm_threads(D), 0, st, y, x, w, D, eps, rows);
+    // Enough threads that each reads about four elements: a lone decode row
+    // is then one round trip to memory, not several.
+    int threads = ((D / 4 + 31) / 32) * 32;
+    threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
+    qk_launch(rmsnorm_kernel<T>, n, threads, 0, st, y, x, w, D, eps, rows);
     CK_LAUNCH("rmsnorm");
     return 0;
 }
@@ -307,8 +303,6 @@ static int gemv_split(int N, int K)
     while (qk_gemv_split >= 2 && S < 8 && K > 2048 * S) S *= 2;
     return S;
 }
-
-int qk_gemv_split_of(int N, int K) { return gemv_split(N, K); }
 
 template <typename T, int R, bool SWI>
 static int gemv_split_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta,

@@ -273,53 +273,6 @@ static void test_graphs_and_gemv(void)
     qmodel_destroy(m);
 }
 
-/* One-token passes through the persistent kernel chain give the same logits,
- * bit for bit, as the kernels one by one (QUIRE_CUDA_MEGA=0): fixture models
- * whose rows suit it (with and without Q/K/V bias) and a random model of the
- * Llama-3.2-1B body, over contexts that span several attention splits, as
- * graphs and launched directly. */
-static void mega_case(qmodel *m, const char *what, int n_gen)
-{
-    const int V = m->hp.n_vocab;
-    qbackend *ref = NULL, *per = NULL, *direct = NULL;
-    setenv("QUIRE_CUDA_MEGA", "0", 1);
-    ref = make(m, 1, 0, 16);
-    unsetenv("QUIRE_CUDA_MEGA");
-    per = make(m, 1, 0, 16);
-    setenv("QUIRE_CUDA_GRAPHS", "0", 1);
-    direct = make(m, 1, 0, 16);
-    unsetenv("QUIRE_CUDA_GRAPHS");
-    REQUIRE(ref && per && direct);
-    CHECK(!cuda_backend_persistent(ref));
-    CHECK(cuda_backend_persistent(per) && cuda_backend_persistent(direct));
-    float *a = decode_logits(ref, 1, n_gen, V), *b = decode_logits(per, 1, n_gen, V),
-          *c = decode_logits(direct, 1, n_gen, V);
-    REQUIRE(a && b && c);
-    const size_t n = (size_t)n_gen * V;
-    const int same_graph = memcmp(a, b, n * sizeof(float)) == 0, same_direct = memcmp(a, c, n * sizeof(float)) == 0;
-    fprintf(stderr, "  %-42s persistent chain vs kernel by kernel, %d steps: %s (graphs), %s (direct); error %.3g\n",
-            what, n_gen, same_graph ? "identical" : "DIFFER", same_direct ? "identical" : "DIFFER", rel_err(a, b, n));
-    CHECK(same_graph && same_direct);
-    free(a), free(b), free(c);
-    qbackend_destroy(ref), qbackend_destroy(per), qbackend_destroy(direct);
-}
-
-static void test_persistent_chain(void)
-{
-    for (int c = 2; c < N_CASES; c++) {
-        qmodel *m = load(cases[c].path);
-        REQUIRE(m);
-        mega_case(m, cases[c].path, 120);
-        qmodel_destroy(m);
-    }
-    char path[1024], err[512];
-    snprintf(path, sizeof path, "%s/bench/configs/bench-1b-v32k.json", qt_root());
-    qmodel *m = NULL;
-    REQUIRE(qmodel_random(path, 1, 9, &m, err, sizeof err) == 0);
-    mega_case(m, "random Llama-3.2-1B body", 120);
-    qmodel_destroy(m);
-}
-
 /* Greedy rows reduced on the device give qsample_argmax of the logits the
  * same pass returns (mixed rows), and all-greedy passes return the ids only. */
 static void test_device_argmax(void)
@@ -563,7 +516,6 @@ int main(void)
     QT_RUN(test_batch_invariance_exact);
     QT_RUN(test_batch_invariance_bf16);
     QT_RUN(test_graphs_and_gemv);
-    QT_RUN(test_persistent_chain);
     QT_RUN(test_device_argmax);
     QT_RUN(test_device_draws);
     QT_RUN(test_device_logprobs);
