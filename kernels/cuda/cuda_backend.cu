@@ -7,7 +7,11 @@
 // accumulate and write float (cublasGemmEx, CUBLAS_COMPUTE_32F; pedantic
 // float32 in the exact mode).  The residual stream is float; the output
 // and FFN-down projections add into it directly (beta = 1).  Q, K, V are
-// one fused projection, gate and up another.
+// one fused projection, gate and up another.  Each RMSNorm's weights are
+// folded into the projection after it at upload, so a norm is a scale per
+// token: a kernel of its own for big passes, applied by the projection
+// kernel itself for passes of up to QK_GEMV_MAX tokens (which then also
+// keep the residual stream in T, in xn).
 //
 // KV layout, as on the CPU: per layer, K and V each hold num_blocks blocks
 // of (n_kv_heads, block_size, head_dim) elements of T.
@@ -28,7 +32,7 @@
 typedef struct {
     void *wqkv, *wo, *wgu, *wdown; // T: (Q + 2 KVd, D), (D, Q), (2F, D), (D, F)
     float *bqkv;                   // (Q + 2 KVd) or NULL
-    float *attn_norm, *ffn_norm;   // (D)
+    float *attn_norm, *ffn_norm;   // (D), already folded into wqkv / wgu (qk_scale_cols)
 } dlayer;
 
 typedef struct {
@@ -70,6 +74,10 @@ typedef struct {
     // Decode steps fold RoPE and the cache store into attention and SwiGLU
     // into the gate/up projection (QUIRE_CUDA_FUSE=0: separate kernels).
     int fuse;
+    // Passes of at most this many tokens apply the layer norms inside the
+    // projection kernel, which reads the residual stream itself
+    // (QUIRE_CUDA_NORM_FOLD=n; 0: a norm kernel before each).
+    int norm_fold;
     // QUIRE_CUDA_SKIP=mask leaves steps out, for timing what each costs in
     // place (the output is then meaningless): 1 norms, 2 Q/K/V, 4 RoPE and
     // attention, 8 output projection, 16 gate/up (and SwiGLU), 32 down,
@@ -209,6 +217,12 @@ template <typename T> static int upload_weights(cuda_be *be)
             (rc = upload<float>(be, d->attn_norm, &s->attn_norm, 0.9f, 1.1f)) ||
             (rc = upload<float>(be, d->ffn_norm, &s->ffn_norm, 0.9f, 1.1f)))
             break;
+        // The norms' weights go into the projections after them (rounded to
+        // T once): the norm is then a scale, which the projection kernel
+        // can apply itself (forward_t).
+        if ((rc = qk_scale_cols<T>(be->stream, qkv, d->attn_norm, (int)(Q + 2 * KVd), (int)D)) ||
+            (rc = qk_scale_cols<T>(be->stream, gu, d->ffn_norm, (int)(2 * F), (int)D)))
+            break;
         if (hp->attn_bias) {
             if ((rc = dmalloc((void **)&d->bqkv, (Q + 2 * KVd) * 4)) || (rc = upload<float>(be, d->bqkv, &s->bq, -a, a)) ||
                 (rc = upload<float>(be, d->bqkv + Q, &s->bk, -a, a)) ||
@@ -307,13 +321,15 @@ static int ensure_meta(cuda_be *be, size_t n)
 }
 
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
-static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta)
+// yc: y in T as well (16-bit storage only).
+static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta, void *yc = NULL)
 {
     if (be->gemv && qk_gemv_ok((int)be->esz, T, K)) { // a few tokens: the weight-streaming kernel
         const int rows = T == 1 ? 1 : 2;
         if (be->wt == QDT_BF16)
-            return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, rows);
-        return qk_gemv<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, rows);
+            return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, rows, (bf16 *)yc);
+        return qk_gemv<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, rows,
+                               (__half *)yc);
     }
     const float one = 1.0f;
     const cudaDataType dt = (cudaDataType)qdt_cuda(be->wt);
@@ -324,7 +340,10 @@ static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int 
         QLOGE("cuda: cublasGemmEx (%d x %d x %d) failed: %s", T, N, K, cublasGetStatusString(s));
         return QERR_DEVICE;
     }
-    return 0;
+    if (!yc) return 0;
+    if (be->wt == QDT_BF16) return qk_convert<bf16, float>(be->stream, (bf16 *)yc, y, (size_t)T * N);
+    if (be->wt == QDT_F16) return qk_convert<__half, float>(be->stream, (__half *)yc, y, (size_t)T * N);
+    return QERR_UNSUPPORTED;
 }
 
 // ---- the forward pass ---------------------------------------------------------------
@@ -445,9 +464,14 @@ static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
 
 // h = SwiGLU of the gate/up projection of xn: the projection kernel does
 // both for a few tokens (unless QUIRE_CUDA_FUSE=0), else cuBLAS and qk_swiglu.
-template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const dlayer *L, int T_, int l)
+template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const dlayer *L, int T_, int l, bool fold)
 {
     const int D = be->base.w->hp.dim, F = be->base.w->hp.ffn_dim;
+    if (fold) {
+        const int rc = qk_gemv_swiglu_norm<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D, be->base.w->hp.norm_eps);
+        prof_mark(be, PF_GU, l);
+        return rc;
+    }
     if (be->fuse && be->gemv && qk_gemv_ok((int)be->esz, T_, D)) {
         const int rc = qk_gemv_swiglu<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D);
         prof_mark(be, PF_GU, l);
@@ -469,16 +493,23 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         qk_geom(dm + mp->pos, dm + mp->seq, dm + mp->info, dm + mp->tables, H, KV, hd, be->base.opts.block_size);
     const size_t layer_elems = (size_t)be->nb_alloc * be->block_elems;
     T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
+    // Norms folded into the projections: xn then holds the residual stream
+    // in T, written with it by the embedding and the residual projections.
+    const bool fold = T_ <= be->norm_fold && be->gemv && be->fuse && qk_gemv_ok((int)be->esz, T_, D);
     prof_mark(be, PF_START, 0);
-    int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D);
+    int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D, fold ? xn : NULL);
     for (int l = 0; l < hp->n_layers && !rc; l++) {
         const dlayer *L = &be->L[l];
         T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
         prof_mark(be, PF_L1START, l);
         const int sk = be->skip;
-        if (!(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, L->attn_norm, T_, D, hp->norm_eps, NULL))) break;
+        if (!fold && !(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, NULL, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM1, l);
-        if (!(sk & 2) && (rc = gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f))) break;
+        if (!(sk & 2) &&
+            (rc = fold ? qk_gemv_norm<T>(st, be->qkv, xn, (const T *)L->wqkv, T_, qd + 2 * kvd, D, hp->norm_eps,
+                                         T_ == 1 ? 1 : 2)
+                       : gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)))
+            break;
         prof_mark(be, PF_QKV, l);
         const qk_rope_in rope = { be->qkv, L->bqkv, be->inv_freq, hp->rope_dim, hp->rope_neox };
         if (!mp->fuse_rope && !(sk & 4) &&
@@ -494,13 +525,13 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
                                                  be->part_cnt, att)))
             break;
         prof_mark(be, PF_DECODE, l);
-        if (!(sk & 8) && (rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f))) break;
+        if (!(sk & 8) && (rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f, fold ? xn : NULL))) break;
         prof_mark(be, PF_WO, l);
-        if (!(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, L->ffn_norm, T_, D, hp->norm_eps, NULL))) break;
+        if (!fold && !(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, NULL, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM2, l);
-        if (!(sk & 16) && (rc = gate_up<T>(be, h, xn, L, T_, l))) break;
+        if (!(sk & 16) && (rc = gate_up<T>(be, h, xn, L, T_, l, fold))) break;
         prof_mark(be, PF_SWIGLU, l);
-        if (!(sk & 32) && (rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f))) break;
+        if (!(sk & 32) && (rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f, fold ? xn : NULL))) break;
         prof_mark(be, PF_DOWN, l);
     }
     if (!rc && mp->n_logits > 0 && !(be->skip & 64)) {
@@ -838,6 +869,8 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     if (be->skip) QLOGW("cuda: QUIRE_CUDA_SKIP=%d: steps left out, outputs are meaningless", be->skip);
     const char *fu = getenv("QUIRE_CUDA_FUSE");
     be->fuse = !(fu && *fu == '0');
+    const char *nf = getenv("QUIRE_CUDA_NORM_FOLD");
+    be->norm_fold = nf && *nf ? atoi(nf) : QK_GEMV_MAX;
     const char *pd = getenv("QUIRE_CUDA_PDL");
     qk_pdl = !(pd && *pd == '0');
     const char *gs = getenv("QUIRE_CUDA_GEMV_SPLIT");

@@ -98,6 +98,15 @@ int cuda_selftest_gemv(int dtype, const float *x, const float *W, int n, int N, 
  * whole W followed by qk_swiglu.  QERR_UNSUPPORTED where qk_gemv_ok refuses. */
 int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, int F, int K, float *h,
                               size_t *mismatch);
+/* qk_gemv_norm (swiglu 0; out y (n, N) float, poisoned first) or
+ * qk_gemv_swiglu_norm (swiglu 1; W (2N, K), out h (n, N) stored as dtype):
+ * x (n, K), the residual rows, and W rounded to dtype.  QERR_UNSUPPORTED where
+ * qk_gemv_ok refuses the shape. */
+int cuda_selftest_gemv_norm(int dtype, const float *x, const float *W, int n, int N, int K, float eps, int swiglu,
+                            int rows_per_warp, float *out);
+/* qk_scale_cols: W (N, K) rounded to dtype, times g (K) per column; out
+ * (N, K) the stored result as floats. */
+int cuda_selftest_scale_cols(int dtype, const float *W, const float *g, int N, int K, float *out);
 /* qk_fill_uniform: n elements of dtype from seed, returned as floats. */
 int cuda_selftest_fill_uniform(int dtype, size_t n, uint64_t seed, float lo, float hi, float *out);
 /* qk_convert on raw storage: src holds n elements of src_dtype (float, or

@@ -57,9 +57,10 @@ __device__ __forceinline__ void qk_rotate(float *x0, float *x1, int p, float inv
     *x1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
-// x[i] (float, D) = emb[tok[i]] for n tokens.
-template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D);
-// y[i] = x[rows ? rows[i] : i] / rms * w, for n rows of D.
+// x[i] (float, D) = emb[tok[i]] for n tokens; xc[i] (T) too unless NULL.
+template <typename T>
+int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D, T *xc = NULL);
+// y[i] = x[rows ? rows[i] : i] / rms * w (w NULL: 1), for n rows of D.
 template <typename T>
 int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows);
 // From qkv (float, n x (H+2KV)*hd, bias added when given): RoPE on q and k,
@@ -95,15 +96,29 @@ int qk_attn_prefill(cudaStream_t st, const T *q, const T *kc, const T *vc, const
 bool qk_attn_prefill_ok(int elem_bytes, int hd);
 // y(n, N) = x(n, K) W(N, K)^T + beta y for n <= QK_GEMV_MAX tokens
 // (bf16/f16, K a multiple of 8: qk_gemv_ok); y float; 1 or 2 rows a warp
-// (the same sums either way).
+// (the same sums either way).  yc, unless NULL, receives y in T as well
+// (the residual stream for a projection with the norm folded in).
 #define QK_GEMV_MAX 8
 template <typename T>
-int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp);
+int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp,
+            T *yc = NULL);
 bool qk_gemv_ok(int elem_bytes, int n, int K);
 // h(n, F) = silu(x W_gate^T) * (x W_up^T) as T, W (2F, K) the gate rows then
 // the up rows: the same bits as qk_gemv on the whole W and qk_swiglu after
 // it (the shapes qk_gemv_ok takes).
 template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K);
+// The same with the RMSNorm before the projection folded in, for weights
+// that already hold the norm's weights (qk_scale_cols): x is the residual
+// stream itself (in T: qk_gemv's yc) and each token's sums are scaled by
+// 1 / sqrt(mean(x^2) + eps), the mean summed in float alongside the
+// products; y is written (no beta).  A token's result does not depend on
+// the others in the pass.
+template <typename T>
+int qk_gemv_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps, int rows_per_warp);
+template <typename T> int qk_gemv_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps);
+// W (N, K) *= g (K) per column, rounded to T: a norm's weights folded into
+// the projection that reads its output.
+template <typename T> int qk_scale_cols(cudaStream_t st, T *W, const float *g, int N, int K);
 // For each row r < n with rows[r] != 0: out[r] = the lowest id among the
 // maximal logits of row r (NaN never wins; all NaN: 0).
 int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out);

@@ -9,18 +9,21 @@
 int qk_pdl = 1;
 int qk_gemv_split = 2;
 
-template <typename T> __global__ void embed_kernel(float *x, const T *emb, const int32_t *tok, int D)
+template <typename T> __global__ void embed_kernel(float *x, T *xc, const T *emb, const int32_t *tok, int D)
 {
     pdl_wait();
     const T *row = emb + (size_t)tok[blockIdx.x] * D;
     float *out = x + (size_t)blockIdx.x * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) out[i] = tof(row[i]);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        out[i] = tof(row[i]);
+        if (xc) xc[(size_t)blockIdx.x * D + i] = row[i];
+    }
 }
 
-template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D)
+template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D, T *xc)
 {
     if (n <= 0) return 0;
-    qk_launch(embed_kernel<T>, n, 256, 0, st, x, emb, tok, D);
+    qk_launch(embed_kernel<T>, n, 256, 0, st, x, xc, emb, tok, D);
     CK_LAUNCH("embed");
     return 0;
 }
@@ -48,7 +51,7 @@ __global__ void rmsnorm_kernel(T *y, const float *x, const float *w, int D, floa
     __syncthreads();
     const float scale = (float)(1.0 / sqrt(red[0] / D + eps));
     T *yr = y + (size_t)blockIdx.x * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = fromf<T>((xr[i] * scale) * w[i]);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = fromf<T>(w ? (xr[i] * scale) * w[i] : xr[i] * scale);
 }
 
 template <typename T>
@@ -165,13 +168,30 @@ template <typename T, typename S> int qk_convert(cudaStream_t st, T *dst, const 
     return 0;
 }
 
+// W (N, K) *= g (K) column by column, rounded to T once: a norm's weights
+// folded into the projection after it.
+template <typename T> __global__ void scale_cols_kernel(T *W, const float *g, size_t n, int K)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        W[i] = fromf<T>(tof(W[i]) * g[i % K]);
+}
+
+template <typename T> int qk_scale_cols(cudaStream_t st, T *W, const float *g, int N, int K)
+{
+    if (N <= 0 || K <= 0) return 0;
+    scale_cols_kernel<T><<<1024, 256, 0, st>>>(W, g, (size_t)N * K, K);
+    CK_LAUNCH("scale_cols");
+    return 0;
+}
+
 #define INST(T)                                                                                                        \
-    template int qk_embed<T>(cudaStream_t, float *, const T *, const int32_t *, int, int);                             \
+    template int qk_embed<T>(cudaStream_t, float *, const T *, const int32_t *, int, int, T *);                        \
     template int qk_rmsnorm<T>(cudaStream_t, T *, const float *, const float *, int, int, float, const int32_t *);     \
     template int qk_rope_store<T>(cudaStream_t, const float *, const float *, T *, T *, T *, const float *,            \
                                   const qattn_geom *, int, int, int);                                                  \
     template int qk_swiglu<T>(cudaStream_t, T *, const float *, int, int);                                             \
     template int qk_fill_uniform<T>(cudaStream_t, T *, size_t, uint64_t, float, float);                                \
+    template int qk_scale_cols<T>(cudaStream_t, T *, const float *, int, int);                                         \
     template int qk_convert<T, float>(cudaStream_t, T *, const float *, size_t);                                       \
     template int qk_convert<T, bf16>(cudaStream_t, T *, const bf16 *, size_t);                                         \
     template int qk_convert<T, __half>(cudaStream_t, T *, const __half *, size_t);
@@ -194,15 +214,26 @@ INST(__half)
 // the N gate rows, then the N up rows; a warp takes gate row j and up row j
 // (R = 2) and writes h[t][j] = silu(gate) * up as T - the sums formed as the
 // plain kernel forms them, the same expression as swiglu_kernel after it.
+// Otherwise h, when given, receives a copy of y in T.
+//
+// NORM: the RMSNorm before the projection folded in (its weights already in
+// W): x is the residual stream in T, each warp sums x^2 along with its
+// products (in the same order whatever the batch), and the sums are scaled
+// by 1 / sqrt(mean + eps).  This saves the norm kernel and its round trip
+// between two projections, which at one token costs more than the sums.
 
-template <typename T, int NT, int R, int S, bool SWI>
+template <typename T, int NT, int R, int S, bool SWI, bool NORM>
 __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__restrict__ h, const T *__restrict__ x,
-                                                   const T *__restrict__ W, int N, int K, float beta)
+                                                   const T *__restrict__ W, int N, int K, float beta, float eps)
 {
     static_assert(!SWI || R == 2, "a gate row and its up row");
     // S warps share each group of R rows, taking alternate 256-element
     // chunks of K; their sums meet in shared memory in a fixed order.
-    __shared__ float other[8][R * NT];
+    constexpr int NQ = NORM ? NT : 0;
+    __shared__ float other[8][R * NT + NQ];
+    float ss[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) ss[t] = 0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % S;
     const int row0 = (blockIdx.x * (8 / S) + warp / S) * (SWI ? 1 : R);
     const bool live = row0 < N;
@@ -226,6 +257,9 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
         for (int t = 0; t < NT; t++) {
             float xv[8];
             load_vec<T, 8>(x + (size_t)t * K + k, xv);
+            if constexpr (NORM)
+#pragma unroll
+                for (int e = 0; e < 8; e++) ss[t] += xv[e] * xv[e];
 #pragma unroll
             for (int r = 0; r < R; r++)
 #pragma unroll
@@ -234,24 +268,37 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
     }
     float v[R][NT];
 #pragma unroll
-    for (int t = 0; t < NT; t++)
+    for (int t = 0; t < NT; t++) {
 #pragma unroll
         for (int r = 0; r < R; r++) v[r][t] = warp_sum(acc[r][t]);
+        if constexpr (NORM) ss[t] = warp_sum(ss[t]);
+    }
     if (S > 1) {
         if (part != 0 && lane == 0)
 #pragma unroll
-            for (int t = 0; t < NT; t++)
+            for (int t = 0; t < NT; t++) {
 #pragma unroll
                 for (int r = 0; r < R; r++) other[warp][r * NT + t] = v[r][t];
+                if constexpr (NORM) other[warp][R * NT + t] = ss[t];
+            }
         __syncthreads();
         if (part != 0) return;
 #pragma unroll
         for (int p = 1; p < S; p++)
 #pragma unroll
-            for (int t = 0; t < NT; t++)
+            for (int t = 0; t < NT; t++) {
 #pragma unroll
                 for (int r = 0; r < R; r++) v[r][t] += other[warp + p][r * NT + t];
+                if constexpr (NORM) ss[t] += other[warp + p][R * NT + t];
+            }
     }
+    if constexpr (NORM) // x was the residual row itself: scale the sums by its 1 / rms
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const float sc = 1.0f / sqrtf(ss[t] / (float)K + eps);
+#pragma unroll
+            for (int r = 0; r < R; r++) v[r][t] *= sc;
+        }
     if (!live || lane != 0) return;
 #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -264,6 +311,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
                 if (row0 + r < N) {
                     float *yp = y + (size_t)t * N + row0 + r;
                     *yp = beta != 0.0f ? v[r][t] + beta * *yp : v[r][t];
+                    if (h) h[(size_t)t * N + row0 + r] = fromf<T>(*yp); // the copy in T
                 }
         }
     }
@@ -271,22 +319,26 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
 
 bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1 && n <= QK_GEMV_MAX && K % 8 == 0; }
 
-template <typename T, int R, int S, bool SWI = false>
-static int gemv_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta)
+template <typename T, int R, int S, bool SWI, bool NORM>
+static int gemv_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta,
+                     float eps)
 {
     const int rows_per_block = 8 / S * (SWI ? 1 : R);
     const dim3 grid((N + rows_per_block - 1) / rows_per_block), block(256);
+#define GEMV_CASE(NT)                                                                                                  \
+    case NT: qk_launch(gemv_kernel<T, NT, R, S, SWI, NORM>, grid, block, 0, st, y, h, x, W, N, K, beta, eps); break;
     switch (n) {
-    case 1: qk_launch(gemv_kernel<T, 1, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
-    case 2: qk_launch(gemv_kernel<T, 2, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
-    case 3: qk_launch(gemv_kernel<T, 3, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
-    case 4: qk_launch(gemv_kernel<T, 4, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
-    case 5: qk_launch(gemv_kernel<T, 5, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
-    case 6: qk_launch(gemv_kernel<T, 6, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
-    case 7: qk_launch(gemv_kernel<T, 7, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
-    case 8: qk_launch(gemv_kernel<T, 8, R, S, SWI>, grid, block, 0, st, y, h, x, W, N, K, beta); break;
+        GEMV_CASE(1)
+        GEMV_CASE(2)
+        GEMV_CASE(3)
+        GEMV_CASE(4)
+        GEMV_CASE(5)
+        GEMV_CASE(6)
+        GEMV_CASE(7)
+        GEMV_CASE(8)
     default: return QERR_UNSUPPORTED;
     }
+#undef GEMV_CASE
     CK_LAUNCH("gemv");
     return 0;
 }
@@ -304,34 +356,48 @@ static int gemv_split(int N, int K)
     return S;
 }
 
-template <typename T, int R, bool SWI>
+template <typename T, int R, bool SWI, bool NORM>
 static int gemv_split_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta,
-                           int S)
+                           int S, float eps)
 {
     switch (S) {
-    case 1: return gemv_rows<T, R, 1, SWI>(st, y, h, x, W, n, N, K, beta);
-    case 2: return gemv_rows<T, R, 2, SWI>(st, y, h, x, W, n, N, K, beta);
-    case 4: return gemv_rows<T, R, 4, SWI>(st, y, h, x, W, n, N, K, beta);
-    default: return gemv_rows<T, R, 8, SWI>(st, y, h, x, W, n, N, K, beta);
+    case 1: return gemv_rows<T, R, 1, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
+    case 2: return gemv_rows<T, R, 2, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
+    case 4: return gemv_rows<T, R, 4, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
+    default: return gemv_rows<T, R, 8, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
     }
 }
 
 template <typename T>
-int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp)
+int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp, T *yc)
 {
     const int S = gemv_split(N, K);
-    if (rows_per_warp == 2) return gemv_split_rows<T, 2, false>(st, y, NULL, x, W, n, N, K, beta, S);
-    return gemv_split_rows<T, 1, false>(st, y, NULL, x, W, n, N, K, beta, S);
+    if (rows_per_warp == 2) return gemv_split_rows<T, 2, false, false>(st, y, yc, x, W, n, N, K, beta, S, 0.0f);
+    return gemv_split_rows<T, 1, false, false>(st, y, yc, x, W, n, N, K, beta, S, 0.0f);
 }
 
 template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K)
 {
     if (K % 8) return QERR_UNSUPPORTED;
     // The split of the plain kernel on the whole (2F, K) matrix: the same sums.
-    return gemv_split_rows<T, 2, true>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K));
+    return gemv_split_rows<T, 2, true, false>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K), 0.0f);
 }
 
-template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int)
+template <typename T>
+int qk_gemv_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps, int rows_per_warp)
+{
+    const int S = gemv_split(N, K);
+    if (rows_per_warp == 2) return gemv_split_rows<T, 2, false, true>(st, y, NULL, x, W, n, N, K, 0.0f, S, eps);
+    return gemv_split_rows<T, 1, false, true>(st, y, NULL, x, W, n, N, K, 0.0f, S, eps);
+}
+
+template <typename T> int qk_gemv_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps)
+{
+    if (K % 8) return QERR_UNSUPPORTED;
+    return gemv_split_rows<T, 2, true, true>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K), eps);
+}
+
+template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int, float *)
 {
     return QERR_UNSUPPORTED;
 }
@@ -339,10 +405,23 @@ template <> int qk_gemv_swiglu<float>(cudaStream_t, float *, const float *, cons
 {
     return QERR_UNSUPPORTED;
 }
-template int qk_gemv<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float, int);
+template <> int qk_gemv_norm<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int)
+{
+    return QERR_UNSUPPORTED;
+}
+template <> int qk_gemv_swiglu_norm<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float)
+{
+    return QERR_UNSUPPORTED;
+}
+template int qk_gemv<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float, int, bf16 *);
+template int qk_gemv_norm<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float, int);
+template int qk_gemv_norm<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float, int);
+template int qk_gemv_swiglu_norm<bf16>(cudaStream_t, bf16 *, const bf16 *, const bf16 *, int, int, int, float);
+template int qk_gemv_swiglu_norm<__half>(cudaStream_t, __half *, const __half *, const __half *, int, int, int, float);
 template int qk_gemv_swiglu<bf16>(cudaStream_t, bf16 *, const bf16 *, const bf16 *, int, int, int);
 template int qk_gemv_swiglu<__half>(cudaStream_t, __half *, const __half *, const __half *, int, int, int);
-template int qk_gemv<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float, int);
+template int qk_gemv<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float, int,
+                             __half *);
 
 // ---- greedy rows ----------------------------------------------------------------------------
 //

@@ -50,10 +50,11 @@ extern "C" int cuda_selftest_embed(int dtype, const float *emb, int V, int D, co
 template <typename T>
 static int rmsnorm_t(const float *x, int n_x, const float *w, int n, int D, float eps, const int32_t *rows, float *y)
 {
-    float *dx = (float *)upload(x, sizeof(float) * (size_t)n_x * D), *dw = (float *)upload(w, sizeof(float) * D);
+    float *dx = (float *)upload(x, sizeof(float) * (size_t)n_x * D),
+          *dw = w ? (float *)upload(w, sizeof(float) * D) : NULL;
     int32_t *dr = rows ? (int32_t *)upload(rows, sizeof(int32_t) * (size_t)n) : NULL;
     T *dy = poisoned<T>((size_t)n * D);
-    int rc = dx && dw && dy && (dr || !rows) ? 0 : QERR_DEVICE;
+    int rc = dx && (dw || !w) && dy && (dr || !rows) ? 0 : QERR_DEVICE;
     if (!rc) rc = sync_rc(qk_rmsnorm<T>(0, dy, dx, dw, n, D, eps, dr));
     if (!rc) rc = to_host<T>(y, dy, (size_t)n * D);
     cudaFree(dx);
@@ -271,6 +272,50 @@ extern "C" int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float 
 {
     if (!qk_gemv_ok((int)qdt_size(dtype), n, K) || F <= 0) return QERR_UNSUPPORTED;
     return BY_DTYPE(dtype, gemv_swiglu_t, x, W, n, F, K, h, mismatch);
+}
+
+template <typename T>
+static int gemv_norm_t(const float *x, const float *W, int n, int N, int K, float eps, int swiglu, int rows_per_warp,
+                       float *out)
+{
+    const size_t on = (size_t)n * N;
+    float *dy = swiglu ? NULL : poisoned<float>(on);
+    T *dx = to_device<T>(x, (size_t)n * K), *dW = to_device<T>(W, (size_t)(swiglu ? 2 : 1) * N * K),
+      *dh = swiglu ? poisoned<T>(on) : NULL;
+    int rc = dx && dW && (dy || dh) ? 0 : QERR_DEVICE;
+    if (!rc)
+        rc = sync_rc(swiglu ? qk_gemv_swiglu_norm<T>(0, dh, dx, dW, n, N, K, eps)
+                            : qk_gemv_norm<T>(0, dy, dx, dW, n, N, K, eps, rows_per_warp));
+    if (!rc && swiglu) rc = to_host<T>(out, dh, on);
+    if (!rc && !swiglu && cudaMemcpy(out, dy, sizeof(float) * on, cudaMemcpyDeviceToHost) != cudaSuccess)
+        rc = QERR_DEVICE;
+    void *bufs[] = { dx, dy, dW, dh };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
+    return rc;
+}
+
+extern "C" int cuda_selftest_gemv_norm(int dtype, const float *x, const float *W, int n, int N, int K, float eps,
+                                       int swiglu, int rows_per_warp, float *out)
+{
+    if (!qk_gemv_ok((int)qdt_size(dtype), n, K) || N <= 0) return QERR_UNSUPPORTED;
+    return BY_DTYPE(dtype, gemv_norm_t, x, W, n, N, K, eps, swiglu, rows_per_warp, out);
+}
+
+template <typename T> static int scale_cols_t(const float *W, const float *g, int N, int K, float *out)
+{
+    T *dW = to_device<T>(W, (size_t)N * K);
+    float *dg = (float *)upload(g, sizeof(float) * K);
+    int rc = dW && dg ? sync_rc(qk_scale_cols<T>(0, dW, dg, N, K)) : QERR_DEVICE;
+    if (!rc) rc = to_host<T>(out, dW, (size_t)N * K);
+    cudaFree(dW);
+    cudaFree(dg);
+    return rc;
+}
+
+extern "C" int cuda_selftest_scale_cols(int dtype, const float *W, const float *g, int N, int K, float *out)
+{
+    if (N <= 0 || K <= 0) return QERR_INVAL;
+    return BY_DTYPE(dtype, scale_cols_t, W, g, N, K, out);
 }
 
 template <typename T> static int fill_t(size_t n, uint64_t seed, float lo, float hi, float *out)

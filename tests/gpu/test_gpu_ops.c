@@ -208,7 +208,10 @@ static void test_rmsnorm(void)
                     for (int i = 0; i < D; i++) x[(size_t)r * D + i] = frand() * row_scale[r % 4];
                 for (int i = 0; i < D; i++) w[i] = frand() * 1.5f;
                 for (int i = 0; i < n; i++) rows[i] = i == 0 ? n_x - 1 : irand(n_x);
-                int rc = cuda_selftest_rmsnorm(dt, x, n_x, w, n, D, eps, gather ? rows : NULL, y);
+                /* Gathered rows run without weights (the layers' norms, whose
+                 * weights are folded into the projections after them). */
+                const float *wk = gather ? NULL : w;
+                int rc = cuda_selftest_rmsnorm(dt, x, n_x, wk, n, D, eps, gather ? rows : NULL, y);
                 double worst = rc ? INFINITY : 0;
                 for (int i = 0; !rc && i < n; i++) {
                     const float *xr = x + (size_t)(gather ? rows[i] : i) * D;
@@ -216,13 +219,13 @@ static void test_rmsnorm(void)
                     for (int j = 0; j < D; j++) ss += (double)xr[j] * xr[j];
                     const double inv = 1.0 / sqrt(ss / D + (double)eps);
                     for (int j = 0; j < D; j++) {
-                        double e = ulps(dt, y[(size_t)i * D + j], xr[j] * inv * w[j]);
+                        double e = ulps(dt, y[(size_t)i * D + j], xr[j] * inv * (wk ? w[j] : 1.0));
                         if (e > worst) worst = e;
                     }
                 }
                 const double lim = dt == QDT_F32 ? 4 : 1;
                 fprintf(stderr, "  rmsnorm %s D=%d %s: rc %d, max error %.3g ulp (limit %g)\n", dname(dt), D,
-                        gather ? "gathered rows" : "all rows", rc, worst, lim);
+                        gather ? "gathered rows, no weights" : "all rows", rc, worst, lim);
                 CHECK(rc == 0 && worst <= lim);
                 free(x), free(w), free(y);
             }
@@ -584,6 +587,98 @@ static void test_gemv_swiglu(void)
     CHECK_EQ_INT(cuda_selftest_gemv_swiglu(QDT_BF16, z, z, 9, 1, 8, out, &mm), QERR_UNSUPPORTED);
 }
 
+/* ---- qk_gemv_norm, qk_gemv_swiglu_norm, qk_scale_cols ---------------------- */
+
+static float round_to(int dt, float f);
+
+/* The projections with the RMSNorm before them folded in, against a double
+ * reference: y = (W x) / rms(x) from the residual rows in T (scaled by 1,
+ * 1e-3 and 30, so that eps and large rows are seen), and h = silu(g) * u of
+ * the two halves; and every token's bits the same alone as in a batch of 8,
+ * with 1 and 2 rows a warp. */
+static void test_gemv_norm(void)
+{
+    const int shapes[][2] = { { 7, 64 }, { 33, 264 }, { 300, 2048 }, { 2053, 4096 }, { 40, 8192 } };
+    const int dts[2] = { QDT_BF16, QDT_F16 }, NT = 8;
+    const float eps = 1e-5f, row_scale[3] = { 1.0f, 1e-3f, 30.0f };
+    for (int di = 0; di < 2; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int sw = 0; sw < 2; sw++) {
+                const int dt = dts[di], N = shapes[si][0], K = shapes[si][1], rows = sw ? 2 * N : N;
+                const size_t on = (size_t)NT * N;
+                float *x = malloc(sizeof(float) * NT * K), *Wm = malloc(sizeof(float) * (size_t)rows * K),
+                      *base = malloc(sizeof(float) * on), *y = malloc(sizeof(float) * on);
+                REQUIRE(x && Wm && base && y);
+                for (int t = 0; t < NT; t++)
+                    for (int k = 0; k < K; k++) x[(size_t)t * K + k] = frand() * row_scale[t % 3];
+                for (size_t i = 0; i < (size_t)rows * K; i++) Wm[i] = frand() * (float)(2.0 / sqrt(K));
+                REQUIRE(cuda_selftest_round(dt, Wm, (size_t)rows * K) == 0 &&
+                        cuda_selftest_round(dt, x, (size_t)NT * K) == 0);
+                int rc = cuda_selftest_gemv_norm(dt, x, Wm, NT, N, K, eps, sw, 1, base);
+                double num = 0, den = 0;
+                for (int t = 0; !rc && t < NT; t++) {
+                    const float *xr = x + (size_t)t * K;
+                    double ss = 0;
+                    for (int k = 0; k < K; k++) ss += (double)xr[k] * xr[k];
+                    const double inv = 1.0 / sqrt(ss / K + (double)eps);
+                    for (int j = 0; j < N; j++) {
+                        double d[2] = { 0, 0 };
+                        for (int u = 0; u < (sw ? 2 : 1); u++)
+                            for (int k = 0; k < K; k++) d[u] += (double)Wm[((size_t)u * N + j) * K + k] * xr[k];
+                        const double g = d[0] * inv, ref = sw ? g / (1.0 + exp(-g)) * d[1] * inv : g;
+                        const double got = base[(size_t)t * N + j];
+                        if (isnan(got)) num = INFINITY;
+                        num += (got - ref) * (got - ref);
+                        den += ref * ref;
+                    }
+                }
+                const double err = rc ? INFINITY : sqrt(num / den), lim = sw ? (dt == QDT_BF16 ? 8e-3 : 1e-3) : 1e-4;
+                size_t diff_bits = 0;
+                for (int n = 1; !rc && n <= NT; n++)
+                    for (int R = 1; !rc && R <= 2; R++) {
+                        if (sw && R == 2) continue;
+                        rc = cuda_selftest_gemv_norm(dt, x, Wm, n, N, K, eps, sw, R, y);
+                        for (size_t i = 0; !rc && i < (size_t)n * N; i++) diff_bits += fbits(y[i]) != fbits(base[i]);
+                    }
+                for (int t = 0; !rc && t < NT; t++) {
+                    rc = cuda_selftest_gemv_norm(dt, x + (size_t)t * K, Wm, 1, N, K, eps, sw, 1, y);
+                    for (int j = 0; !rc && j < N; j++) diff_bits += fbits(y[j]) != fbits(base[(size_t)t * N + j]);
+                }
+                fprintf(stderr,
+                        "  gemv with the norm folded in%s, %s N=%d K=%d: rc %d, relative error %.3g (limit %g), %zu "
+                        "results differ in bits from the 8-token batch\n",
+                        sw ? " and SwiGLU" : "", dname(dt), N, K, rc, err, lim, diff_bits);
+                CHECK(rc == 0 && err < lim && diff_bits == 0);
+                free(x), free(Wm), free(base), free(y);
+            }
+    float z[16] = { 0 }, out[16];
+    CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_F32, z, z, 1, 1, 8, eps, 0, 1, out), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_BF16, z, z, 9, 1, 8, eps, 1, 1, out), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_F16, z, z, 1, 1, 12, eps, 0, 1, out), QERR_UNSUPPORTED);
+}
+
+/* Folding a norm's weights into a matrix: each element rounded to the
+ * storage type once, from the float product, exactly as the host rounds. */
+static void test_scale_cols(void)
+{
+    const int N = 37, K = 264;
+    for (int di = 0; di < 3; di++) {
+        const int dt = all_dts[di];
+        float *W = malloc(sizeof(float) * N * K), *g = malloc(sizeof(float) * K), *out = malloc(sizeof(float) * N * K);
+        REQUIRE(W && g && out);
+        for (int i = 0; i < N * K; i++) W[i] = frand();
+        for (int k = 0; k < K; k++) g[k] = 0.5f + frand();
+        int rc = cuda_selftest_scale_cols(dt, W, g, N, K, out);
+        size_t bad = 0;
+        for (int i = 0; !rc && i < N * K; i++)
+            bad += fbits(out[i]) != fbits(round_to(dt, round_to(dt, W[i]) * g[i % K]));
+        fprintf(stderr, "  scale_cols %s %dx%d: rc %d, %zu elements differ from the host's rounding\n", dname(dt), N, K,
+                rc, bad);
+        CHECK(rc == 0 && bad == 0);
+        free(W), free(g), free(out);
+    }
+}
+
 /* ---- qk_fill_uniform ------------------------------------------------------ */
 
 /* The kernel's generator (cuda_ops.cu: fill_kernel) on the CPU: u in [0, 1). */
@@ -668,6 +763,8 @@ int main(void)
     QT_RUN(test_attn_rope);
     QT_RUN(test_gemv);
     QT_RUN(test_gemv_swiglu);
+    QT_RUN(test_gemv_norm);
+    QT_RUN(test_scale_cols);
     QT_RUN(test_fill_uniform);
     QT_MAIN_END();
 #endif
