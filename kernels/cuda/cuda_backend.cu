@@ -78,6 +78,9 @@ typedef struct {
     // projection kernel, which reads the residual stream itself
     // (QUIRE_CUDA_NORM_FOLD=n; 0: a norm kernel before each).
     int norm_fold;
+    // The shortest split of a decode context (QUIRE_CUDA_SPLIT_MIN, a power
+    // of two from 32; default 32).
+    int split_min;
     // QUIRE_CUDA_SKIP=mask leaves steps out, for timing what each costs in
     // place (the output is then meaningless): 1 norms, 2 Q/K/V, 4 RoPE and
     // attention, 8 output projection, 16 gate/up (and SwiGLU), 32 down,
@@ -452,7 +455,7 @@ static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
     mp->split_len = 32;
     if (n_dec > 0) {
         const long blocks = (long)n_dec * hp->n_kv_heads;
-        long len = 32;
+        long len = be->split_min;
         while (len < max_ctx && ((max_ctx + len - 1) / len) * blocks > 2L * be->n_sm) len *= 2;
         while ((max_ctx + len - 1) / len > 64) len *= 2;
         const int need = (int)((max_ctx + len - 1) / len);
@@ -871,6 +874,9 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     be->fuse = !(fu && *fu == '0');
     const char *nf = getenv("QUIRE_CUDA_NORM_FOLD");
     be->norm_fold = nf && *nf ? atoi(nf) : QK_GEMV_MAX;
+    const char *sm = getenv("QUIRE_CUDA_SPLIT_MIN");
+    be->split_min = 32;
+    while (sm && be->split_min < atoi(sm) && be->split_min < (1 << 20)) be->split_min *= 2;
     const char *pd = getenv("QUIRE_CUDA_PDL");
     qk_pdl = !(pd && *pd == '0');
     const char *gs = getenv("QUIRE_CUDA_GEMV_SPLIT");
