@@ -70,12 +70,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     __shared__ __align__(16) float qs[MAXG][DEC_QL][QST];
     __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG], bm[MAXG], bl[MAXG];
     __shared__ float sm_[MAXG][DEC_MAX_SPLIT], sl_[MAXG][DEC_MAX_SPLIT]; // the last block's view of the splits
-    // The warps' sums meet in one round where they fit (each warp's in its
-    // own slot, added in warp order by the readers), else warp after warp
-    // into one array.
-    constexpr bool ONE_ROUND = DEC_WARPS * MAXG * HDMAX <= 4096;
-    __shared__ float wacc[ONE_ROUND ? DEC_WARPS : 1][ONE_ROUND ? MAXG : 1][ONE_ROUND ? HDMAX : 1];
-    __shared__ float sacc[ONE_ROUND ? 1 : MAXG][HDMAX];
+    __shared__ float sacc[MAXG][HDMAX];
     __shared__ int last;
     // Until pdl_wait, only what no kernel of the pass writes: the metadata,
     // copied before the pass.
@@ -94,11 +89,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const bool kvec = hd % E == 0;                   // 16-byte pieces lie wholly inside the head
     const int d0 = lane * DPL;                       // this lane's dimensions of a V row
     const bool vvec = hd % DPL == 0, vlane = d0 < hd;
-    // The cache row of this lane's position in the warp's first step: the
-    // block table is metadata, so its load need not wait.
-    const int pfirst = min(p0 + warp * DEC_PW + lane / DEC_QL, p1 - 1);
-    const long long row_first = (long long)tab[pfirst / g.bs] * (long long)g.block_elems + (long long)head_off +
-                                (long long)(pfirst % g.bs) * hd;
     pdl_wait();
 #define QS(gi, d) qs[gi][(d) / KQ][(d) % KQ]
 
@@ -147,8 +137,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             QS(gi, d) = v;
         }
     }
-    if constexpr (!ONE_ROUND)
-        for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) sacc[idx / HDMAX][idx % HDMAX] = 0;
+    for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) sacc[idx / HDMAX][idx % HDMAX] = 0;
     __syncthreads(); // (the cache stores above are seen by the loads below)
 
     float m[MAXG], l[MAXG], acc[MAXG][DPL];
@@ -164,10 +153,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         const bool valid = p < p1;
         // This lane's row (a valid one for lanes past the end: their weight is 0).
         const int pr = valid ? p : p1 - 1;
-        const long long row = base == p0 + warp * DEC_PW
-                                  ? row_first
-                                  : (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off +
-                                        (long long)(pr % g.bs) * hd;
+        const long long row = (long long)tab[pr / g.bs] * (long long)g.block_elems + (long long)head_off +
+                              (long long)(pr % g.bs) * hd;
         // One round trip a step: a quarter of this lane's K row and this lane's
         // dimensions of the step's V rows, all issued before any is used.
         uint32_t kw[KW], vw[DEC_PW][VW];
@@ -249,7 +236,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
 #undef QS
     // Combine the warps: the block's maximum and sum for each query head,
-    // and the warps' sums scaled to that maximum, added in warp order.
+    // then the warps' scaled sums into shared memory.
     if (lane == 0) {
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) {
@@ -258,66 +245,43 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
-    if constexpr (ONE_ROUND) {
+    if (threadIdx.x < G) {
+        const int gi = threadIdx.x;
+        float M = -INFINITY, L = 0;
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
+        for (int w = 0; w < DEC_WARPS; w++)
+            if (wm[w][gi] != -INFINITY) L += wl[w][gi] * __expf(wm[w][gi] - M);
+        bm[gi] = M;
+        bl[gi] = L;
+    }
+    __syncthreads();
+    // The warps add their scaled sums one after another, in warp order: the
+    // result is the same bits on every run (float atomics would not be).
+    for (int w = 0; w < DEC_WARPS; w++) {
+        if (warp == w) {
 #pragma unroll
-        for (int gi = 0; gi < MAXG; gi++) {
-            if (gi >= G) break;
+            for (int gi = 0; gi < MAXG; gi++) {
+                if (gi >= G) break;
+                const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - bm[gi]);
 #pragma unroll
-            for (int k = 0; k < DPL; k++)
-                if (d0 + k < hd) wacc[warp][gi][d0 + k] = acc[gi][k];
-        }
-        __syncthreads();
-    } else {
-        if (threadIdx.x < G) {
-            const int gi = threadIdx.x;
-            float M = -INFINITY, L = 0;
-            for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
-            for (int w = 0; w < DEC_WARPS; w++)
-                if (wm[w][gi] != -INFINITY) L += wl[w][gi] * __expf(wm[w][gi] - M);
-            bm[gi] = M;
-            bl[gi] = L;
-        }
-        __syncthreads();
-        // The warps add their scaled sums one after another, in warp order:
-        // the result is the same bits on every run (float atomics would not be).
-        for (int w = 0; w < DEC_WARPS; w++) {
-            if (warp == w) {
-#pragma unroll
-                for (int gi = 0; gi < MAXG; gi++) {
-                    if (gi >= G) break;
-                    const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - bm[gi]);
-#pragma unroll
-                    for (int k = 0; k < DPL; k++)
-                        if (d0 + k < hd) sacc[gi][d0 + k] += acc[gi][k] * f;
-                }
+                for (int k = 0; k < DPL; k++)
+                    if (d0 + k < hd) sacc[gi][d0 + k] += acc[gi][k] * f;
             }
-            __syncthreads();
         }
+        __syncthreads();
     }
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
         const int gi = idx / HDMAX, d = idx % HDMAX;
         if (gi >= G || d >= hd) continue;
         const int h = kvh * G + gi;
-        float a, M, L;
-        if constexpr (ONE_ROUND) { // each reader forms the block's totals itself
-            M = -INFINITY, L = 0, a = 0;
-            for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
-            for (int w = 0; w < DEC_WARPS; w++) {
-                const float f = wm[w][gi] == -INFINITY ? 0.0f : __expf(wm[w][gi] - M);
-                if (wm[w][gi] != -INFINITY) L += wl[w][gi] * f;
-                a += wacc[w][gi][d] * f;
-            }
-        } else {
-            a = sacc[gi][d], M = bm[gi], L = bl[gi];
-        }
         if (n_eff == 1) {
-            out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(a / L);
+            out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(sacc[gi][d] / bl[gi]);
         } else {
             const size_t slot = ((size_t)i * g.H + h) * n_split + sp;
-            part_acc[slot * hd + d] = a;
+            part_acc[slot * hd + d] = sacc[gi][d];
             if (d == 0) {
-                part_ml[2 * slot] = M;
-                part_ml[2 * slot + 1] = L;
+                part_ml[2 * slot] = bm[gi];
+                part_ml[2 * slot + 1] = bl[gi];
             }
         }
     }
@@ -340,20 +304,26 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         sl_[gi][s2] = ml.y;
     }
     __syncthreads();
-    // Each reader forms its head's factors and total itself, in split order.
+    if (threadIdx.x < G) {
+        const int gi = threadIdx.x;
+        float M = -INFINITY, L = 0;
+        for (int s2 = 0; s2 < n_eff; s2++) M = fmaxf(M, sm_[gi][s2]);
+        for (int s2 = 0; s2 < n_eff; s2++) {
+            const float f = sm_[gi][s2] == -INFINITY ? 0.0f : __expf(sm_[gi][s2] - M);
+            L += sl_[gi][s2] * f;
+            sm_[gi][s2] = f;
+        }
+        bl[gi] = L;
+    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
         const int gi = idx / HDMAX, d = idx % HDMAX;
         if (gi >= G || d >= hd) continue;
         const float *pa = part_acc + (slot0 + (size_t)gi * n_split) * hd + d;
-        float M = -INFINITY, L = 0, a = 0;
-        for (int s2 = 0; s2 < n_eff; s2++) M = fmaxf(M, sm_[gi][s2]);
+        float a = 0;
 #pragma unroll 8
-        for (int s2 = 0; s2 < n_eff; s2++) {
-            const float f = sm_[gi][s2] == -INFINITY ? 0.0f : __expf(sm_[gi][s2] - M);
-            L += sl_[gi][s2] * f;
-            a += __ldcg(pa + (size_t)s2 * hd) * f;
-        }
-        out[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d] = fromf<T>(a / L);
+        for (int s2 = 0; s2 < n_eff; s2++) a += __ldcg(pa + (size_t)s2 * hd) * sm_[gi][s2];
+        out[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d] = fromf<T>(a / bl[gi]);
     }
     if (threadIdx.x == 0) part_cnt[(size_t)i * g.KV + kvh] = 0;
 }
