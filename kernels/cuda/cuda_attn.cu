@@ -10,28 +10,40 @@
 // loads of a step together, so a step is one round trip to memory and a
 // short chain of instructions (the kernel is latency-bound at batch 1).
 // The softmax is online (running max and sum).  Contexts are split over
-// blocks (split_len positions each); the last block of a token and KV head
-// to finish combines the partial maxima, sums and accumulators, in split
-// order.  For steps where every sequence has one new token, the kernel also
-// does rope_store's work for its token (qk_rope_in): the projections are
-// read raw, and the split holding the new position stores its key and
-// value before reading the cache.
+// blocks (split_len positions each).  Up to 16 splits are the blocks of one
+// thread-block cluster: each block reads the others' partial maxima, sums
+// and accumulators from their shared memory and forms its share of the
+// outputs, in split order.  More splits write their partials to global
+// memory and the last block of a token and KV head to finish combines
+// them, in the same order (the same bits).  Before waiting for the kernel
+// before it, a block asks L2 for its first step's keys and values, which
+// earlier passes wrote.  For steps where every sequence has one new
+// token, the kernel also does rope_store's work for its token
+// (qk_rope_in): the projections are read raw, and the split holding the
+// new position stores its key and value before reading the cache.
 //
 // Prefill (chunks of several tokens of one sequence): flash attention with
 // tensor cores (WMMA, bf16/f16 inputs, float accumulation), 64 queries by
 // 64 keys per step, the causal mask applied per element, the cached prefix
 // read through the block table like the new keys.
+#include <cooperative_groups.h>
 #include <math.h>
 #include <mma.h>
 
 #include "cuda_kernels.cuh"
 
 using namespace nvcuda;
+namespace cg = cooperative_groups;
 
 #define DEC_WARPS 4
 #define DEC_QL 4                    // lanes that score one position together
 #define DEC_PW (32 / DEC_QL)        // positions a warp takes per step
 #define DEC_MAX_SPLIT 64            // splits of one token's context, at most
+#define DEC_MAX_CLUSTER 16          // splits combined through distributed shared memory, at most
+
+int qk_attn_cluster = 1;
+int qk_attn_prefetch = 0;
+int qk_cluster_pad = 48;
 
 // n bytes (2, 4, 8 or a multiple of 16) at p into words w.
 template <int B> __device__ __forceinline__ void load_words(uint32_t *w, const void *p)
@@ -52,11 +64,20 @@ template <int B> __device__ __forceinline__ void load_words(uint32_t *w, const v
     }
 }
 
-template <typename T, int DPL, int MAXG, bool ROPE>
+// A block of a cluster with nothing to combine: its part in the cluster's
+// two barriers.
+__device__ __forceinline__ void cluster_leave()
+{
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    cl.sync();
+}
+
+template <typename T, int DPL, int MAXG, bool ROPE, bool CL>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
     attn_decode_kernel(const T *__restrict__ q, T *kc, T *vc, qattn_geom g, qk_rope_in rp,
                        const int32_t *__restrict__ tok_list, int split_len, int n_split, float *part_acc,
-                       float *part_ml, int *part_cnt, T *out)
+                       float *part_ml, int *part_cnt, T *out, int pf)
 {
     constexpr int HDMAX = 32 * DPL;                    // the lanes' DPL dimensions cover the head
     constexpr int KQ = HDMAX / DEC_QL;                 // dimensions a lane scores
@@ -70,7 +91,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     __shared__ __align__(16) float qs[MAXG][DEC_QL][QST];
     __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG], bm[MAXG], bl[MAXG];
     __shared__ float sm_[MAXG][DEC_MAX_SPLIT], sl_[MAXG][DEC_MAX_SPLIT]; // the last block's view of the splits
-    __shared__ float sacc[MAXG][HDMAX];
+    // The warps' sums meet in one round where they fit (each warp's in its
+    // own slot, added in warp order by the readers), else warp after warp
+    // into one array.
+    constexpr bool ONE_ROUND = DEC_WARPS * MAXG * HDMAX <= 4096;
+    __shared__ float wacc[ONE_ROUND ? DEC_WARPS : 1][ONE_ROUND ? MAXG : 1][ONE_ROUND ? HDMAX : 1];
+    __shared__ float sacc[ONE_ROUND && !CL ? 1 : MAXG][HDMAX];
     __shared__ int last;
     // Until pdl_wait, only what no kernel of the pass writes: the metadata,
     // copied before the pass.
@@ -79,8 +105,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int pnew = g.pos[t], ctx = pnew + 1;
     // This token's splits: the grid may have more (graphs are captured for
     // a bucketed count); the blocks past its context leave at once.
+    // (With CL, the splits are the blocks of one cluster: every block takes
+    // part in the cluster's two barriers, so those leave after them.)
     const int n_eff = (ctx + split_len - 1) / split_len;
-    if (sp >= n_eff) return;
+    if (sp >= n_eff) {
+        if constexpr (CL) cluster_leave();
+        return;
+    }
     const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
     const int32_t *tab = g.tables + g.seq_info[2 * g.seq[t]];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -89,6 +120,17 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const bool kvec = hd % E == 0;                   // 16-byte pieces lie wholly inside the head
     const int d0 = lane * DPL;                       // this lane's dimensions of a V row
     const bool vvec = hd % DPL == 0, vlane = d0 < hd;
+    if (pf) {
+        // The keys and values of the warp's first step were written by
+        // earlier passes (all but the new position's, stored below): they
+        // head for L2 while the kernel before this one finishes.
+        const int pp = min(p0 + warp * DEC_PW + lane / DEC_QL, p1 - 1);
+        const size_t row = (size_t)tab[pp / g.bs] * g.block_elems + head_off + (size_t)(pp % g.bs) * hd;
+        for (int e = kd0; e < kd0 + KQ && e < hd; e += 32 / (int)sizeof(T)) {
+            prefetch_l2(kc + row + e);
+            prefetch_l2(vc + row + e);
+        }
+    }
     pdl_wait();
 #define QS(gi, d) qs[gi][(d) / KQ][(d) % KQ]
 
@@ -137,7 +179,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             QS(gi, d) = v;
         }
     }
-    for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) sacc[idx / HDMAX][idx % HDMAX] = 0;
+    if constexpr (!ONE_ROUND)
+        for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) sacc[idx / HDMAX][idx % HDMAX] = 0;
     __syncthreads(); // (the cache stores above are seen by the loads below)
 
     float m[MAXG], l[MAXG], acc[MAXG][DPL];
@@ -236,7 +279,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     }
 #undef QS
     // Combine the warps: the block's maximum and sum for each query head,
-    // then the warps' scaled sums into shared memory.
+    // and the warps' sums scaled to that maximum, added in warp order.
     if (lane == 0) {
 #pragma unroll
         for (int gi = 0; gi < MAXG; gi++) {
@@ -245,47 +288,123 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
-    if (threadIdx.x < G) {
-        const int gi = threadIdx.x;
-        float M = -INFINITY, L = 0;
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
-        for (int w = 0; w < DEC_WARPS; w++)
-            if (wm[w][gi] != -INFINITY) L += wl[w][gi] * __expf(wm[w][gi] - M);
-        bm[gi] = M;
-        bl[gi] = L;
-    }
-    __syncthreads();
-    // The warps add their scaled sums one after another, in warp order: the
-    // result is the same bits on every run (float atomics would not be).
-    for (int w = 0; w < DEC_WARPS; w++) {
-        if (warp == w) {
+    if constexpr (ONE_ROUND) {
 #pragma unroll
-            for (int gi = 0; gi < MAXG; gi++) {
-                if (gi >= G) break;
-                const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - bm[gi]);
+        for (int gi = 0; gi < MAXG; gi++) {
+            if (gi >= G) break;
 #pragma unroll
-                for (int k = 0; k < DPL; k++)
-                    if (d0 + k < hd) sacc[gi][d0 + k] += acc[gi][k] * f;
-            }
+            for (int k = 0; k < DPL; k++)
+                if (d0 + k < hd) wacc[warp][gi][d0 + k] = acc[gi][k];
         }
         __syncthreads();
+    } else {
+        if (threadIdx.x < G) {
+            const int gi = threadIdx.x;
+            float M = -INFINITY, L = 0;
+            for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
+            for (int w = 0; w < DEC_WARPS; w++)
+                if (wm[w][gi] != -INFINITY) L += wl[w][gi] * __expf(wm[w][gi] - M);
+            bm[gi] = M;
+            bl[gi] = L;
+        }
+        __syncthreads();
+        // The warps add their scaled sums one after another, in warp order:
+        // the result is the same bits on every run (float atomics would not be).
+        for (int w = 0; w < DEC_WARPS; w++) {
+            if (warp == w) {
+#pragma unroll
+                for (int gi = 0; gi < MAXG; gi++) {
+                    if (gi >= G) break;
+                    const float f = m[gi] == -INFINITY ? 0.0f : __expf(m[gi] - bm[gi]);
+#pragma unroll
+                    for (int k = 0; k < DPL; k++)
+                        if (d0 + k < hd) sacc[gi][d0 + k] += acc[gi][k] * f;
+                }
+            }
+            __syncthreads();
+        }
     }
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
         const int gi = idx / HDMAX, d = idx % HDMAX;
         if (gi >= G || d >= hd) continue;
         const int h = kvh * G + gi;
+        float a, M, L;
+        if constexpr (ONE_ROUND) { // each reader forms the block's totals itself
+            M = -INFINITY, L = 0, a = 0;
+            for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, wm[w][gi]);
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float f = wm[w][gi] == -INFINITY ? 0.0f : __expf(wm[w][gi] - M);
+                if (wm[w][gi] != -INFINITY) L += wl[w][gi] * f;
+                a += wacc[w][gi][d] * f;
+            }
+        } else {
+            a = sacc[gi][d], M = bm[gi], L = bl[gi];
+        }
         if (n_eff == 1) {
-            out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(sacc[gi][d] / bl[gi]);
+            out[(size_t)t * g.H * hd + (size_t)h * hd + d] = fromf<T>(a / L);
+        } else if constexpr (CL) {
+            if constexpr (ONE_ROUND) {
+                sacc[gi][d] = a;
+                if (d == 0) bm[gi] = M, bl[gi] = L;
+            }
         } else {
             const size_t slot = ((size_t)i * g.H + h) * n_split + sp;
-            part_acc[slot * hd + d] = sacc[gi][d];
+            part_acc[slot * hd + d] = a;
             if (d == 0) {
-                part_ml[2 * slot] = bm[gi];
-                part_ml[2 * slot + 1] = bl[gi];
+                part_ml[2 * slot] = M;
+                part_ml[2 * slot + 1] = L;
             }
         }
     }
-    if (n_eff == 1) return;
+    if (n_eff == 1) {
+        if constexpr (CL) cluster_leave();
+        return;
+    }
+    if constexpr (CL) {
+        // The cluster's blocks are this token's splits (rank = split): after
+        // the barrier, each block reads every split's maxima, sums and
+        // accumulators from the others' shared memory and forms its share
+        // of the outputs, adding in split order exactly as the combine
+        // below does (the same bits either way).  The second barrier keeps
+        // every block's shared memory until all have read it.
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync();
+        // This block's share of the outputs: each thread's accumulators
+        // from every split, requested along with the splits' maxima and
+        // sums, then formed in split order as the combine below forms them.
+        const int tot = G * hd, chunk = (tot + n_eff - 1) / n_eff, e1 = min(tot, (sp + 1) * chunk);
+        float as[DEC_MAX_CLUSTER];
+        auto gather = [&](int e) {
+            const float *pa = &sacc[e / hd][e % hd];
+#pragma unroll
+            for (int s2 = 0; s2 < DEC_MAX_CLUSTER; s2++)
+                if (s2 < n_eff) as[s2] = *cl.map_shared_rank(pa, s2);
+        };
+        int e = sp * chunk + threadIdx.x;
+        if (e < e1) gather(e);
+        for (int idx = threadIdx.x; idx < G * n_eff; idx += blockDim.x) {
+            const int gi = idx / n_eff, s2 = idx % n_eff;
+            sm_[gi][s2] = cl.map_shared_rank(&bm[0], s2)[gi];
+            sl_[gi][s2] = cl.map_shared_rank(&bl[0], s2)[gi];
+        }
+        __syncthreads();
+        for (; e < e1; e += blockDim.x) {
+            if (e != sp * chunk + (int)threadIdx.x) gather(e);
+            const int gi = e / hd, d = e % hd;
+            float M = -INFINITY, L = 0, a = 0;
+            for (int s2 = 0; s2 < n_eff; s2++) M = fmaxf(M, sm_[gi][s2]);
+#pragma unroll
+            for (int s2 = 0; s2 < DEC_MAX_CLUSTER; s2++)
+                if (s2 < n_eff) {
+                    const float f = sm_[gi][s2] == -INFINITY ? 0.0f : __expf(sm_[gi][s2] - M);
+                    L += sl_[gi][s2] * f;
+                    a += as[s2] * f;
+                }
+            out[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d] = fromf<T>(a / L);
+        }
+        cl.sync();
+        return;
+    }
     // The last split of this (token, KV head) to finish combines all of
     // them, in split order; its counter is left at 0 for the next pass.
     __threadfence();
@@ -304,49 +423,43 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         sl_[gi][s2] = ml.y;
     }
     __syncthreads();
-    if (threadIdx.x < G) {
-        const int gi = threadIdx.x;
-        float M = -INFINITY, L = 0;
-        for (int s2 = 0; s2 < n_eff; s2++) M = fmaxf(M, sm_[gi][s2]);
-        for (int s2 = 0; s2 < n_eff; s2++) {
-            const float f = sm_[gi][s2] == -INFINITY ? 0.0f : __expf(sm_[gi][s2] - M);
-            L += sl_[gi][s2] * f;
-            sm_[gi][s2] = f;
-        }
-        bl[gi] = L;
-    }
-    __syncthreads();
+    // Each reader forms its head's factors and total itself, in split order.
     for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
         const int gi = idx / HDMAX, d = idx % HDMAX;
         if (gi >= G || d >= hd) continue;
         const float *pa = part_acc + (slot0 + (size_t)gi * n_split) * hd + d;
-        float a = 0;
+        float M = -INFINITY, L = 0, a = 0;
+        for (int s2 = 0; s2 < n_eff; s2++) M = fmaxf(M, sm_[gi][s2]);
 #pragma unroll 8
-        for (int s2 = 0; s2 < n_eff; s2++) a += __ldcg(pa + (size_t)s2 * hd) * sm_[gi][s2];
-        out[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d] = fromf<T>(a / bl[gi]);
+        for (int s2 = 0; s2 < n_eff; s2++) {
+            const float f = sm_[gi][s2] == -INFINITY ? 0.0f : __expf(sm_[gi][s2] - M);
+            L += sl_[gi][s2] * f;
+            a += __ldcg(pa + (size_t)s2 * hd) * f;
+        }
+        out[(size_t)t * g.H * hd + (size_t)(kvh * G + gi) * hd + d] = fromf<T>(a / L);
     }
     if (threadIdx.x == 0) part_cnt[(size_t)i * g.KV + kvh] = 0;
 }
 
 template <typename T>
 using decode_fn = void (*)(const T *, T *, T *, qattn_geom, qk_rope_in, const int32_t *, int, int, float *, float *,
-                           int *, T *);
+                           int *, T *, int);
 
 // The instance for a head size and a number of query heads per KV head.
-template <typename T, bool ROPE, int DPL> static decode_fn<T> decode_pick_g(int G)
+template <typename T, bool ROPE, bool CL, int DPL> static decode_fn<T> decode_pick_g(int G)
 {
-    if (G <= 4) return attn_decode_kernel<T, DPL, 4, ROPE>;
-    if (G <= 8) return attn_decode_kernel<T, DPL, 8, ROPE>;
-    if (G <= 16) return attn_decode_kernel<T, DPL, 16, ROPE>;
+    if (G <= 4) return attn_decode_kernel<T, DPL, 4, ROPE, CL>;
+    if (G <= 8) return attn_decode_kernel<T, DPL, 8, ROPE, CL>;
+    if (G <= 16) return attn_decode_kernel<T, DPL, 16, ROPE, CL>;
     return NULL;
 }
 
-template <typename T, bool ROPE> static decode_fn<T> decode_pick(int hd, int G)
+template <typename T, bool ROPE, bool CL> static decode_fn<T> decode_pick(int hd, int G)
 {
-    if (hd <= 32) return decode_pick_g<T, ROPE, 1>(G);
-    if (hd <= 64) return decode_pick_g<T, ROPE, 2>(G);
-    if (hd <= 128) return decode_pick_g<T, ROPE, 4>(G);
-    if (hd <= 256) return decode_pick_g<T, ROPE, 8>(G);
+    if (hd <= 32) return decode_pick_g<T, ROPE, CL, 1>(G);
+    if (hd <= 64) return decode_pick_g<T, ROPE, CL, 2>(G);
+    if (hd <= 128) return decode_pick_g<T, ROPE, CL, 4>(G);
+    if (hd <= 256) return decode_pick_g<T, ROPE, CL, 8>(G);
     return NULL;
 }
 
@@ -360,11 +473,44 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
         return QERR_INVAL;
     if (rope && (rope->rope_dim < 2 || rope->rope_dim > g->hd || rope->rope_dim % 2)) return QERR_INVAL;
     const int G = g->H / g->KV;
-    const decode_fn<T> kernel = rope ? decode_pick<T, true>(g->hd, G) : decode_pick<T, false>(g->hd, G);
+    // Up to 16 splits, one cluster's blocks, combine through distributed
+    // shared memory (qk_attn_cluster = 0: always through global memory).
+    const bool cl = qk_attn_cluster && n_split > 1 && n_split <= DEC_MAX_CLUSTER;
+    const decode_fn<T> kernel = cl ? (rope ? decode_pick<T, true, true>(g->hd, G)
+                                           : decode_pick<T, false, true>(g->hd, G))
+                                   : (rope ? decode_pick<T, true, false>(g->hd, G)
+                                           : decode_pick<T, false, false>(g->hd, G));
     if (!kernel) return QERR_UNSUPPORTED;
+    if (cl) {
+        // Clusters of more than 8 blocks (Hopper allows 16) and more than
+        // 48 KB of shared memory are opt-in per kernel, once (the backend's
+        // thread is the only caller).
+        static const void *opted[64];
+        static int n_opted;
+        bool seen = false;
+        for (int k = 0; k < n_opted; k++) seen = seen || opted[k] == (const void *)kernel;
+        if (!seen) {
+            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 << 10);
+            if (e != cudaSuccess) {
+                QLOGE("cuda: attn_decode clusters: %s", cudaGetErrorString(e));
+                return QERR_DEVICE;
+            }
+            if (n_opted < 64) opted[n_opted++] = (const void *)kernel;
+        }
+    }
+    // A small grid's clusters are packed onto few SMs, which then share
+    // their load bandwidth: unused shared memory keeps them apart (H200,
+    // batch 1: 1B 1,280 -> 1,340 tok/s, 8B 254 -> 258; larger grids fill the
+    // SMs anyway, and lose by it).
+    const size_t pad = cl && qk_cluster_pad > 0 && (long)n * g->KV * n_split <= qk_n_sm()
+                           ? (size_t)min(qk_cluster_pad, 160) << 10
+                           : 0;
     const qk_rope_in none = {};
-    qk_launch(kernel, dim3(n, g->KV, n_split), DEC_WARPS * 32, 0, st, q, kc, vc, *g, rope ? *rope : none, tok_list,
-              split_len, n_split, part_acc, part_ml, part_cnt, out);
+    qk_launch_cluster(kernel, dim3(n, g->KV, n_split), DEC_WARPS * 32, pad, st, cl ? n_split : 0, q, kc, vc, *g,
+                      rope ? *rope : none, tok_list, split_len, n_split, part_acc, part_ml, part_cnt, out,
+                      qk_attn_prefetch);
     CK_LAUNCH("attn_decode");
     return 0;
 }

@@ -79,8 +79,14 @@ typedef struct {
     // (QUIRE_CUDA_NORM_FOLD=n; 0: a norm kernel before each).
     int norm_fold;
     // The shortest split of a decode context (QUIRE_CUDA_SPLIT_MIN, a power
-    // of two from 32; default 32).
-    int split_min;
+    // of two from 32; default 32), the decode-attention blocks per SM the
+    // splits aim at (QUIRE_CUDA_SPLIT_FILL) and the most splits
+    // (QUIRE_CUDA_SPLIT_MAX, at most 64).
+    int split_min, split_fill, split_max;
+    // Weight rows a warp of the projection kernel takes for one token
+    // (QUIRE_CUDA_GEMV_ROWS1: 1, 2, or 0 by the shape, the default; 2 for
+    // more tokens).
+    int rows1;
     // QUIRE_CUDA_SKIP=mask leaves steps out, for timing what each costs in
     // place (the output is then meaningless): 1 norms, 2 Q/K/V, 4 RoPE and
     // attention, 8 output projection, 16 gate/up (and SwiGLU), 32 down,
@@ -328,7 +334,7 @@ static int ensure_meta(cuda_be *be, size_t n)
 static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta, void *yc = NULL)
 {
     if (be->gemv && qk_gemv_ok((int)be->esz, T, K)) { // a few tokens: the weight-streaming kernel
-        const int rows = T == 1 ? 1 : 2;
+        const int rows = T == 1 ? be->rows1 : 2;
         if (be->wt == QDT_BF16)
             return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, rows, (bf16 *)yc);
         return qk_gemv<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, rows,
@@ -447,17 +453,19 @@ static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
         }
     }
     // Splits: the shortest power-of-two length from 32 positions (one step
-    // of the kernel's four warps) that gives at most enough blocks to fill
-    // the GPU twice, and at most 64 splits.  The grid's count is rounded up
-    // to a power of two (each token uses what its context needs), so that
-    // few distinct plans, and graphs, occur.
+    // of the kernel's four warps) that gives at most 8 blocks an SM (a
+    // block is latency-bound: at 4,000 positions and 16 sequences, 8 an SM
+    // decode the 1B shape at 5,840 tok/s, 2 at 4,090), and at most 64
+    // splits.  The grid's count is rounded up to a power of two (each
+    // token uses what its context needs), so that few distinct plans, and
+    // graphs, occur.
     mp->n_split = 1;
     mp->split_len = 32;
     if (n_dec > 0) {
         const long blocks = (long)n_dec * hp->n_kv_heads;
         long len = be->split_min;
-        while (len < max_ctx && ((max_ctx + len - 1) / len) * blocks > 2L * be->n_sm) len *= 2;
-        while ((max_ctx + len - 1) / len > 64) len *= 2;
+        while (len < max_ctx && ((max_ctx + len - 1) / len) * blocks > (long)be->split_fill * be->n_sm) len *= 2;
+        while ((max_ctx + len - 1) / len > be->split_max) len *= 2;
         const int need = (int)((max_ctx + len - 1) / len);
         mp->split_len = (int)len;
         while (mp->n_split < need) mp->n_split *= 2;
@@ -510,7 +518,7 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         prof_mark(be, PF_NORM1, l);
         if (!(sk & 2) &&
             (rc = fold ? qk_gemv_norm<T>(st, be->qkv, xn, (const T *)L->wqkv, T_, qd + 2 * kvd, D, hp->norm_eps,
-                                         T_ == 1 ? 1 : 2)
+                                         T_ == 1 ? be->rows1 : 2)
                        : gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)))
             break;
         prof_mark(be, PF_QKV, l);
@@ -877,10 +885,21 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     const char *sm = getenv("QUIRE_CUDA_SPLIT_MIN");
     be->split_min = 32;
     while (sm && be->split_min < atoi(sm) && be->split_min < (1 << 20)) be->split_min *= 2;
+    const char *sf = getenv("QUIRE_CUDA_SPLIT_FILL"), *sx = getenv("QUIRE_CUDA_SPLIT_MAX");
+    be->split_fill = sf && atoi(sf) > 0 ? atoi(sf) : 8;
+    be->split_max = sx && atoi(sx) > 0 && atoi(sx) < 64 ? atoi(sx) : 64;
     const char *pd = getenv("QUIRE_CUDA_PDL");
     qk_pdl = !(pd && *pd == '0');
     const char *gs = getenv("QUIRE_CUDA_GEMV_SPLIT");
     qk_gemv_split = gs && *gs ? atoi(gs) : 2;
+    const char *ac = getenv("QUIRE_CUDA_CLUSTER");
+    qk_attn_cluster = !(ac && *ac == '0');
+    const char *r1 = getenv("QUIRE_CUDA_GEMV_ROWS1");
+    be->rows1 = r1 && (*r1 == '1' || *r1 == '2') ? *r1 - '0' : 0;
+    const char *cp = getenv("QUIRE_CUDA_CLUSTER_PAD");
+    qk_cluster_pad = cp && *cp ? atoi(cp) : 48;
+    const char *ap = getenv("QUIRE_CUDA_ATTN_PREFETCH");
+    qk_attn_prefetch = ap && *ap ? atoi(ap) != 0 : 1;
     // cuBLAS gets its workspace up front: nothing may allocate during graph capture.
     const size_t ws = (size_t)32 << 20;
     if (!rc && (dmalloc(&be->blas_ws, ws) || cublasSetWorkspace(be->blas, be->blas_ws, ws) != CUBLAS_STATUS_SUCCESS))

@@ -45,6 +45,34 @@ extern int qk_pdl;
 // How the projection kernel splits K over warps (QUIRE_CUDA_GEMV_SPLIT: 0
 // never, 1 in two for middling matrices only, 2 also long rows; cuda_ops.cu).
 extern int qk_gemv_split;
+// Whether decode attention combines up to 16 splits in a thread-block
+// cluster (QUIRE_CUDA_CLUSTER=0: through global memory; cuda_attn.cu).
+extern int qk_attn_cluster;
+// Whether decode attention asks the L2 cache for its first step's keys and
+// values before it waits for the kernel before it (QUIRE_CUDA_ATTN_PREFETCH;
+// cuda_attn.cu).
+extern int qk_attn_prefetch;
+// KB of shared memory that decode attention's blocks ask for beyond their
+// own when they are clustered and no more than the GPU's SMs, so that few
+// share an SM (QUIRE_CUDA_CLUSTER_PAD, default 48; cuda_attn.cu).
+extern int qk_cluster_pad;
+
+// The current device's SM count (132 if it cannot be read), cached.
+static inline int qk_n_sm()
+{
+    static int n_sm;
+    int dev = 0;
+    if (!n_sm && (cudaGetDevice(&dev) != cudaSuccess ||
+                  cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess))
+        n_sm = 132;
+    return n_sm;
+}
+
+// The cache line holding p, fetched into L2 (no registers, no wait).
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 
 __device__ __forceinline__ void pdl_wait()
 {
@@ -57,21 +85,38 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+// A launch whose blocks form clusters of cz along z (cz = 0: none).
 template <typename... KArgs, typename... Args>
-static inline cudaError_t qk_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                                    Args... args)
+static inline cudaError_t qk_launch_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                            cudaStream_t st, int cz, Args... args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (qk_pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cz > 0) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = 1;
+        at[n].val.clusterDim.y = 1;
+        at[n++].val.clusterDim.z = (unsigned)cz;
+    }
     cfg.attrs = at;
-    cfg.numAttrs = qk_pdl ? 1 : 0;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t qk_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                    Args... args)
+{
+    return qk_launch_cluster(kernel, grid, block, smem, st, 0, args...);
 }
 
 __device__ __forceinline__ float tof(float x) { return x; }

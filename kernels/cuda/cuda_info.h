@@ -32,6 +32,7 @@ typedef struct {
     const int32_t *seq_info, *tables;
     int n_table;
     int n_split, split_len;
+    int global_combine; /* 1: decode splits combined through global memory even where a cluster could */
 } cuda_attn_case;
 
 /* Writes n_tok * H * hd floats into out; 0 or a QERR_* code. */

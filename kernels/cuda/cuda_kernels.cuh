@@ -96,7 +96,8 @@ int qk_attn_prefill(cudaStream_t st, const T *q, const T *kc, const T *vc, const
 bool qk_attn_prefill_ok(int elem_bytes, int hd);
 // y(n, N) = x(n, K) W(N, K)^T + beta y for n <= QK_GEMV_MAX tokens
 // (bf16/f16, K a multiple of 8: qk_gemv_ok); y float; 1 or 2 rows a warp
-// (the same sums either way).  yc, unless NULL, receives y in T as well
+// (the same sums either way), or 0: 2 where one row a warp would take more
+// than one wave of blocks (the 8B shapes), else 1.  yc, unless NULL, receives y in T as well
 // (the residual stream for a projection with the norm folded in).
 #define QK_GEMV_MAX 8
 template <typename T>

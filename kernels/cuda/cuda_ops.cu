@@ -368,10 +368,19 @@ static int gemv_split_rows(cudaStream_t st, float *y, T *h, const T *x, const T 
     }
 }
 
+// Rows a warp for rows_per_warp = 0: two where one would need more blocks
+// than the GPU holds at once (8 of 256 threads an SM), so that the stream
+// is not cut into a full wave and a partial one; else one, whose extra
+// blocks keep more loads in flight.  On the H200 at one token: the 8B
+// shapes 254 tok/s with two against 248 with one, the 1B shapes 1,274
+// with one against 1,205 with two.
+static int gemv_rows_auto(int N, int S) { return (long)N * S / 8 > 8L * qk_n_sm() ? 2 : 1; }
+
 template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp, T *yc)
 {
     const int S = gemv_split(N, K);
+    if (rows_per_warp == 0) rows_per_warp = gemv_rows_auto(N, S);
     if (rows_per_warp == 2) return gemv_split_rows<T, 2, false, false>(st, y, yc, x, W, n, N, K, beta, S, 0.0f);
     return gemv_split_rows<T, 1, false, false>(st, y, yc, x, W, n, N, K, beta, S, 0.0f);
 }
@@ -387,6 +396,7 @@ template <typename T>
 int qk_gemv_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps, int rows_per_warp)
 {
     const int S = gemv_split(N, K);
+    if (rows_per_warp == 0) rows_per_warp = gemv_rows_auto(N, S);
     if (rows_per_warp == 2) return gemv_split_rows<T, 2, false, true>(st, y, NULL, x, W, n, N, K, 0.0f, S, eps);
     return gemv_split_rows<T, 1, false, true>(st, y, NULL, x, W, n, N, K, 0.0f, S, eps);
 }

@@ -86,7 +86,12 @@ static int attention_t(const cuda_attn_case *c, float *out)
         const qattn_geom g = qk_geom(meta + off_pos, meta + off_seq, meta + off_info, meta + off_tab, c->H, c->KV,
                                      c->hd, c->bs);
         if (c->prefill) rc = qk_attn_prefill<T>(0, q, kc, vc, &g, (const int4 *)meta, n_tiles, o);
-        else rc = decode_twice<T>(q, kc, vc, &g, meta + off_list, c, pa, pm, pc, o, q_n);
+        else {
+            const int keep = qk_attn_cluster;
+            qk_attn_cluster = !c->global_combine;
+            rc = decode_twice<T>(q, kc, vc, &g, meta + off_list, c, pa, pm, pc, o, q_n);
+            qk_attn_cluster = keep;
+        }
         if (!rc && cudaDeviceSynchronize() != cudaSuccess) rc = QERR_DEVICE;
         if (!rc) rc = to_host<T>(out, o, q_n);
     }

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 #include "qtest.h"
@@ -69,10 +70,21 @@ static double run_case(int dtype, int prefill, int H, int KV, int hd, const layo
         for (int i = 0; i < lay->len[s]; i++, t++) pos[t] = lay->pos0[s] + i, seq[t] = s;
     }
     cuda_attn_case c = { dtype, prefill, H, KV, hd, bs, nb, kc, vc, q, n_tok, pos, seq, lay->n_seqs, info, tables,
-                         n_table, n_split, split_len };
+                         n_table, n_split, split_len, 0 };
     double num = 0, den = 0;
     int rc = cuda_selftest_attention(&c, out);
     if (rc) num = 1e30, den = 1;
+    if (!rc && !prefill && n_split > 1) {
+        /* The splits combined in a cluster (up to 16) and through global
+         * memory: the same bits. */
+        float *out2 = malloc(q_n * 4);
+        c.global_combine = 1;
+        if (cuda_selftest_attention(&c, out2) || memcmp(out, out2, q_n * 4)) {
+            fprintf(stderr, "  decode H=%d KV=%d hd=%d splits=%d: the two combines differ\n", H, KV, hd, n_split);
+            num = INFINITY;
+        }
+        free(out2);
+    }
     const int G = H / KV;
     double *sc = malloc(sizeof(double) * 8192);
     for (int tk = 0; !rc && tk < n_tok; tk++) {
@@ -117,8 +129,8 @@ static void test_decode_attention(void)
         for (int di = 0; di < 3; di++) {
             layout lay = { 6, { 0, 5, 100, 1000, 2999, 31 }, { 1, 1, 1, 1, 1, 1 } };
             for (int s = 0; s < 6; s++) lay.pos0[s] = irand(lay.pos0[s] + 1);
-            const int splits[3][2] = { { 1, 3000 }, { 4, 768 }, { 24, 128 } };
-            for (int k = 0; k < 3; k++) {
+            const int splits[4][2] = { { 1, 3000 }, { 4, 768 }, { 16, 192 }, { 24, 128 } };
+            for (int k = 0; k < 4; k++) {
                 double e = run_case(dts[di], 0, shapes[si][0], shapes[si][1], shapes[si][2], &lay, splits[k][0],
                                     splits[k][1]);
                 if (!(e < tol(dts[di])) || (si == 0 && k == 1))

@@ -412,7 +412,7 @@ static void test_attn_rope(void)
         { 32, 8, 64, 64, 1, 0, 500000 }, { 32, 8, 128, 128, 1, 0, 500000 }, { 28, 4, 128, 128, 1, 1, 1000000 },
         { 8, 4, 128, 64, 0, 1, 10000 },  { 6, 2, 20, 12, 0, 1, 10000 },      { 16, 1, 64, 64, 1, 0, 10000 },
     };
-    static const int splits[3][2] = { { 1, 4096 }, { 4, 1024 }, { 32, 128 } };
+    static const int splits[4][2] = { { 1, 4096 }, { 4, 1024 }, { 16, 256 }, { 32, 128 } };
     const int bs = 16, n = 6, pos0[6] = { 0, 5, 100, 1000, 4000, 31 };
     for (int di = 0; di < 3; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -443,7 +443,7 @@ static void test_attn_rope(void)
             memcpy(tables, perm, 4 * (size_t)n_table);
             cuda_rope_case c = { dt,  s->neox, s->rope_dim, s->H, s->KV, s->hd, bs,     nb,    qkv,
                                  s->bias ? bias : NULL, freq, n, pos, seq, n, info, tables, n_table };
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 4; k++) {
                 size_t mismatch = 1;
                 int rc = cuda_selftest_attn_rope(&c, kc, vc, splits[k][0], splits[k][1], out, &mismatch);
                 size_t nan = 0;
