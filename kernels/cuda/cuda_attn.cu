@@ -43,7 +43,7 @@ namespace cg = cooperative_groups;
 
 int qk_attn_cluster = 1;
 int qk_attn_prefetch = 0;
-int qk_cluster_pad = 48;
+int qk_cluster_pad = 48, qk_cluster_pad_small = 112;
 
 // n bytes (2, 4, 8 or a multiple of 16) at p into words w.
 template <int B> __device__ __forceinline__ void load_words(uint32_t *w, const void *p)
@@ -501,12 +501,17 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
         }
     }
     // A small grid's clusters are packed onto few SMs, which then share
-    // their load bandwidth: unused shared memory keeps them apart (H200,
-    // batch 1: 1B 1,280 -> 1,340 tok/s, 8B 254 -> 258; larger grids fill the
-    // SMs anyway, and lose by it).
-    const size_t pad = cl && qk_cluster_pad > 0 && (long)n * g->KV * n_split <= qk_n_sm()
-                           ? (size_t)min(qk_cluster_pad, 160) << 10
-                           : 0;
+    // their load bandwidth: unused shared memory keeps them apart.  On the
+    // H200 at batch 1 (64 blocks), 112 KB (one block an SM): 1B 1,265 ->
+    // 1,328 tok/s, 8B 253 -> 258; at batch 2 (128 blocks) 48 KB (three):
+    // 1B 2,253 -> 2,380, where 112 KB gives 2,130.  Larger grids fill the
+    // SMs anyway, and lose by it.
+    const long blocks = (long)n * g->KV * n_split;
+    const int pad_kb = !cl                       ? 0
+                       : 2 * blocks <= qk_n_sm() ? qk_cluster_pad_small
+                       : blocks <= qk_n_sm()     ? qk_cluster_pad
+                                                 : 0;
+    const size_t pad = pad_kb > 0 ? (size_t)min(pad_kb, 160) << 10 : 0;
     const qk_rope_in none = {};
     qk_launch_cluster(kernel, dim3(n, g->KV, n_split), DEC_WARPS * 32, pad, st, cl ? n_split : 0, q, kc, vc, *g,
                       rope ? *rope : none, tok_list, split_len, n_split, part_acc, part_ml, part_cnt, out,

@@ -898,6 +898,8 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     be->rows1 = r1 && (*r1 == '1' || *r1 == '2') ? *r1 - '0' : 0;
     const char *cp = getenv("QUIRE_CUDA_CLUSTER_PAD");
     qk_cluster_pad = cp && *cp ? atoi(cp) : 48;
+    const char *cq = getenv("QUIRE_CUDA_CLUSTER_PAD_SMALL");
+    qk_cluster_pad_small = cq && *cq ? atoi(cq) : 112;
     const char *ap = getenv("QUIRE_CUDA_ATTN_PREFETCH");
     qk_attn_prefetch = ap && *ap ? atoi(ap) != 0 : 1;
     // cuBLAS gets its workspace up front: nothing may allocate during graph capture.

@@ -53,9 +53,11 @@ extern int qk_attn_cluster;
 // cuda_attn.cu).
 extern int qk_attn_prefetch;
 // KB of shared memory that decode attention's blocks ask for beyond their
-// own when they are clustered and no more than the GPU's SMs, so that few
-// share an SM (QUIRE_CUDA_CLUSTER_PAD, default 48; cuda_attn.cu).
-extern int qk_cluster_pad;
+// own when they are clustered and no more than the GPU's SMs
+// (QUIRE_CUDA_CLUSTER_PAD, default 48), or no more than half of them
+// (QUIRE_CUDA_CLUSTER_PAD_SMALL, default 112), so that few share an SM
+// (cuda_attn.cu).
+extern int qk_cluster_pad, qk_cluster_pad_small;
 
 // The current device's SM count (132 if it cannot be read), cached.
 static inline int qk_n_sm()
