@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "model.h"
+#include "oai.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -40,17 +41,6 @@ typedef struct {
     int failed;
     char err[256];
 } item;
-
-static int num_field(json_t *o, const char *k, double lo, double hi, double *out, char *err, size_t errlen)
-{
-    json_t *v = json_object_get(o, k);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return qerr_set(err, errlen, QERR_INVAL, "\"%s\" must be a number", k);
-    double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) return qerr_set(err, errlen, QERR_RANGE, "\"%s\" = %g is out of range", k, d);
-    *out = d;
-    return 0;
-}
 
 /* Fills p from one input line; token ids are stored in *ids (caller frees). */
 static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_max, qreq_params *p, int32_t **ids,
@@ -99,50 +89,13 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
     }
     p->prompt = *ids;
     p->n_prompt = n;
-    double d;
-    if ((rc = num_field(o, "max_tokens", 1, 1 << 24, &d, err, errlen))) return rc;
-    if (json_object_get(o, "max_tokens")) p->max_tokens = (int)d;
-    if ((rc = num_field(o, "temperature", 0, 100, &d, err, errlen))) return rc;
-    if (json_object_get(o, "temperature")) p->sp.temperature = (float)d;
-    if ((rc = num_field(o, "top_p", 0, 1, &d, err, errlen))) return rc;
-    if (json_object_get(o, "top_p")) p->sp.top_p = (float)d;
-    if ((rc = num_field(o, "top_k", -1, 1 << 24, &d, err, errlen))) return rc;
-    if (json_object_get(o, "top_k")) p->sp.top_k = (int)d;
-    if ((rc = num_field(o, "min_p", 0, 1, &d, err, errlen))) return rc;
-    if (json_object_get(o, "min_p")) p->sp.min_p = (float)d;
-    if ((rc = num_field(o, "seed", 0, 9007199254740992.0, &d, err, errlen))) return rc;
-    if (json_object_get(o, "seed")) p->sp.seed = (uint64_t)d;
-    if ((rc = num_field(o, "repetition_penalty", 0, 1e6, &d, err, errlen))) return rc;
-    if (json_object_get(o, "repetition_penalty")) p->sp.repetition_penalty = (float)d;
-    if ((rc = num_field(o, "frequency_penalty", -2, 2, &d, err, errlen))) return rc;
-    if (json_object_get(o, "frequency_penalty")) p->sp.frequency_penalty = (float)d;
-    if ((rc = num_field(o, "presence_penalty", -2, 2, &d, err, errlen))) return rc;
-    if (json_object_get(o, "presence_penalty")) p->sp.presence_penalty = (float)d;
-    if ((rc = num_field(o, "n", 1, QENGINE_MAX_N, &d, err, errlen))) return rc;
-    if (json_object_get(o, "n")) p->n = (int)d;
-    if ((rc = num_field(o, "logprobs", 0, QSAMPLE_MAX_LOGPROBS, &d, err, errlen))) return rc;
-    if (json_object_get(o, "logprobs") && !json_is_null(json_object_get(o, "logprobs"))) {
-        p->sp.logprobs = 1; /* OpenAI completions: logprobs = how many alternatives */
-        p->sp.top_logprobs = (int)d;
-    }
-    json_t *ie = json_object_get(o, "ignore_eos");
-    if (ie && !json_is_boolean(ie)) return qerr_set(err, errlen, QERR_INVAL, "\"ignore_eos\" must be true or false");
-    p->ignore_eos = json_is_true(ie);
-    json_t *st = json_object_get(o, "stop");
-    if (json_is_string(st)) {
-        p->stop[0] = json_string_value(st);
-        p->n_stop = 1;
-    } else if (json_is_array(st)) {
-        size_t i;
-        json_t *v;
-        json_array_foreach(st, i, v) {
-            if (!json_is_string(v) || p->n_stop >= QENGINE_MAX_STOP)
-                return qerr_set(err, errlen, QERR_INVAL, "\"stop\": at most %d strings", QENGINE_MAX_STOP);
-            p->stop[p->n_stop++] = json_string_value(v);
-        }
-    } else if (st && !json_is_null(st)) {
-        return qerr_set(err, errlen, QERR_INVAL, "\"stop\" must be a string or an array of strings");
-    }
+    /* The sampling fields as the server reads them (completions' logprobs). */
+    qoai_req r;
+    qoai_error e;
+    memset(&r, 0, sizeof r);
+    r.p = *p;
+    if ((rc = qoai_params(o, QOAI_COMPLETION, NULL, &r, &e))) return qerr_set(err, errlen, rc, "%s", e.message);
+    *p = r.p;
     return 0;
 }
 

@@ -1,0 +1,89 @@
+/* oai.h - OpenAI-compatible request bodies: parsing, validation and the
+ * error replies, for POST /v1/chat/completions and /v1/completions (and
+ * the sampling fields of `quire generate --batch` lines).
+ *
+ * A body becomes an engine request: the prompt's token ids (a chat through
+ * the model's template), qreq_params, and how the reply is shaped (stream,
+ * usage in the stream, logprobs).  Anything wrong gets a qoai_error in
+ * OpenAI's shape: the HTTP status, a type, the field at fault and a message
+ * that says what was expected.
+ *
+ * Fields, with OpenAI's names and types: model (string), messages (chat) or
+ * prompt (completions: a string, one string in an array, or token ids),
+ * max_tokens / max_completion_tokens (integer >= 1), temperature [0, 100],
+ * top_p [0, 1], top_k (integer >= -1; -1 and 0 are off), min_p [0, 1],
+ * seed (integer), frequency_penalty and presence_penalty [-2, 2],
+ * repetition_penalty (0, 1e6], n [1, 64], stop (a string or up to 16
+ * non-empty strings), logprobs (chat: boolean, with top_logprobs [0, 20];
+ * completions: integer [0, 20]), stream (boolean), stream_options
+ * ({"include_usage": boolean}, only with stream), user (string),
+ * ignore_eos (boolean), tools (chat: passed to the template),
+ * response_format (only {"type": "text"} for now).  Fields not named here
+ * are ignored, as OpenAI's API and vLLM do; a named field of the wrong type
+ * or out of range is an error, null is the same as absent. */
+#ifndef QUIRE_OAI_H
+#define QUIRE_OAI_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+struct qmodel;
+struct qtok;
+
+typedef enum { QOAI_CHAT = 0, QOAI_COMPLETION = 1 } qoai_kind;
+
+typedef struct {
+    int status;        /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
+    char type[32];     /* "invalid_request_error", "authentication_error", ... */
+    char param[48];    /* the field at fault ("messages[2].content"), "" for none */
+    char code[40];     /* OpenAI's code where it has one ("context_length_exceeded"), else "" */
+    char message[320];
+} qoai_error;
+
+typedef struct {
+    int max_tokens_cap; /* larger max_tokens are refused (0: only the context bounds them) */
+} qoai_limits;
+
+typedef struct {
+    qoai_kind kind;
+    json_t *body;       /* the parsed body (owned): p.stop points into it */
+    qreq_params p;      /* p.prompt = ids */
+    int32_t *ids;       /* the prompt's token ids (owned) */
+    int has_max_tokens; /* the body named max_tokens or max_completion_tokens */
+    int stream;         /* reply as server-sent events */
+    int include_usage;  /* stream_options.include_usage */
+    int logprobs;       /* the reply carries logprobs (p.sp.logprobs) */
+    const char *model;  /* the body's model, "" when absent (points into body) */
+} qoai_req;
+
+/* Parses body (len bytes, not NUL-terminated) as a request of kind for
+ * model m (tokenizer tok) into *r: 0, or a QERR_* code with *e filled
+ * (status 400 for anything about the body).  max_tokens defaults to the
+ * rest of the model's context, capped by lim->max_tokens_cap; a prompt
+ * that leaves no room, or a max_tokens that does not fit, is refused with
+ * code "context_length_exceeded".  On success the caller frees *r with
+ * qoai_req_free; on failure *r holds nothing. */
+int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *lim, const struct qmodel *m,
+               const struct qtok *tok, qoai_req *r, qoai_error *e);
+
+/* The sampling and reply fields of object o (everything but the model and
+ * the prompt) into r->p and r's flags; r->p must hold the defaults
+ * (qsample_defaults) beforehand.  0, or QERR_INVAL / QERR_RANGE with *e
+ * filled.  Strings in r->p point into o. */
+int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, qoai_error *e);
+
+void qoai_req_free(qoai_req *r);
+
+/* Fills *e: status, type, param (NULL: none), then the message.  Returns
+ * QERR_INVAL for status 4xx (QERR_INTERNAL otherwise), for `return`. */
+int qoai_fail(qoai_error *e, int status, const char *type, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* {"error": {"message", "type", "param", "code"}} (param and code null when
+ * empty); NULL when out of memory. */
+json_t *qoai_error_json(const qoai_error *e);
+
+#endif

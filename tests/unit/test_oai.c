@@ -1,0 +1,247 @@
+/* test_oai.c - OpenAI-compatible request bodies (server/oai.c) on the real
+ * stories260K model: what valid bodies become, and the error every kind of
+ * bad body gets (status, param, message). */
+#include <jansson.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "model.h"
+#include "oai.h"
+#include "qerr.h"
+#include "qtest.h"
+#include "tokenizer.h"
+
+static qmodel *g_model;
+static qtok *g_tok;
+
+static int parse(const char *body, qoai_kind kind, int cap, qoai_req *r, qoai_error *e)
+{
+    const qoai_limits lim = { cap };
+    return qoai_parse(body, strlen(body), kind, &lim, g_model, g_tok, r, e);
+}
+
+static void test_chat_valid(void)
+{
+    qoai_req r;
+    qoai_error e;
+    const char *body = "{\"model\": \"m\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+                       " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Once\"},"
+                       " {\"type\": \"text\", \"text\": \"upon\"}]}],"
+                       " \"max_tokens\": 7, \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 40, \"min_p\": 0.05,"
+                       " \"seed\": -3, \"n\": 2, \"stop\": [\"a\", \"b\"], \"logprobs\": true, \"top_logprobs\": 3,"
+                       " \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"user\": \"u\","
+                       " \"frequency_penalty\": 0.5, \"presence_penalty\": -0.5, \"some_future_field\": [1]}";
+    REQUIRE(parse(body, QOAI_CHAT, 0, &r, &e) == 0);
+    CHECK(r.p.n_prompt > 4);
+    CHECK(r.p.prompt == r.ids);
+    CHECK_EQ_INT(r.p.max_tokens, 7);
+    CHECK(r.has_max_tokens);
+    CHECK(fabsf(r.p.sp.temperature - 0.5f) < 1e-6f);
+    CHECK(fabsf(r.p.sp.top_p - 0.9f) < 1e-6f);
+    CHECK_EQ_INT(r.p.sp.top_k, 40);
+    CHECK(fabsf(r.p.sp.min_p - 0.05f) < 1e-6f);
+    CHECK(r.p.sp.seed == (uint64_t)-3);
+    CHECK_EQ_INT(r.p.n, 2);
+    CHECK_EQ_INT(r.p.n_stop, 2);
+    CHECK(r.p.n_stop == 2 && !strcmp(r.p.stop[1], "b"));
+    CHECK(r.logprobs && r.p.sp.logprobs);
+    CHECK_EQ_INT(r.p.sp.top_logprobs, 3);
+    CHECK(r.stream && r.include_usage);
+    CHECK(!strcmp(r.model, "m"));
+    CHECK(fabsf(r.p.sp.presence_penalty + 0.5f) < 1e-6f);
+    /* The text parts were joined by a newline: the same ids as one string. */
+    qoai_req r2;
+    const char *body2 = "{\"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"},"
+                        " {\"role\": \"user\", \"content\": \"Once\\nupon\"}], \"max_completion_tokens\": 7}";
+    REQUIRE(parse(body2, QOAI_CHAT, 0, &r2, &e) == 0);
+    CHECK_EQ_INT(r2.p.n_prompt, r.p.n_prompt);
+    CHECK(r2.p.n_prompt == r.p.n_prompt && !memcmp(r2.ids, r.ids, sizeof *r.ids * (size_t)r.p.n_prompt));
+    CHECK_EQ_INT(r2.p.max_tokens, 7);
+    CHECK(!r2.stream && !r2.logprobs && !strcmp(r2.model, ""));
+    qoai_req_free(&r);
+    qoai_req_free(&r2);
+}
+
+static void test_completion_valid(void)
+{
+    qoai_req r, r2, r3;
+    qoai_error e;
+    REQUIRE(parse("{\"prompt\": \"Once upon a time\", \"logprobs\": 2, \"stop\": \".\"}", QOAI_COMPLETION, 0, &r, &e) ==
+            0);
+    int32_t *want = NULL;
+    int n = 0;
+    REQUIRE(qtok_encode(g_tok, "Once upon a time", 16, QTOK_ADD_SPECIAL | QTOK_PARSE_SPECIAL, &want, &n) == 0);
+    CHECK_EQ_INT(r.p.n_prompt, n);
+    CHECK(r.p.n_prompt == n && !memcmp(r.ids, want, sizeof *want * (size_t)n));
+    CHECK(r.logprobs && r.p.sp.top_logprobs == 2);
+    CHECK(r.p.n_stop == 1 && !strcmp(r.p.stop[0], "."));
+    /* No max_tokens: the rest of the context. */
+    CHECK(!r.has_max_tokens);
+    CHECK_EQ_INT(r.p.max_tokens, g_model->hp.max_ctx - n);
+    /* ... or the server's cap, when smaller. */
+    REQUIRE(parse("{\"prompt\": [\"Once upon a time\"]}", QOAI_COMPLETION, 10, &r2, &e) == 0);
+    CHECK_EQ_INT(r2.p.max_tokens, 10);
+    CHECK(r2.p.n_prompt == n && !memcmp(r2.ids, want, sizeof *want * (size_t)n));
+    /* Token ids as the prompt. */
+    REQUIRE(parse("{\"prompt\": [1, 5, 9], \"max_tokens\": 3}", QOAI_COMPLETION, 0, &r3, &e) == 0);
+    CHECK(r3.p.n_prompt == 3 && r3.ids[0] == 1 && r3.ids[2] == 9);
+    free(want);
+    qoai_req_free(&r);
+    qoai_req_free(&r2);
+    qoai_req_free(&r3);
+}
+
+typedef struct {
+    qoai_kind kind;
+    const char *body;
+    const char *param;   /* expected e.param ("" none) */
+    const char *message; /* a part of e.message */
+} bad_case;
+
+static void test_bad_bodies(void)
+{
+    static const bad_case cases[] = {
+        { QOAI_CHAT, "{\"messages\": [", "", "not valid JSON" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}", "", "not valid JSON" },
+        { QOAI_CHAT, "[1, 2]", "", "must be a JSON object" },
+        { QOAI_CHAT, "{\"a\": 1, \"a\": 2, \"messages\": []}", "", "not valid JSON" },
+        { QOAI_CHAT, "{}", "messages", "'messages' is required" },
+        { QOAI_CHAT, "{\"messages\": []}", "messages", "must not be empty" },
+        { QOAI_CHAT, "{\"messages\": {}}", "messages", "must be an array" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}", "messages[0]", "'role'" },
+        { QOAI_CHAT, "{\"messages\": [\"hi\"]}", "messages[0]", "'role'" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", "messages[0]", "content must be" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", "messages[0]", "needs 'content'" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
+          "messages[0]", "only {\"type\": \"text\"" },
+        { QOAI_CHAT, "{\"model\": 3, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", "model", "a string" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": \"7\"}", "max_tokens",
+          "an integer" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 0}", "max_tokens",
+          "outside" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 100}", "max_tokens",
+          "more than this server allows (50)" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": -1}", "temperature",
+          "outside" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"temperature\": true}", "temperature",
+          "a number" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_p\": 1.5}", "top_p", "outside" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_k\": 2.5}", "top_k",
+          "an integer" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"seed\": 1.5}", "seed",
+          "an integer" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 65}", "n", "outside" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"repetition_penalty\": 0}",
+          "repetition_penalty", "above 0" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": 5}", "stop",
+          "a string or an array" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": [\"\"]}", "stop",
+          "non-empty" },
+        { QOAI_CHAT,
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": [\"1\", \"2\", \"3\", \"4\", \"5\","
+          " \"6\", \"7\", \"8\", \"9\", \"10\", \"11\", \"12\", \"13\", \"14\", \"15\", \"16\", \"17\"]}",
+          "stop", "at most 16" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 3}", "logprobs",
+          "true or false" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 3}", "top_logprobs",
+          "needs 'logprobs'" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"top_logprobs\": 21}",
+          "top_logprobs", "outside" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream\": \"yes\"}", "stream",
+          "true or false" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stream_options\": {}}",
+          "stream_options", "only allowed when 'stream' is true" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"user\": 1}", "user", "a string" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools",
+          "an array" },
+        { QOAI_CHAT,
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}}",
+          "response_format", "not supported yet" },
+        { QOAI_COMPLETION, "{}", "prompt", "'prompt' must be" },
+        { QOAI_COMPLETION, "{\"prompt\": 5}", "prompt", "'prompt' must be" },
+        { QOAI_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt", "one prompt a request" },
+        { QOAI_COMPLETION, "{\"prompt\": [1, 999999]}", "prompt", "not a token id" },
+        { QOAI_COMPLETION, "{\"prompt\": [1, \"x\"]}", "prompt", "not a token id" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"logprobs\": true}", "logprobs", "an integer" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bad_case *c = &cases[i];
+        qoai_req r;
+        qoai_error e;
+        const int rc = parse(c->body, c->kind, 50, &r, &e);
+        if (rc != QERR_INVAL || e.status != 400 || strcmp(e.param, c->param) || !strstr(e.message, c->message))
+            fprintf(stderr, "  case %zu (%s): rc %d status %d param '%s' message '%s'\n", i, c->body, rc, e.status,
+                    e.param, e.message);
+        CHECK_EQ_INT(rc, QERR_INVAL);
+        CHECK_EQ_INT(e.status, 400);
+        CHECK(!strcmp(e.type, "invalid_request_error"));
+        CHECK(!strcmp(e.param, c->param));
+        CHECK_STR_CONTAINS(e.message, c->message);
+        CHECK(r.body == NULL && r.ids == NULL); /* nothing left to free */
+    }
+}
+
+/* A prompt longer than the context gets OpenAI's code and wording. */
+static void test_context_length(void)
+{
+    const int n = g_model->hp.max_ctx + 5;
+    char *body = malloc((size_t)n * 3 + 64), *w = body;
+    REQUIRE(body);
+    w += sprintf(w, "{\"prompt\": [");
+    for (int i = 0; i < n; i++) w += sprintf(w, i ? ",1" : "1");
+    sprintf(w, "]}");
+    qoai_req r;
+    qoai_error e;
+    CHECK_EQ_INT(parse(body, QOAI_COMPLETION, 0, &r, &e), QERR_INVAL);
+    CHECK(!strcmp(e.code, "context_length_exceeded"));
+    CHECK_STR_CONTAINS(e.message, "maximum context length");
+    CHECK(!strcmp(e.param, "prompt"));
+    free(body);
+    /* A short prompt with a max_tokens that does not fit after it. */
+    char b2[96];
+    snprintf(b2, sizeof b2, "{\"prompt\": \"Once\", \"max_tokens\": %d}", g_model->hp.max_ctx);
+    CHECK_EQ_INT(parse(b2, QOAI_COMPLETION, 0, &r, &e), QERR_INVAL);
+    CHECK(!strcmp(e.code, "context_length_exceeded"));
+    CHECK_STR_CONTAINS(e.message, "in the completion");
+    snprintf(b2, sizeof b2, "{\"prompt\": \"Once\", \"max_tokens\": %d}", g_model->hp.max_ctx - 8);
+    CHECK_EQ_INT(parse(b2, QOAI_COMPLETION, 0, &r, &e), 0);
+    qoai_req_free(&r);
+}
+
+static void test_error_json(void)
+{
+    qoai_error e;
+    CHECK_EQ_INT(qoai_fail(&e, 401, "authentication_error", NULL, "bad key %d", 7), QERR_INVAL);
+    json_t *j = qoai_error_json(&e);
+    REQUIRE(j);
+    char *s = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+    CHECK(s && !strcmp(s, "{\"error\":{\"code\":null,\"message\":\"bad key 7\",\"param\":null,"
+                          "\"type\":\"authentication_error\"}}"));
+    free(s);
+    json_decref(j);
+    CHECK_EQ_INT(qoai_fail(&e, 500, "server_error", "x", "boom"), QERR_INTERNAL);
+    snprintf(e.code, sizeof e.code, "c");
+    j = qoai_error_json(&e);
+    s = j ? json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    CHECK(s && !strcmp(s, "{\"error\":{\"code\":\"c\",\"message\":\"boom\",\"param\":\"x\",\"type\":\"server_error\"}}"));
+    free(s);
+    json_decref(j);
+}
+
+int main(void)
+{
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", qt_root());
+    if (qmodel_load(path, &g_model, err, sizeof err) || qtok_for_model(g_model, &g_tok, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return 1;
+    }
+    QT_RUN(test_chat_valid);
+    QT_RUN(test_completion_valid);
+    QT_RUN(test_bad_bodies);
+    QT_RUN(test_context_length);
+    QT_RUN(test_error_json);
+    qtok_free(g_tok);
+    qmodel_destroy(g_model);
+    QT_MAIN_END();
+}
