@@ -86,4 +86,53 @@ int qoai_fail(qoai_error *e, int status, const char *type, const char *param, co
  * empty); NULL when out of memory. */
 json_t *qoai_error_json(const qoai_error *e);
 
+/* ---- replies ----------------------------------------------------------------
+ *
+ * OpenAI's reply objects for a request: chat.completion and
+ * chat.completion.chunk, text_completion (streamed or whole), usage, and
+ * logprobs in each endpoint's layout (chat: {"content": [{"token",
+ * "logprob", "bytes", "top_logprobs"}]}; completions: {"tokens",
+ * "token_logprobs", "top_logprobs", "text_offset"}).  A token's text is its
+ * decoded piece (U+FFFD where it is part of a character). */
+
+typedef struct {
+    qoai_kind kind;
+    const char *id;    /* "chatcmpl-..." / "cmpl-..." */
+    long long created; /* Unix seconds */
+    const char *model;
+} qoai_reply;
+
+/* "stop", "length", or "abort" (cancelled, failed). */
+const char *qoai_finish_reason(qfinish f);
+
+/* {"prompt_tokens", "completion_tokens", "total_tokens",
+ * "prompt_tokens_details": {"cached_tokens"}}. */
+json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens);
+
+/* Appends token event ev's logprobs to *acc (created on first use in the
+ * kind's layout); text_offset is where the token's text starts in the
+ * choice's text (completions).  0 or QERR_NOMEM. */
+int qoai_logprobs_add(json_t **acc, qoai_kind kind, const struct qtok *tok, const qevent *ev, size_t text_offset);
+
+/* One streamed chunk for choice index: text (len bytes, may be empty),
+ * logprobs (stolen; NULL: null), finish (NULL while running).  first adds
+ * the assistant role to a chat delta.  NULL when out of memory. */
+json_t *qoai_chunk(const qoai_reply *c, int index, const char *text, size_t len, json_t *logprobs, const char *finish,
+                   int first);
+
+/* The chunk after the last one when stream_options.include_usage: no
+ * choices, the usage (stolen). */
+json_t *qoai_usage_chunk(const qoai_reply *c, json_t *usage);
+
+typedef struct {
+    const char *text;
+    size_t len;
+    const char *finish; /* qoai_finish_reason */
+    json_t *logprobs;   /* stolen; NULL: null */
+} qoai_choice;
+
+/* The whole reply (stream false): n choices in index order and the usage
+ * (stolen).  NULL when out of memory. */
+json_t *qoai_response(const qoai_reply *c, qoai_choice *ch, int n, json_t *usage);
+
 #endif

@@ -228,6 +228,103 @@ static void test_error_json(void)
     json_decref(j);
 }
 
+static char *dump(json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    json_decref(j);
+    return s;
+}
+
+static void check_dump(json_t *j, const char *want)
+{
+    char *s = dump(j);
+    if (!s || strcmp(s, want)) fprintf(stderr, "  got  %s\n  want %s\n", s ? s : "(null)", want);
+    CHECK(s && !strcmp(s, want));
+    free(s);
+}
+
+static void test_replies(void)
+{
+    const qoai_reply chat = { QOAI_CHAT, "chatcmpl-1", 1700000000, "m" };
+    const qoai_reply cmpl = { QOAI_COMPLETION, "cmpl-1", 1700000000, "m" };
+    check_dump(qoai_usage(5, 3, 2), "{\"completion_tokens\":3,\"prompt_tokens\":5,\"prompt_tokens_details\":"
+                                    "{\"cached_tokens\":2},\"total_tokens\":8}");
+    check_dump(qoai_chunk(&chat, 0, "Hi", 2, NULL, NULL, 1),
+               "{\"choices\":[{\"delta\":{\"content\":\"Hi\",\"role\":\"assistant\"},\"finish_reason\":null,"
+               "\"index\":0,\"logprobs\":null}],\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\","
+               "\"object\":\"chat.completion.chunk\"}");
+    check_dump(qoai_chunk(&chat, 1, "", 0, NULL, qoai_finish_reason(QFINISH_LENGTH), 0),
+               "{\"choices\":[{\"delta\":{},\"finish_reason\":\"length\",\"index\":1,\"logprobs\":null}],"
+               "\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\",\"object\":\"chat.completion.chunk\"}");
+    check_dump(qoai_chunk(&cmpl, 0, "a\"b", 3, NULL, qoai_finish_reason(QFINISH_STOP), 0),
+               "{\"choices\":[{\"finish_reason\":\"stop\",\"index\":0,\"logprobs\":null,\"text\":\"a\\\"b\"}],"
+               "\"created\":1700000000,\"id\":\"cmpl-1\",\"model\":\"m\",\"object\":\"text_completion\"}");
+    check_dump(qoai_usage_chunk(&chat, qoai_usage(1, 2, 0)),
+               "{\"choices\":[],\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\",\"object\":"
+               "\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":1,"
+               "\"prompt_tokens_details\":{\"cached_tokens\":0},\"total_tokens\":3}}");
+    CHECK(!strcmp(qoai_finish_reason(QFINISH_CANCELLED), "abort"));
+
+    /* Logprobs of a token with two alternatives, one of probability 0. */
+    int32_t *ids = NULL;
+    int n = 0;
+    REQUIRE(qtok_encode(g_tok, "Once upon", 9, 0, &ids, &n) == 0 && n >= 2);
+    char *t0 = NULL, *t1 = NULL;
+    size_t l0, l1;
+    REQUIRE(qtok_decode(g_tok, &ids[0], 1, 0, &t0, &l0) == 0 && qtok_decode(g_tok, &ids[1], 1, 0, &t1, &l1) == 0);
+    qevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.token = ids[0];
+    ev.logprob = -0.25f;
+    ev.n_top = 2;
+    ev.top[0] = (qlogprob){ ids[0], -0.25f };
+    ev.top[1] = (qlogprob){ ids[1], -INFINITY };
+    json_t *acc = NULL;
+    REQUIRE(qoai_logprobs_add(&acc, QOAI_CHAT, g_tok, &ev, 0) == 0);
+    REQUIRE(qoai_logprobs_add(&acc, QOAI_CHAT, g_tok, &ev, 0) == 0);
+    json_t *c0 = json_array_get(json_object_get(acc, "content"), 1);
+    CHECK_EQ_INT(json_array_size(json_object_get(acc, "content")), 2);
+    CHECK(!strcmp(json_string_value(json_object_get(c0, "token")), t0));
+    CHECK_EQ_INT(json_array_size(json_object_get(c0, "bytes")), l0);
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(c0, "bytes"), 0)), (unsigned char)t0[0]);
+    CHECK(json_real_value(json_object_get(c0, "logprob")) == -0.25);
+    json_t *tops = json_object_get(c0, "top_logprobs");
+    CHECK_EQ_INT(json_array_size(tops), 2);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(tops, 1), "token")), t1));
+    CHECK(json_real_value(json_object_get(json_array_get(tops, 1), "logprob")) == -9999.0);
+    /* The whole chat reply with that logprobs object. */
+    qoai_choice ch[2] = { { "Hi", 2, "stop", acc }, { "Yo", 2, "length", NULL } };
+    json_t *resp = qoai_response(&chat, ch, 2, qoai_usage(4, 2, 0));
+    REQUIRE(resp);
+    CHECK(!strcmp(json_string_value(json_object_get(resp, "object")), "chat.completion"));
+    json_t *ch1 = json_array_get(json_object_get(resp, "choices"), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(ch1, "message"), "content")), "Yo"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(ch1, "message"), "role")), "assistant"));
+    CHECK(json_is_null(json_object_get(ch1, "logprobs")));
+    CHECK(json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "logprobs") != NULL);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(resp, "usage"), "total_tokens")), 6);
+    json_decref(resp);
+
+    /* Completions' layout. */
+    acc = NULL;
+    REQUIRE(qoai_logprobs_add(&acc, QOAI_COMPLETION, g_tok, &ev, 0) == 0);
+    REQUIRE(qoai_logprobs_add(&acc, QOAI_COMPLETION, g_tok, &ev, l0) == 0);
+    CHECK(!strcmp(json_string_value(json_array_get(json_object_get(acc, "tokens"), 1)), t0));
+    CHECK(json_real_value(json_array_get(json_object_get(acc, "token_logprobs"), 0)) == -0.25);
+    json_t *top1 = json_array_get(json_object_get(acc, "top_logprobs"), 1);
+    CHECK_EQ_INT(json_object_size(top1), strcmp(t0, t1) ? 2 : 1);
+    CHECK(json_real_value(json_object_get(top1, t1)) == (strcmp(t0, t1) ? -9999.0 : -0.25));
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(acc, "text_offset"), 1)), l0);
+    qoai_choice c1 = { "x", 1, "stop", acc };
+    resp = qoai_response(&cmpl, &c1, 1, qoai_usage(1, 1, 0));
+    REQUIRE(resp);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "text")), "x"));
+    json_decref(resp);
+    free(ids);
+    free(t0);
+    free(t1);
+}
+
 int main(void)
 {
     char path[1024], err[256];
@@ -241,6 +338,7 @@ int main(void)
     QT_RUN(test_bad_bodies);
     QT_RUN(test_context_length);
     QT_RUN(test_error_json);
+    QT_RUN(test_replies);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
     QT_MAIN_END();
