@@ -1,0 +1,41 @@
+/* metrics.h - the server's Prometheus metrics (GET /metrics).
+ *
+ * Counters and latency histograms that the server's threads record into
+ * (thread-safe), rendered in Prometheus' text format (version 0.0.4) with
+ * the engine's gauges: requests by endpoint and HTTP status, prompt and
+ * generated tokens, time to first token, inter-token latency and request
+ * latency histograms, queue depth, running and waiting sequences, KV blocks
+ * used / cached / free and utilisation, the prefix-cache hit rate, and
+ * preemptions by mode.  Every name starts with "quire_". */
+#ifndef QUIRE_METRICS_H
+#define QUIRE_METRICS_H
+
+#include <stddef.h>
+
+#include "engine.h"
+
+typedef struct qmetrics qmetrics;
+
+/* NULL when out of memory. */
+qmetrics *qmetrics_new(void);
+void qmetrics_free(qmetrics *m);
+
+/* A request answered: endpoint ("chat", "completions", "ws", "models",
+ * ...; at most 31 bytes are kept) and its HTTP status (WebSocket requests:
+ * 200, or the status their error stands for).  Distinct pairs beyond 64
+ * are counted under endpoint "other". */
+void qmetrics_request(qmetrics *m, const char *endpoint, int status);
+/* Tokens of a finished request. */
+void qmetrics_tokens(qmetrics *m, int prompt_tokens, int generated_tokens);
+/* Latencies in seconds. */
+void qmetrics_ttft(qmetrics *m, double s);
+void qmetrics_itl(qmetrics *m, double s);
+void qmetrics_latency(qmetrics *m, double s);
+
+/* The text for GET /metrics: the recorded series, then the engine's gauges
+ * from st (NULL: left out) and queue_depth (requests accepted by the server
+ * and not yet given to the engine).  *out is malloc'd (caller frees),
+ * *len its length.  0 or QERR_NOMEM. */
+int qmetrics_render(qmetrics *m, const qengine_stats *st, int queue_depth, char **out, size_t *len);
+
+#endif
