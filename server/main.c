@@ -19,6 +19,7 @@ static void usage(FILE *f)
             "usage: quire COMMAND [options]\n"
             "\n"
             "commands:\n"
+            "  serve      serve a model over HTTP: the OpenAI-compatible API, /health, /metrics\n"
             "  generate   load a model and generate tokens from a prompt (see quire generate --help)\n"
             "  tokenize   text to token ids and back, as the model's tokenizer does\n"
             "  template   render a chat template with a JSON context (apply_chat_template)\n"
@@ -34,6 +35,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "template")) return cmd_template(argc - 1, argv + 1);

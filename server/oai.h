@@ -92,8 +92,10 @@ json_t *qoai_error_json(const qoai_error *e);
  * chat.completion.chunk, text_completion (streamed or whole), usage, and
  * logprobs in each endpoint's layout (chat: {"content": [{"token",
  * "logprob", "bytes", "top_logprobs"}]}; completions: {"tokens",
- * "token_logprobs", "top_logprobs", "text_offset"}).  A token's text is its
- * decoded piece (U+FFFD where it is part of a character). */
+ * "token_logprobs", "top_logprobs", "text_offset"}).  A token's text is
+ * what it adds to the text after another token (so the tokens of a
+ * completion join into its text; U+FFFD where a token is part of a
+ * character). */
 
 typedef struct {
     qoai_kind kind;

@@ -23,12 +23,51 @@ json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens)
 /* JSON has no -inf: a token of probability 0 reads -9999, as OpenAI's. */
 static double lp(float x) { return isfinite(x) ? (double)x : -9999.0; }
 
+/* A token whose text comes out whole, to decode others after: a token's
+ * text is what it adds after another one (SentencePiece drops the leading
+ * space of a sequence's first piece only).  -1 when there is none. */
+static int32_t anchor_id(const qtok *tok)
+{
+    int32_t *ids = NULL, a = -1;
+    int n = 0;
+    if (!qtok_encode(tok, "a", 1, 0, &ids, &n) && n >= 1) a = ids[n - 1];
+    free(ids);
+    return a;
+}
+
+/* id's text after the anchor (malloc'd in *s, *n bytes). */
+static int piece(const qtok *tok, int32_t anchor, int32_t id, char **s, size_t *n)
+{
+    if (anchor < 0) return qtok_decode(tok, &id, 1, 0, s, n);
+    qdetok *d = qdetok_new(tok, 0);
+    const char *t1 = NULL, *t2 = NULL;
+    size_t l1 = 0, l2 = 0;
+    int rc = d ? qdetok_push(d, anchor, &t1, &l1) : QERR_NOMEM;
+    char *out = NULL;
+    if (!rc) rc = qdetok_push(d, id, &t1, &l1);
+    if (!rc && (out = malloc(l1 + 1))) memcpy(out, t1, l1);
+    if (!rc && out) rc = qdetok_flush(d, &t2, &l2);
+    if (!rc && out) {
+        char *o2 = realloc(out, l1 + l2 + 1);
+        if (o2) memcpy(o2 + l1, t2, l2), out = o2;
+        else rc = QERR_NOMEM;
+    }
+    qdetok_free(d);
+    if (rc || !out) {
+        free(out);
+        return QERR_NOMEM;
+    }
+    out[l1 + l2] = 0;
+    *s = out, *n = l1 + l2;
+    return 0;
+}
+
 /* id's text (its decoded piece) as a JSON string, and its bytes. */
-static int token_text(const qtok *tok, int32_t id, json_t **text, json_t **bytes)
+static int token_text(const qtok *tok, int32_t anchor, int32_t id, json_t **text, json_t **bytes)
 {
     char *s = NULL;
     size_t n = 0;
-    if (qtok_decode(tok, &id, 1, 0, &s, &n)) return QERR_NOMEM;
+    if (piece(tok, anchor, id, &s, &n)) return QERR_NOMEM;
     *text = json_stringn(s, n);
     if (bytes) *bytes = json_array();
     for (size_t i = 0; bytes && *bytes && i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)s[i]));
@@ -41,10 +80,10 @@ static int token_text(const qtok *tok, int32_t id, json_t **text, json_t **bytes
     return 0;
 }
 
-static int chat_entry(const qtok *tok, int32_t id, float logprob, json_t **out)
+static int chat_entry(const qtok *tok, int32_t anchor, int32_t id, float logprob, json_t **out)
 {
     json_t *t, *b;
-    if (token_text(tok, id, &t, &b)) return QERR_NOMEM;
+    if (token_text(tok, anchor, id, &t, &b)) return QERR_NOMEM;
     *out = json_pack("{s:o, s:f, s:o}", "token", t, "logprob", lp(logprob), "bytes", b);
     return *out ? 0 : QERR_NOMEM;
 }
@@ -56,12 +95,14 @@ int qoai_logprobs_add(json_t **acc, qoai_kind kind, const qtok *tok, const qeven
                                  : json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
                                              "text_offset");
     if (!*acc) return QERR_NOMEM;
+    const int32_t anchor = anchor_id(tok);
     if (kind == QOAI_CHAT) {
         json_t *e = NULL, *top = json_array();
-        int rc = top ? chat_entry(tok, ev->token, ev->logprob, &e) : QERR_NOMEM;
+        int rc = top ? chat_entry(tok, anchor, ev->token, ev->logprob, &e) : QERR_NOMEM;
         for (int k = 0; !rc && k < ev->n_top; k++) {
             json_t *a;
-            if (!(rc = chat_entry(tok, ev->top[k].id, ev->top[k].logprob, &a))) rc = json_array_append_new(top, a);
+            if (!(rc = chat_entry(tok, anchor, ev->top[k].id, ev->top[k].logprob, &a)))
+                rc = json_array_append_new(top, a);
         }
         if (!rc) rc = json_object_set_new(e, "top_logprobs", top) ? QERR_NOMEM : 0;
         else json_decref(top);
@@ -70,7 +111,7 @@ int qoai_logprobs_add(json_t **acc, qoai_kind kind, const qtok *tok, const qeven
         return rc ? QERR_NOMEM : 0;
     }
     json_t *t, *top = json_object();
-    if (!top || token_text(tok, ev->token, &t, NULL)) {
+    if (!top || token_text(tok, anchor, ev->token, &t, NULL)) {
         json_decref(top);
         return QERR_NOMEM;
     }
@@ -78,7 +119,7 @@ int qoai_logprobs_add(json_t **acc, qoai_kind kind, const qtok *tok, const qeven
     rc |= json_array_append_new(json_object_get(*acc, "token_logprobs"), json_real(lp(ev->logprob)));
     for (int k = 0; k < ev->n_top; k++) {
         json_t *a;
-        if (token_text(tok, ev->top[k].id, &a, NULL)) {
+        if (token_text(tok, anchor, ev->top[k].id, &a, NULL)) {
             rc = -1;
             break;
         }

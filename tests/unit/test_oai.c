@@ -269,9 +269,20 @@ static void test_replies(void)
     int32_t *ids = NULL;
     int n = 0;
     REQUIRE(qtok_encode(g_tok, "Once upon", 9, 0, &ids, &n) == 0 && n >= 2);
-    char *t0 = NULL, *t1 = NULL;
-    size_t l0, l1;
-    REQUIRE(qtok_decode(g_tok, &ids[0], 1, 0, &t0, &l0) == 0 && qtok_decode(g_tok, &ids[1], 1, 0, &t1, &l1) == 0);
+    /* A token's text is what it adds after another token ("a"). */
+    int32_t *aid = NULL;
+    int na = 0;
+    REQUIRE(qtok_encode(g_tok, "a", 1, 0, &aid, &na) == 0 && na >= 1);
+    char *t0 = NULL, *t1 = NULL, *ta = NULL;
+    size_t l0, l1, la;
+    int32_t pair0[2] = { aid[na - 1], ids[0] }, pair1[2] = { aid[na - 1], ids[1] };
+    REQUIRE(qtok_decode(g_tok, pair0, 1, 0, &ta, &la) == 0);
+    REQUIRE(qtok_decode(g_tok, pair0, 2, 0, &t0, &l0) == 0 && qtok_decode(g_tok, pair1, 2, 0, &t1, &l1) == 0);
+    memmove(t0, t0 + la, l0 - la + 1), l0 -= la;
+    memmove(t1, t1 + la, l1 - la + 1), l1 -= la;
+    CHECK(l1 > 0 && t1[0] == ' '); /* " upon": its space kept, as in the text */
+    free(aid);
+    free(ta);
     qevent ev;
     memset(&ev, 0, sizeof ev);
     ev.token = ids[0];

@@ -1,0 +1,730 @@
+/* cmd_serve.c - `quire serve`: the OpenAI-compatible HTTP server on
+ * libwebsockets (one port).
+ *
+ * Threads (DESIGN.md): the lws service thread (this one) owns every socket;
+ * the engine thread steps the engine whenever a request is live, moves its
+ * events into the requests' output under the server's mutex, and wakes the
+ * lws thread with lws_cancel_service(), which then asks for a writable
+ * callback on each connection with output.  Nothing else is shared.
+ *
+ * Endpoints: POST /v1/chat/completions and /v1/completions (whole JSON, or
+ * server-sent events with stream true), GET /v1/models, GET /health,
+ * GET /metrics.  A closed connection cancels its request at the next engine
+ * step.  Errors are OpenAI's error JSON (oai.h).  The WebSocket protocol,
+ * static files, grace periods and the remaining limits come next (issue 6). */
+#define _GNU_SOURCE
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "metrics.h"
+#include "model.h"
+#include "oai.h"
+#include "opts.h"
+#include "qerr.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct {
+    const char *model, *host, *api_key, *device, *name;
+    int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
+    int max_requests, help;
+    float gpu_mem_util;
+} serve_opts;
+
+#define INVALID_NOT_FOUND "invalid_request_error"
+
+#define F_(field) offsetof(serve_opts, field)
+static const qopt serve_table[] = {
+    { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
+    { NULL, "--host", "ADDR", OPT_STR, F_(host), "address to listen on (default 127.0.0.1)" },
+    { NULL, "--port", "N", OPT_INT, F_(port), "port for HTTP (default 8080)" },
+    { NULL, "--served-model-name", "NAME", OPT_STR, F_(name), "the model's id in the API (default: the file's name)" },
+    { NULL, "--api-key", "KEY", OPT_STR, F_(api_key), "require 'Authorization: Bearer KEY' on /v1 (default: none)" },
+    { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
+    { NULL, "--max-body", "KB", OPT_INT, F_(max_body_kb), "largest request body (default 1024 KiB)" },
+    { NULL, "--max-requests", "N", OPT_INT, F_(max_requests), "requests in flight at most; more get 429 (default 256)" },
+    { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
+    { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use (default 0.9)" },
+    { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "KV cache budget in MiB (default: 256 on the CPU)" },
+    { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "tokens per engine step (default 512)" },
+    { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "sequences per engine step (default 64)" },
+    { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
+    { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
+    { "-h", "--help", NULL, OPT_FLAG, F_(help), "show this help" },
+};
+#undef F_
+#define N_SERVE_OPTS (sizeof serve_table / sizeof serve_table[0])
+
+/* One choice of a request, as it accumulates (whole replies). */
+typedef struct {
+    char *text;
+    size_t len, cap;
+    json_t *lp;
+    const char *finish;
+    int started; /* a streamed chat choice has sent its role */
+} acc;
+
+/* A request given to the engine.  Shared between the threads: every field
+ * is read and written under S.mu. */
+typedef struct sreq {
+    struct sreq *next;
+    uint64_t id;
+    qoai_req req;
+    qoai_reply rep;
+    char rid[48];
+    int n, n_done, finished;
+    acc *ch;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    char *out; /* bytes for the client not yet taken by the lws thread */
+    size_t out_len, out_cap;
+    int failed;         /* out of memory while building the output */
+    struct lws *wsi;    /* NULL once the connection closed */
+    double t0, t_last;  /* arrival, last token */
+} sreq;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    qengine *eng;
+    const qmodel *model;
+    const qtok *tok;
+    struct lws_context *ctx;
+    qmetrics *metrics;
+    qengine_stats stats;
+    int have_stats;
+    sreq *reqs;
+    int live;           /* requests the engine has not finished */
+    volatile sig_atomic_t stop;
+    int engine_stop;
+    serve_opts o;
+    qoai_limits lim;
+    const char *name;
+    unsigned long long seq;
+} S;
+
+/* Per connection (lws allocates it zeroed). */
+typedef enum { ST_NEW = 0, ST_WAIT, ST_HEADERS, ST_BODY, ST_STREAM, ST_CLOSING } pstate;
+typedef struct {
+    pstate st;
+    int is_post, kind, stream;
+    char *body;
+    size_t body_len;
+    int too_big;
+    int status;
+    const char *ctype;
+    char *resp;
+    size_t resp_len, resp_off;
+    sreq *r;
+    const char *endpoint;
+} pss;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    S.stop = 1;
+    if (S.ctx) lws_cancel_service(S.ctx);
+}
+
+/* ---- output built under S.mu --------------------------------------------------- */
+
+static void out_put(sreq *r, const char *s, size_t n)
+{
+    if (r->failed) return;
+    if (r->out_len + n > r->out_cap) {
+        size_t cap = r->out_cap ? r->out_cap * 2 : 4096;
+        while (cap < r->out_len + n) cap *= 2;
+        char *o = realloc(r->out, cap);
+        if (!o) {
+            r->failed = 1;
+            return;
+        }
+        r->out = o, r->out_cap = cap;
+    }
+    memcpy(r->out + r->out_len, s, n);
+    r->out_len += n;
+}
+
+/* "data: JSON\n\n"; takes j. */
+static void out_event(sreq *r, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        r->failed = 1;
+        return;
+    }
+    out_put(r, "data: ", 6);
+    out_put(r, s, strlen(s));
+    out_put(r, "\n\n", 2);
+    free(s);
+}
+
+static int acc_add(acc *c, const char *s, size_t n)
+{
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = (c->len + n + 1) * 2;
+        char *t = realloc(c->text, cap);
+        if (!t) return QERR_NOMEM;
+        c->text = t, c->cap = cap;
+    }
+    memcpy(c->text + c->len, s, n);
+    c->len += n;
+    c->text[c->len] = 0;
+    return 0;
+}
+
+static void sreq_free(sreq *r)
+{
+    for (int i = 0; r->ch && i < r->n; i++) {
+        free(r->ch[i].text);
+        json_decref(r->ch[i].lp);
+    }
+    free(r->ch);
+    free(r->out);
+    qoai_req_free(&r->req);
+    free(r);
+}
+
+static void sreq_unlink(sreq *r)
+{
+    for (sreq **pp = &S.reqs; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            return;
+        }
+}
+
+/* An engine event into its request's output (S.mu held). */
+static void dispatch(qevent *ev)
+{
+    sreq *r = S.reqs;
+    while (r && r->id != ev->id) r = r->next;
+    if (!r || ev->index < 0 || ev->index >= r->n) return;
+    acc *c = &r->ch[ev->index];
+    const double now = q_now();
+    if (ev->finish == QFINISH_NONE) {
+        if (r->t_last == 0) qmetrics_ttft(S.metrics, now - r->t0);
+        else if (ev->index == 0) qmetrics_itl(S.metrics, now - r->t_last);
+        if (ev->index == 0) r->t_last = now;
+    }
+    json_t *lp = NULL;
+    if (ev->finish == QFINISH_NONE && r->req.logprobs)
+        qoai_logprobs_add(r->req.stream ? &lp : &c->lp, r->req.kind, S.tok, ev, c->len);
+    if (r->req.stream) {
+        if (ev->text_len || lp || (r->req.kind == QOAI_CHAT && !c->started && ev->finish == QFINISH_NONE)) {
+            out_event(r, qoai_chunk(&r->rep, ev->index, ev->text, ev->text_len, lp,
+                                    NULL, r->req.kind == QOAI_CHAT && !c->started));
+            c->started = 1;
+        }
+        if (ev->finish != QFINISH_NONE)
+            out_event(r, qoai_chunk(&r->rep, ev->index, "", 0, NULL, qoai_finish_reason(ev->finish),
+                                    r->req.kind == QOAI_CHAT && !c->started));
+    } else if (ev->text_len && acc_add(c, ev->text, ev->text_len)) {
+        r->failed = 1;
+    }
+    if (r->req.stream) c->len += ev->text_len; /* the text offset of the next token's logprobs */
+    if (ev->finish == QFINISH_NONE) return;
+    c->finish = qoai_finish_reason(ev->finish);
+    r->prompt_tokens = ev->prompt_tokens;
+    r->cached_tokens = ev->cached_tokens;
+    r->completion_tokens += ev->completion_tokens;
+    if (++r->n_done < r->n) return;
+    r->finished = 1;
+    S.live--;
+    qmetrics_tokens(S.metrics, r->prompt_tokens, r->completion_tokens);
+    qmetrics_latency(S.metrics, now - r->t0);
+    json_t *usage = qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens);
+    if (r->req.stream) {
+        if (r->req.include_usage) out_event(r, qoai_usage_chunk(&r->rep, usage));
+        else json_decref(usage);
+        out_put(r, "data: [DONE]\n\n", 14);
+    } else {
+        qoai_choice *ch = calloc((size_t)r->n, sizeof *ch);
+        if (ch) {
+            for (int i = 0; i < r->n; i++) {
+                ch[i] = (qoai_choice){ r->ch[i].text ? r->ch[i].text : "", r->ch[i].len, r->ch[i].finish, r->ch[i].lp };
+                r->ch[i].lp = NULL;
+            }
+            json_t *j = qoai_response(&r->rep, ch, r->n, usage);
+            char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+            json_decref(j);
+            if (s) out_put(r, s, strlen(s));
+            else r->failed = 1;
+            free(s);
+            free(ch);
+        } else {
+            json_decref(usage);
+            r->failed = 1;
+        }
+    }
+}
+
+static void *engine_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&S.mu);
+        while (!S.engine_stop && S.live == 0) pthread_cond_wait(&S.cv, &S.mu);
+        const int quit = S.engine_stop && S.live == 0;
+        pthread_mutex_unlock(&S.mu);
+        if (quit) break;
+        const int rc = qengine_step(S.eng);
+        if (rc < 0) QLOGE("serve: engine step failed: %s", qerr_str(rc));
+        qevent ev;
+        int any = 0;
+        pthread_mutex_lock(&S.mu);
+        while (qengine_poll(S.eng, &ev) == 1) {
+            dispatch(&ev);
+            qevent_free(&ev);
+            any = 1;
+        }
+        /* Finished requests whose connection is gone. */
+        for (sreq **pp = &S.reqs; *pp;) {
+            sreq *r = *pp;
+            if (r->finished && !r->wsi) {
+                *pp = r->next;
+                sreq_free(r);
+            } else {
+                pp = &r->next;
+            }
+        }
+        qengine_stats_get(S.eng, &S.stats);
+        S.have_stats = 1;
+        pthread_mutex_unlock(&S.mu);
+        if (any) lws_cancel_service(S.ctx);
+    }
+    return NULL;
+}
+
+/* ---- HTTP ------------------------------------------------------------------------ */
+
+/* A whole reply for the connection: status, type, body (taken). */
+static void reply(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len)
+{
+    free(p->resp);
+    p->status = status, p->ctype = ctype, p->resp = body, p->resp_len = len, p->resp_off = 0;
+    p->st = ST_HEADERS;
+    if (p->endpoint) qmetrics_request(S.metrics, p->endpoint, status);
+    lws_callback_on_writable(wsi);
+}
+
+static void reply_json(struct lws *wsi, pss *p, int status, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        s = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        status = 500;
+    }
+    reply(wsi, p, status, "application/json", s, s ? strlen(s) : 0);
+}
+
+static void reply_error(struct lws *wsi, pss *p, const qoai_error *e) { reply_json(wsi, p, e->status, qoai_error_json(e)); }
+
+static void fail(struct lws *wsi, pss *p, int status, const char *type, const char *fmt, const char *arg)
+{
+    qoai_error e;
+    qoai_fail(&e, status, type, NULL, fmt, arg);
+    reply_error(wsi, p, &e);
+}
+
+/* 1 when the request may use /v1: no key configured, or the right one. */
+static int authorized(struct lws *wsi)
+{
+    if (!S.o.api_key) return 1;
+    char h[512];
+    const int n = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION);
+    const size_t kl = strlen(S.o.api_key);
+    if (n < 7 || strncasecmp(h, "Bearer ", 7) || (size_t)(n - 7) != kl) return 0;
+    unsigned char d = 0; /* constant time over the key's length */
+    for (size_t i = 0; i < kl; i++) d |= (unsigned char)(h[7 + i] ^ S.o.api_key[i]);
+    return d == 0;
+}
+
+static void handle_get(struct lws *wsi, pss *p, const char *uri)
+{
+    if (!strcmp(uri, "/health")) {
+        p->endpoint = "health";
+        reply_json(wsi, p, 200, json_pack("{s:s}", "status", "ok"));
+    } else if (!strcmp(uri, "/v1/models")) {
+        p->endpoint = "models";
+        if (!authorized(wsi)) return fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+        reply_json(wsi, p, 200,
+                   json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id", S.name, "object",
+                             "model", "created", (json_int_t)time(NULL), "owned_by", "quire", "max_model_len",
+                             S.model->hp.max_ctx));
+    } else if (!strcmp(uri, "/metrics")) {
+        p->endpoint = "metrics";
+        char *s = NULL;
+        size_t len = 0;
+        pthread_mutex_lock(&S.mu);
+        const qengine_stats st = S.stats;
+        const int have = S.have_stats;
+        pthread_mutex_unlock(&S.mu);
+        if (qmetrics_render(S.metrics, have ? &st : NULL, 0, &s, &len))
+            return fail(wsi, p, 500, "server_error", "%s", "out of memory");
+        reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
+    } else {
+        p->endpoint = "other";
+        fail(wsi, p, 404, INVALID_NOT_FOUND, "no such endpoint: GET %s", uri);
+    }
+}
+
+/* A complete POST body: parse it, give it to the engine. */
+static void handle_post(struct lws *wsi, pss *p)
+{
+    qoai_error e;
+    sreq *r = calloc(1, sizeof *r);
+    if (!r) return fail(wsi, p, 500, "server_error", "%s", "out of memory");
+    if (qoai_parse(p->body ? p->body : "", p->body_len, (qoai_kind)p->kind, &S.lim, S.model, S.tok, &r->req, &e)) {
+        free(r);
+        return reply_error(wsi, p, &e);
+    }
+    r->n = r->req.p.n > 1 ? r->req.p.n : 1;
+    r->ch = calloc((size_t)r->n, sizeof *r->ch);
+    if (!r->ch) {
+        sreq_free(r);
+        return fail(wsi, p, 500, "server_error", "%s", "out of memory");
+    }
+    pthread_mutex_lock(&S.mu);
+    if (S.live >= S.o.max_requests) {
+        pthread_mutex_unlock(&S.mu);
+        sreq_free(r);
+        char n[16];
+        snprintf(n, sizeof n, "%d", S.o.max_requests);
+        qoai_fail(&e, 429, "rate_limit_error", NULL, "the server is at its limit of %s requests in flight; retry later", n);
+        return reply_error(wsi, p, &e);
+    }
+    snprintf(r->rid, sizeof r->rid, "%s-%llu%llx", p->kind == QOAI_CHAT ? "chatcmpl" : "cmpl", ++S.seq,
+             (unsigned long long)time(NULL));
+    r->rep = (qoai_reply){ (qoai_kind)p->kind, r->rid, (long long)time(NULL), S.name };
+    r->t0 = q_now();
+    char err[256];
+    if (qengine_submit(S.eng, &r->req.p, &r->id, err, sizeof err)) {
+        pthread_mutex_unlock(&S.mu);
+        sreq_free(r);
+        qoai_fail(&e, 400, "invalid_request_error", NULL, "%s", err);
+        return reply_error(wsi, p, &e);
+    }
+    r->wsi = wsi;
+    r->next = S.reqs;
+    S.reqs = r;
+    S.live++;
+    pthread_cond_signal(&S.cv);
+    pthread_mutex_unlock(&S.mu);
+    p->r = r;
+    p->stream = r->req.stream;
+    p->status = 200;
+    qmetrics_request(S.metrics, p->endpoint, 200);
+    lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
+    if (p->stream) {
+        p->st = ST_HEADERS;
+        lws_callback_on_writable(wsi);
+    } else {
+        p->st = ST_WAIT; /* the reply is written once the engine has finished */
+    }
+}
+
+/* Detaches the connection's request: cancelled if the engine still runs it. */
+static void drop_request(pss *p)
+{
+    if (!p->r) return;
+    pthread_mutex_lock(&S.mu);
+    sreq *r = p->r;
+    r->wsi = NULL;
+    if (!r->finished) {
+        qengine_cancel(S.eng, r->id);
+    } else {
+        sreq_unlink(r);
+        sreq_free(r);
+    }
+    pthread_mutex_unlock(&S.mu);
+    p->r = NULL;
+}
+
+static void reset(pss *p)
+{
+    free(p->body);
+    free(p->resp);
+    memset(p, 0, sizeof *p);
+}
+
+static int write_headers(struct lws *wsi, pss *p, lws_filepos_t len)
+{
+    unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *q = start, *end = buf + sizeof buf - 1;
+    if (lws_add_http_common_headers(wsi, (unsigned)p->status, p->ctype, len, &q, end)) return -1;
+    if (p->st == ST_STREAM &&
+        lws_add_http_header_by_name(wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-cache",
+                                    8, &q, end))
+        return -1;
+    return lws_finalize_write_http_header(wsi, start, &q, end) ? -1 : 0;
+}
+
+/* Writes up to 16 KiB of data; 1 when all of it is out. */
+static int write_some(struct lws *wsi, const char *data, size_t len, size_t *off, int final)
+{
+    unsigned char buf[LWS_PRE + 16384];
+    const size_t n = len - *off < 16384 ? len - *off : 16384;
+    memcpy(buf + LWS_PRE, data + *off, n);
+    const int last = *off + n == len;
+    if (lws_write(wsi, buf + LWS_PRE, n, last && final ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n) return -1;
+    *off += n;
+    return last;
+}
+
+static int on_writable(struct lws *wsi, pss *p)
+{
+    if (p->st == ST_CLOSING) return -1;
+    if (p->r && p->st == ST_HEADERS && p->stream) {
+        p->st = ST_STREAM;
+        p->ctype = "text/event-stream";
+        if (write_headers(wsi, p, LWS_ILLEGAL_HTTP_CONTENT_LEN)) return -1;
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (p->st == ST_STREAM) {
+        /* Take what the engine produced, write it, and close after the end. */
+        pthread_mutex_lock(&S.mu);
+        sreq *r = p->r;
+        char *data = r->out;
+        size_t len = r->out_len;
+        const int done = r->finished, failed = r->failed;
+        r->out = NULL, r->out_len = r->out_cap = 0;
+        pthread_mutex_unlock(&S.mu);
+        if (failed) {
+            free(data);
+            return -1;
+        }
+        size_t off = 0;
+        while (off < len) /* the chunks of one wake-up, in pieces */
+            if (write_some(wsi, data, len, &off, 0) < 0) {
+                free(data);
+                return -1;
+            }
+        free(data);
+        if (done) {
+            p->st = ST_CLOSING;
+            lws_callback_on_writable(wsi);
+        }
+        return 0;
+    }
+    if (p->st == ST_HEADERS) {
+        if (write_headers(wsi, p, p->resp_len)) return -1;
+        p->st = ST_BODY;
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (p->st == ST_BODY) {
+        const int all = write_some(wsi, p->resp, p->resp_len, &p->resp_off, 1);
+        if (all < 0) return -1;
+        if (!all) {
+            lws_callback_on_writable(wsi);
+            return 0;
+        }
+        drop_request(p);
+        reset(p);
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    }
+    return 0;
+}
+
+static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
+{
+    pss *p = user;
+    switch (reason) {
+    case LWS_CALLBACK_HTTP: {
+        const char *uri = in;
+        reset(p);
+        if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
+            p->is_post = 1;
+            if (!strcmp(uri, "/v1/chat/completions")) p->kind = QOAI_CHAT, p->endpoint = "chat";
+            else if (!strcmp(uri, "/v1/completions")) p->kind = QOAI_COMPLETION, p->endpoint = "completions";
+            else return fail(wsi, p, 404, INVALID_NOT_FOUND, "no such endpoint: POST %s", uri), 0;
+            if (!authorized(wsi)) return fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 0;
+            char cl[32];
+            if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
+                strtoull(cl, NULL, 10) > (unsigned long long)S.o.max_body_kb * 1024)
+                p->too_big = 1;
+            p->st = ST_NEW;
+            return 0; /* the body follows */
+        }
+        if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0) return handle_get(wsi, p, uri), 0;
+        p->endpoint = "other";
+        fail(wsi, p, 405, "invalid_request_error", "%s", "only GET and POST are served");
+        return 0;
+    }
+    case LWS_CALLBACK_HTTP_BODY:
+        if (p->too_big || p->st != ST_NEW) return 0;
+        if (p->body_len + len > (size_t)S.o.max_body_kb * 1024) {
+            p->too_big = 1;
+            return 0;
+        } else {
+            char *b = realloc(p->body, p->body_len + len + 1);
+            if (!b) {
+                p->too_big = 1;
+                return 0;
+            }
+            memcpy(b + p->body_len, in, len);
+            p->body = b;
+            p->body_len += len;
+        }
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (p->st != ST_NEW) return 0;
+        if (p->too_big) {
+            char kb[16];
+            snprintf(kb, sizeof kb, "%d", S.o.max_body_kb);
+            fail(wsi, p, 413, "invalid_request_error", "the body is larger than this server takes (%s KiB)", kb);
+            return 0;
+        }
+        handle_post(wsi, p);
+        return 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (p->st == ST_WAIT) {
+            /* A whole reply: written once the engine has finished. */
+            pthread_mutex_lock(&S.mu);
+            sreq *r = p->r;
+            const int done = r && r->finished, failed = r && r->failed;
+            char *data = done ? r->out : NULL;
+            const size_t dl = done ? r->out_len : 0;
+            if (done) r->out = NULL, r->out_len = r->out_cap = 0;
+            pthread_mutex_unlock(&S.mu);
+            if (!done) return 0;
+            if (failed || !data) {
+                free(data);
+                fail(wsi, p, 500, "server_error", "%s", "out of memory");
+                return 0;
+            }
+            p->status = 200, p->ctype = "application/json", p->resp = data, p->resp_len = dl, p->resp_off = 0;
+            p->st = ST_HEADERS;
+        }
+        return on_writable(wsi, p);
+    case LWS_CALLBACK_CLOSED_HTTP:
+        drop_request(p);
+        reset(p);
+        return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        /* The engine produced output: writable callbacks where it waits. */
+        pthread_mutex_lock(&S.mu);
+        for (sreq *r = S.reqs; r; r = r->next)
+            if (r->wsi && (r->out_len || r->finished)) lws_callback_on_writable(r->wsi);
+        pthread_mutex_unlock(&S.mu);
+        return 0;
+    default:
+        break;
+    }
+    return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+static const struct lws_protocols protocols[] = {
+    { "http", cb_http, sizeof(pss), 0, 0, NULL, 0 },
+    { NULL, NULL, 0, 0, 0, NULL, 0 },
+};
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_opts *o = &S.o;
+    memset(o, 0, sizeof *o);
+    o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256, o->gpu_mem_util = 0.9f;
+    o->host = "127.0.0.1";
+    if (qopt_parse("serve", serve_table, N_SERVE_OPTS, argc, argv, o)) return 2;
+    if (o->help) {
+        printf("usage: quire serve -m MODEL [options]\n\nServes the model over HTTP: the OpenAI-compatible API\n"
+               "(/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics.\n\noptions:\n");
+        qopt_usage(stdout, serve_table, N_SERVE_OPTS);
+        return 0;
+    }
+    if (!o->model) {
+        fprintf(stderr, "quire serve: -m MODEL is required (see quire serve --help)\n");
+        return 2;
+    }
+    if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1) {
+        fprintf(stderr, "quire serve: --port, --max-tokens, --max-body and --max-requests must be positive\n");
+        return 2;
+    }
+    qengine_opts eo;
+    qengine_opts_default(&eo);
+    if (o->device && qdevice_parse(o->device, &eo.device)) {
+        fprintf(stderr, "quire serve: --device must be auto, cpu or cuda\n");
+        return 2;
+    }
+    eo.n_threads = o->threads;
+    eo.gpu_mem_util = o->gpu_mem_util;
+    if (o->kv_mem > 0) eo.kv_mem_mb = (size_t)o->kv_mem;
+    if (o->max_batch_tokens > 0) eo.max_batch_tokens = o->max_batch_tokens;
+    if (o->max_seqs > 0) eo.max_seqs = o->max_seqs;
+    if (o->block_size > 0) eo.block_size = o->block_size;
+
+    char err[512];
+    qmodel *m = NULL;
+    qtok *tok = NULL;
+    if (qmodel_load(o->model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err) ||
+        qengine_create(m, tok, &eo, &S.eng, err, sizeof err)) {
+        fprintf(stderr, "quire serve: %s\n", err);
+        qtok_free(tok);
+        qmodel_destroy(m);
+        return 1;
+    }
+    S.model = m, S.tok = tok;
+    S.lim.max_tokens_cap = o->max_tokens;
+    if (o->name) S.name = o->name;
+    else {
+        const char *b = strrchr(o->model, '/');
+        S.name = b && b[1] ? b + 1 : o->model;
+    }
+    S.metrics = qmetrics_new();
+    pthread_mutex_init(&S.mu, NULL);
+    pthread_cond_init(&S.cv, NULL);
+
+    lws_set_log_level(LLL_ERR, NULL);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = o->port;
+    info.iface = o->host;
+    info.protocols = protocols;
+    info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
+    S.ctx = S.metrics ? lws_create_context(&info) : NULL;
+    pthread_t th;
+    int status = 0;
+    if (!S.ctx || pthread_create(&th, NULL, engine_main, NULL)) {
+        fprintf(stderr, "quire serve: cannot listen on %s:%d\n", o->host, o->port);
+        status = 1;
+    } else {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        signal(SIGPIPE, SIG_IGN);
+        printf("quire serve: %s on %s (%s), listening on http://%s:%d\n", S.name, qengine_backend_name(S.eng),
+               o->model, o->host, o->port);
+        fflush(stdout);
+        while (!S.stop && lws_service(S.ctx, 0) >= 0) {
+        }
+        /* Stop: cancel what runs, let the engine finish it, then leave. */
+        pthread_mutex_lock(&S.mu);
+        for (sreq *r = S.reqs; r; r = r->next)
+            if (!r->finished) qengine_cancel(S.eng, r->id);
+        S.engine_stop = 1;
+        pthread_cond_signal(&S.cv);
+        pthread_mutex_unlock(&S.mu);
+        pthread_join(th, NULL);
+    }
+    if (S.ctx) lws_context_destroy(S.ctx);
+    while (S.reqs) {
+        sreq *r = S.reqs;
+        S.reqs = r->next;
+        sreq_free(r);
+    }
+    qengine_destroy(S.eng);
+    qmetrics_free(S.metrics);
+    qtok_free(tok);
+    qmodel_destroy(m);
+    fprintf(stderr, "quire serve: stopped\n");
+    return status;
+}

@@ -1,0 +1,231 @@
+"""`quire serve` driven by the official openai SDK and by raw HTTP, on the
+bundled stories260K model: completions and chat, whole and streamed, n,
+seed, stop, logprobs, consistency with `quire generate`, the documented
+errors, cancel on disconnect (visible in /metrics) and a clean exit on
+SIGTERM."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from conftest import ROOT
+
+MODEL = str(ROOT / "models" / "stories260K.gguf")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, quire, *extra):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [quire, "serve", "-m", MODEL, "--port", str(self.port), "--kv-mem", "64", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("quire serve exited: " + self.proc.stderr.read())
+            time.sleep(0.05)
+        raise RuntimeError("quire serve did not come up")
+
+    def get(self, path, headers=None):
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def post(self, path, body, headers=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method="POST",
+                                     headers={"content-type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def metric(self, name):
+        _, text = self.get("/metrics")
+        m = re.search("^" + re.escape(name) + r" ([0-9.e+-]+)$", text, re.M)
+        return float(m.group(1)) if m else None
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(quire):
+    s = Server(quire)
+    yield s
+    assert s.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def generate(quire, prompt, n):
+    out = subprocess.run([quire, "generate", "-m", MODEL, "-p", prompt, "--temp", "0", "-n", str(n)],
+                         capture_output=True, text=True, check=True).stdout
+    return out[:-1] if out.endswith("\n") else out
+
+
+def test_completion_matches_generate(quire, client):
+    r = client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=24, temperature=0)
+    assert r.object == "text_completion"
+    assert r.choices[0].text == generate(quire, "Once upon a time", 24)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 24 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 24
+
+
+def test_completion_stream_equals_whole(client):
+    whole = client.completions.create(model="m", prompt="The cat", max_tokens=30, temperature=0)
+    chunks = list(client.completions.create(model="m", prompt="The cat", max_tokens=30, temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_chat_whole_and_stream(client):
+    msgs = [{"role": "system", "content": "Tell a story."}, {"role": "user", "content": "Lily had a dog."}]
+    whole = client.chat.completions.create(model="m", messages=msgs, max_tokens=20, temperature=0)
+    assert whole.object == "chat.completion"
+    assert whole.choices[0].message.role == "assistant"
+    text = whole.choices[0].message.content
+    assert len(text) > 0
+    stream = client.chat.completions.create(model="m", messages=msgs, max_tokens=20, temperature=0, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_n_seed_and_stop(client):
+    a = client.completions.create(model="m", prompt="Once", max_tokens=16, temperature=1.0, seed=7, n=3)
+    b = client.completions.create(model="m", prompt="Once", max_tokens=16, temperature=1.0, seed=7, n=3)
+    assert [c.index for c in a.choices] == [0, 1, 2]
+    assert [c.text for c in a.choices] == [c.text for c in b.choices]   # the same seed, the same samples
+    assert len({c.text for c in a.choices}) > 1                          # sample i draws with seed + i
+    r = client.completions.create(model="m", prompt="Once upon a time", max_tokens=60, temperature=0, stop=["."])
+    assert "." not in r.choices[0].text and r.choices[0].finish_reason == "stop"
+
+
+def test_logprobs(client):
+    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=6,
+                                       temperature=0, logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens == 6
+    for e in content:
+        assert e.logprob <= 0 and len(e.top_logprobs) == 2
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+        assert e.token == e.top_logprobs[0].token       # greedy: the likeliest
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token
+    c = client.completions.create(model="m", prompt="Once", max_tokens=5, temperature=0, logprobs=3)
+    lp = c.choices[0].logprobs
+    assert "".join(lp.tokens) == c.choices[0].text
+    assert len(lp.token_logprobs) == 5 and all(len(t) >= 1 for t in lp.top_logprobs)
+    assert lp.text_offset[0] == 0
+
+
+def test_errors(server, client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="m", prompt="x", temperature=-1)
+    assert e.value.status_code == 400 and "temperature" in str(e.value)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="m", messages=[])
+    status, body = server.post("/v1/chat/completions", b"{not json")
+    err = json.loads(body)["error"]
+    assert status == 400 and "not valid JSON" in err["message"] and err["type"] == "invalid_request_error"
+    status, body = server.post("/v1/completions", b'{"prompt": "\xff"}')
+    assert status == 400
+    status, body = server.post("/v1/completions", {"prompt": [1] * 3000, "max_tokens": 1})
+    assert status == 400 and json.loads(body)["error"]["code"] == "context_length_exceeded"
+    status, body = server.get("/nope")
+    assert status == 404 and "no such endpoint" in json.loads(body)["error"]["message"]
+    status, body = server.post("/v1/completions", {"prompt": "x" * (2 << 20)})
+    assert status == 413
+    # The server keeps serving.
+    assert server.get("/health")[0] == 200
+    r = client.completions.create(model="m", prompt="Once", max_tokens=3, temperature=0)
+    assert r.usage.completion_tokens == 3
+
+
+def test_disconnect_frees_blocks(server):
+    for _ in range(5):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 1500, "temperature": 0,
+                           "stream": True, "ignore_eos": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        got = b""
+        while got.count(b"data: ") < 3:
+            got += s.recv(65536)
+        s.close()
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        if server.metric("quire_requests_running") == 0 and server.metric('quire_kv_blocks{state="used"}') == 0:
+            break
+        time.sleep(0.05)
+    assert server.metric("quire_requests_running") == 0
+    assert server.metric('quire_kv_blocks{state="used"}') == 0
+    assert server.metric("quire_generation_tokens_total") is not None
+
+
+def test_metrics_and_models(server):
+    status, body = server.get("/v1/models")
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "stories260K.gguf"
+    status, text = server.get("/metrics")
+    assert status == 200
+    assert re.search(r'^quire_requests_total\{endpoint="completions",status="200"\} [1-9]', text, re.M)
+    assert re.search(r"^quire_time_to_first_token_seconds_count [1-9]", text, re.M)
+
+
+def test_api_key_and_sigterm_mid_stream(quire):
+    s = Server(quire, "--api-key", "sekret")
+    try:
+        bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            bad.completions.create(model="m", prompt="x", max_tokens=1)
+        assert s.get("/v1/models")[0] == 401
+        assert s.get("/health")[0] == 200
+        good = openai.OpenAI(base_url=s.url + "/v1", api_key="sekret", max_retries=0)
+        assert good.completions.create(model="m", prompt="x", max_tokens=2).usage.completion_tokens == 2
+        # SIGTERM while a stream runs: the stream ends, the process exits 0.
+        stream = good.completions.create(model="m", prompt="Once", max_tokens=1500, stream=True,
+                                         extra_body={"ignore_eos": True})
+        it = iter(stream)
+        next(it)
+        s.proc.send_signal(signal.SIGTERM)
+        try:
+            for _ in it:
+                pass
+        except (openai.APIError, openai.APIConnectionError):
+            pass
+    finally:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=30) == 0
