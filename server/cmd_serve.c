@@ -9,9 +9,11 @@
  *
  * Endpoints: POST /v1/chat/completions and /v1/completions (whole JSON, or
  * server-sent events with stream true), GET /v1/models, GET /health,
- * GET /metrics.  A closed connection cancels its request at the next engine
- * step.  Errors are OpenAI's error JSON (oai.h).  The WebSocket protocol,
- * static files, grace periods and the remaining limits come next (issue 6). */
+ * GET /metrics, and the WebSocket protocol at /v1/ws (README.md: several
+ * requests a socket under client ids; chat and cancel in, start, delta,
+ * done and error out).  A closed connection cancels its requests at the
+ * next engine step.  Errors are OpenAI's error JSON (oai.h).  Static files
+ * and a shutdown grace period come next (issue 6). */
 #define _GNU_SOURCE
 #include <libwebsockets.h>
 #include <pthread.h>
@@ -69,6 +71,7 @@ typedef struct {
     size_t len, cap;
     json_t *lp;
     const char *finish;
+    qfinish fin;
     int started; /* a streamed chat choice has sent its role */
 } acc;
 
@@ -88,6 +91,10 @@ typedef struct sreq {
     int failed;         /* out of memory while building the output */
     struct lws *wsi;    /* NULL once the connection closed */
     double t0, t_last;  /* arrival, last token */
+    int ws;             /* a WebSocket request: out holds frames, each ending in '\n' */
+    int want_ids;       /* ws: token ids in the deltas */
+    unsigned long frames; /* ws: frames written */
+    char cid[64];       /* ws: the client's id */
 } sreq;
 
 static struct {
@@ -124,6 +131,14 @@ typedef struct {
     size_t resp_len, resp_off;
     sreq *r;
     const char *endpoint;
+    /* WebSocket connections: the message being received, and frames of
+     * the connection's own (errors of messages that made no request). */
+    int ws;
+    char *msg;
+    size_t msg_len;
+    int msg_too_big;
+    char *wsout;
+    size_t wsout_len;
 } pss;
 
 static void on_signal(int sig)
@@ -164,6 +179,20 @@ static void out_event(sreq *r, json_t *j)
     out_put(r, "data: ", 6);
     out_put(r, s, strlen(s));
     out_put(r, "\n\n", 2);
+    free(s);
+}
+
+/* One WebSocket frame: JSON and '\n'; takes j. */
+static void out_frame(sreq *r, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        r->failed = 1;
+        return;
+    }
+    out_put(r, s, strlen(s));
+    out_put(r, "\n", 1);
     free(s);
 }
 
@@ -217,8 +246,20 @@ static void dispatch(qevent *ev)
     }
     json_t *lp = NULL;
     if (ev->finish == QFINISH_NONE && r->req.logprobs)
-        qoai_logprobs_add(r->req.stream ? &lp : &c->lp, r->req.kind, S.tok, ev, c->len);
-    if (r->req.stream) {
+        qoai_logprobs_add(r->req.stream || r->ws ? &lp : &c->lp, r->req.kind, S.tok, ev, c->len);
+    if (r->ws) {
+        if (ev->text_len || lp || (r->want_ids && ev->finish == QFINISH_NONE)) {
+            json_t *f = json_pack("{s:s, s:s, s:i, s:s%}", "type", "delta", "id", r->cid, "index", ev->index, "text",
+                                  ev->text ? ev->text : "", ev->text_len);
+            if (f && r->want_ids && ev->finish == QFINISH_NONE) json_object_set_new(f, "token", json_integer(ev->token));
+            if (f && lp) json_object_set_new(f, "logprobs", lp);
+            else json_decref(lp);
+            out_frame(r, f);
+        } else {
+            json_decref(lp);
+        }
+        c->len += ev->text_len;
+    } else if (r->req.stream) {
         if (ev->text_len || lp || (r->req.kind == QOAI_CHAT && !c->started && ev->finish == QFINISH_NONE)) {
             out_event(r, qoai_chunk(&r->rep, ev->index, ev->text, ev->text_len, lp,
                                     NULL, r->req.kind == QOAI_CHAT && !c->started));
@@ -230,9 +271,10 @@ static void dispatch(qevent *ev)
     } else if (ev->text_len && acc_add(c, ev->text, ev->text_len)) {
         r->failed = 1;
     }
-    if (r->req.stream) c->len += ev->text_len; /* the text offset of the next token's logprobs */
+    if (r->req.stream && !r->ws) c->len += ev->text_len; /* the text offset of the next token's logprobs */
     if (ev->finish == QFINISH_NONE) return;
     c->finish = qoai_finish_reason(ev->finish);
+    c->fin = ev->finish;
     r->prompt_tokens = ev->prompt_tokens;
     r->cached_tokens = ev->cached_tokens;
     r->completion_tokens += ev->completion_tokens;
@@ -242,7 +284,20 @@ static void dispatch(qevent *ev)
     qmetrics_tokens(S.metrics, r->prompt_tokens, r->completion_tokens);
     qmetrics_latency(S.metrics, now - r->t0);
     json_t *usage = qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens);
-    if (r->req.stream) {
+    if (r->ws) {
+        json_t *chs = json_array();
+        for (int i = 0; chs && i < r->n; i++)
+            json_array_append_new(chs, json_pack("{s:i, s:s}", "index", i, "finish_reason",
+                                                 r->ch[i].fin == QFINISH_CANCELLED ? "cancelled"
+                                                 : r->ch[i].fin == QFINISH_ERROR   ? "error"
+                                                                                   : r->ch[i].finish));
+        const double total = now - r->t0, ttft = ev->ttft_s;
+        out_frame(r, json_pack("{s:s, s:s, s:o, s:o, s:{s:f, s:f, s:f}}", "type", "done", "id", r->cid, "choices",
+                               chs, "usage", usage, "timings", "ttft_s", ttft, "total_s", total, "tokens_per_s",
+                               total > ttft && r->completion_tokens > 1
+                                   ? (r->completion_tokens - 1) / (total - ttft)
+                                   : 0.0));
+    } else if (r->req.stream) {
         if (r->req.include_usage) out_event(r, qoai_usage_chunk(&r->rep, usage));
         else json_decref(usage);
         out_put(r, "data: [DONE]\n\n", 14);
@@ -378,48 +433,63 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
     }
 }
 
-/* A complete POST body: parse it, give it to the engine. */
-static void handle_post(struct lws *wsi, pss *p)
+/* Parses body as a request of kind and gives it to the engine for wsi
+ * (ws: a WebSocket request with client id cid): the new request, or NULL
+ * with *e filled.  first, when not NULL, is the request's first frame. */
+static sreq *submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
+                    qoai_error *e)
 {
-    qoai_error e;
     sreq *r = calloc(1, sizeof *r);
-    if (!r) return fail(wsi, p, 500, "server_error", "%s", "out of memory");
-    if (qoai_parse(p->body ? p->body : "", p->body_len, (qoai_kind)p->kind, &S.lim, S.model, S.tok, &r->req, &e)) {
+    if (!r) return qoai_fail(e, 500, "server_error", NULL, "out of memory"), NULL;
+    if (qoai_parse(body, len, kind, &S.lim, S.model, S.tok, &r->req, e)) {
         free(r);
-        return reply_error(wsi, p, &e);
+        return NULL;
     }
     r->n = r->req.p.n > 1 ? r->req.p.n : 1;
     r->ch = calloc((size_t)r->n, sizeof *r->ch);
     if (!r->ch) {
         sreq_free(r);
-        return fail(wsi, p, 500, "server_error", "%s", "out of memory");
+        return qoai_fail(e, 500, "server_error", NULL, "out of memory"), NULL;
+    }
+    if (cid) {
+        r->ws = 1, r->want_ids = want_ids;
+        snprintf(r->cid, sizeof r->cid, "%s", cid);
     }
     pthread_mutex_lock(&S.mu);
     if (S.live >= S.o.max_requests) {
         pthread_mutex_unlock(&S.mu);
         sreq_free(r);
-        char n[16];
-        snprintf(n, sizeof n, "%d", S.o.max_requests);
-        qoai_fail(&e, 429, "rate_limit_error", NULL, "the server is at its limit of %s requests in flight; retry later", n);
-        return reply_error(wsi, p, &e);
+        qoai_fail(e, 429, "rate_limit_error", NULL, "the server is at its limit of %d requests in flight; retry later",
+                  S.o.max_requests);
+        return NULL;
     }
-    snprintf(r->rid, sizeof r->rid, "%s-%llu%llx", p->kind == QOAI_CHAT ? "chatcmpl" : "cmpl", ++S.seq,
-             (unsigned long long)time(NULL));
-    r->rep = (qoai_reply){ (qoai_kind)p->kind, r->rid, (long long)time(NULL), S.name };
+    snprintf(r->rid, sizeof r->rid, "%s-%llx%llu", kind == QOAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)time(NULL), ++S.seq);
+    r->rep = (qoai_reply){ kind, r->rid, (long long)time(NULL), S.name };
     r->t0 = q_now();
     char err[256];
     if (qengine_submit(S.eng, &r->req.p, &r->id, err, sizeof err)) {
         pthread_mutex_unlock(&S.mu);
         sreq_free(r);
-        qoai_fail(&e, 400, "invalid_request_error", NULL, "%s", err);
-        return reply_error(wsi, p, &e);
+        qoai_fail(e, 400, "invalid_request_error", NULL, "%s", err);
+        return NULL;
     }
+    if (r->ws) out_frame(r, json_pack("{s:s, s:s, s:s}", "type", "start", "id", r->cid, "model", S.name));
     r->wsi = wsi;
     r->next = S.reqs;
     S.reqs = r;
     S.live++;
     pthread_cond_signal(&S.cv);
     pthread_mutex_unlock(&S.mu);
+    return r;
+}
+
+/* A complete POST body: parse it, give it to the engine. */
+static void handle_post(struct lws *wsi, pss *p)
+{
+    qoai_error e;
+    sreq *r = submit(wsi, p->body ? p->body : "", p->body_len, (qoai_kind)p->kind, NULL, 0, &e);
+    if (!r) return reply_error(wsi, p, &e);
     p->r = r;
     p->stream = r->req.stream;
     p->status = 200;
@@ -536,6 +606,154 @@ static int on_writable(struct lws *wsi, pss *p)
     return 0;
 }
 
+/* ---- WebSocket: /v1/ws --------------------------------------------------------- */
+
+/* A frame of the connection's own: {"type": "error", "id", "error"}. */
+static void ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *e)
+{
+    json_t *j = qoai_error_json(e);
+    json_t *f = j ? json_pack("{s:s, s:s?, s:O}", "type", "error", "id", cid, "error", json_object_get(j, "error")) : NULL;
+    json_decref(j);
+    char *s = f ? json_dumps(f, JSON_COMPACT) : NULL;
+    json_decref(f);
+    if (!s) return;
+    const size_t n = strlen(s);
+    char *o = realloc(p->wsout, p->wsout_len + n + 1);
+    if (o) {
+        memcpy(o + p->wsout_len, s, n);
+        o[p->wsout_len + n] = '\n';
+        p->wsout = o, p->wsout_len += n + 1;
+        lws_callback_on_writable(wsi);
+    }
+    free(s);
+}
+
+/* A whole client message: chat (a request) or cancel. */
+static void ws_message(struct lws *wsi, pss *p)
+{
+    qoai_error e;
+    json_t *m = json_loadb(p->msg ? p->msg : "", p->msg_len, 0, NULL);
+    json_t *ty = json_object_get(m, "type"), *id = json_object_get(m, "id");
+    const char *cid = json_is_string(id) ? json_string_value(id) : NULL;
+    if (!json_is_object(m) || !json_is_string(ty) || !cid || !cid[0] || strlen(cid) > 63) {
+        qoai_fail(&e, 400, "invalid_request_error", NULL,
+                  "a message is a JSON object with \"type\" (chat or cancel) and \"id\" (1-63 characters)");
+        ws_error(wsi, p, cid && strlen(cid) <= 63 ? cid : NULL, &e);
+        json_decref(m);
+        return;
+    }
+    const char *t = json_string_value(ty);
+    pthread_mutex_lock(&S.mu);
+    sreq *same = S.reqs;
+    while (same && !(same->wsi == wsi && !strcmp(same->cid, cid) && !same->finished)) same = same->next;
+    if (same && !strcmp(t, "cancel")) qengine_cancel(S.eng, same->id);
+    pthread_mutex_unlock(&S.mu);
+    if (!strcmp(t, "cancel")) {
+        if (!same) {
+            qoai_fail(&e, 404, "invalid_request_error", "id", "no request '%s' runs on this connection", cid);
+            ws_error(wsi, p, cid, &e);
+        }
+    } else if (!strcmp(t, "chat")) {
+        json_t *ti = json_object_get(m, "token_ids");
+        if (same) {
+            qoai_fail(&e, 400, "invalid_request_error", "id", "a request '%s' already runs on this connection", cid);
+            ws_error(wsi, p, cid, &e);
+        } else if (!submit(wsi, p->msg, p->msg_len, json_object_get(m, "messages") ? QOAI_CHAT : QOAI_COMPLETION, cid,
+                           json_is_true(ti), &e)) {
+            ws_error(wsi, p, cid, &e);
+        } else {
+            qmetrics_request(S.metrics, "ws", 200);
+            lws_callback_on_writable(wsi);
+        }
+    } else {
+        qoai_fail(&e, 400, "invalid_request_error", "type", "unknown message type '%s' (chat or cancel)", t);
+        ws_error(wsi, p, cid, &e);
+    }
+    json_decref(m);
+}
+
+/* One frame a writable callback: the connection's own first, then the
+ * request with output that has had the fewest frames written (so that
+ * requests on one socket interleave).  A finished request goes once its
+ * frames are out. */
+static int ws_writable(struct lws *wsi, pss *p)
+{
+    unsigned char *buf = NULL;
+    size_t n = 0;
+    if (p->wsout_len) {
+        const char *nl = memchr(p->wsout, '\n', p->wsout_len);
+        n = (size_t)(nl - p->wsout);
+        buf = malloc(LWS_PRE + n + 1);
+        if (!buf) return -1;
+        memcpy(buf + LWS_PRE, p->wsout, n);
+        memmove(p->wsout, nl + 1, p->wsout_len - n - 1);
+        p->wsout_len -= n + 1;
+    }
+    int more = p->wsout_len > 0;
+    pthread_mutex_lock(&S.mu);
+    sreq *pick = NULL;
+    for (sreq *r = S.reqs; !buf && r; r = r->next)
+        if (r->wsi == wsi && r->out_len && (!pick || r->frames < pick->frames)) pick = r;
+    for (sreq **pp = &S.reqs; *pp;) {
+        sreq *r = *pp;
+        if (r->wsi != wsi) {
+            pp = &r->next;
+            continue;
+        }
+        if (r == pick) {
+            r->frames++;
+            const char *nl = memchr(r->out, '\n', r->out_len);
+            n = nl ? (size_t)(nl - r->out) : r->out_len;
+            buf = malloc(LWS_PRE + n + 1);
+            if (buf) {
+                memcpy(buf + LWS_PRE, r->out, n);
+                const size_t rest = r->out_len - n - (nl ? 1 : 0);
+                memmove(r->out, r->out + r->out_len - rest, rest);
+                r->out_len = rest;
+            }
+        }
+        if (r->out_len) more = 1;
+        if (r->finished && !r->out_len) {
+            *pp = r->next;
+            sreq_free(r);
+        } else {
+            pp = &r->next;
+        }
+    }
+    pthread_mutex_unlock(&S.mu);
+    int rc = 0;
+    if (buf && lws_write(wsi, buf + LWS_PRE, n, LWS_WRITE_TEXT) < (int)n) rc = -1;
+    free(buf);
+    if (!rc && more) lws_callback_on_writable(wsi);
+    return rc;
+}
+
+/* The connection closed: its running requests are cancelled, the finished
+ * ones freed. */
+static void ws_closed(struct lws *wsi, pss *p)
+{
+    pthread_mutex_lock(&S.mu);
+    for (sreq **pp = &S.reqs; *pp;) {
+        sreq *r = *pp;
+        if (r->wsi != wsi) {
+            pp = &r->next;
+            continue;
+        }
+        r->wsi = NULL;
+        if (!r->finished) {
+            qengine_cancel(S.eng, r->id);
+            pp = &r->next;
+        } else {
+            *pp = r->next;
+            sreq_free(r);
+        }
+    }
+    pthread_mutex_unlock(&S.mu);
+    free(p->msg);
+    free(p->wsout);
+    memset(p, 0, sizeof *p);
+}
+
 static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
     pss *p = user;
@@ -610,6 +828,40 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
     case LWS_CALLBACK_CLOSED_HTTP:
         drop_request(p);
         reset(p);
+        return 0;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
+        char uri[64];
+        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/v1/ws")) return 1;
+        return authorized(wsi) ? 0 : 1;
+    }
+    case LWS_CALLBACK_ESTABLISHED:
+        memset(p, 0, sizeof *p);
+        p->ws = 1;
+        return 0;
+    case LWS_CALLBACK_RECEIVE:
+        if (!p->msg_too_big && p->msg_len + len > (size_t)S.o.max_body_kb * 1024) p->msg_too_big = 1;
+        if (!p->msg_too_big) {
+            char *b = realloc(p->msg, p->msg_len + len + 1);
+            if (!b) p->msg_too_big = 1;
+            else memcpy(b + p->msg_len, in, len), p->msg = b, p->msg_len += len;
+        }
+        if (lws_is_final_fragment(wsi)) {
+            if (p->msg_too_big) {
+                qoai_error e;
+                qoai_fail(&e, 413, "invalid_request_error", NULL, "the message is larger than this server takes (%d KiB)",
+                          S.o.max_body_kb);
+                ws_error(wsi, p, NULL, &e);
+            } else {
+                ws_message(wsi, p);
+            }
+            free(p->msg);
+            p->msg = NULL, p->msg_len = 0, p->msg_too_big = 0;
+        }
+        return 0;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return ws_writable(wsi, p);
+    case LWS_CALLBACK_CLOSED:
+        ws_closed(wsi, p);
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         /* The engine produced output: writable callbacks where it waits. */

@@ -1,0 +1,113 @@
+"""The WebSocket protocol of `quire serve` (/v1/ws) with the Python
+`websockets` client: two requests at once on one socket, interleaved and
+both complete; cancel; errors for bad messages with the socket still
+usable; closing the socket mid-stream frees the requests' blocks."""
+import asyncio
+import json
+import time
+
+import pytest
+import websockets
+
+from test_serve_openai import Server
+
+
+@pytest.fixture(scope="module")
+def server(quire):
+    s = Server(quire)
+    yield s
+    assert s.stop() == 0
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+async def collect(ws, ids, on_frame=None):
+    """Frames until every id in ids is done: {id: [frames]}, and the order of
+    ids seen; on_frame(frame) may send more messages."""
+    got, order, done = {i: [] for i in ids}, [], set()
+    while done != set(ids):
+        m = json.loads(await ws.recv())
+        got.setdefault(m.get("id"), []).append(m)
+        order.append(m.get("id"))
+        if m["type"] in ("done", "error") and m.get("id") in ids:
+            done.add(m["id"])
+        if on_frame:
+            await on_frame(m)
+    return got, order
+
+
+def test_two_requests_interleaved(server):
+    async def go():
+        async with websockets.connect(f"ws://127.0.0.1:{server.port}/v1/ws") as ws:
+            await ws.send(json.dumps({"type": "chat", "id": "s1", "prompt": "Once upon a time", "max_tokens": 300,
+                                      "temperature": 0, "token_ids": True, "ignore_eos": True}))
+            await ws.send(json.dumps({"type": "chat", "id": "s2", "messages": [{"role": "user", "content": "Hi"}],
+                                      "max_tokens": 300, "temperature": 0, "ignore_eos": True}))
+            return await collect(ws, ["s1", "s2"])
+    got, order = run(go())
+    for i in ("s1", "s2"):
+        frames = got[i]
+        assert frames[0]["type"] == "start" and frames[-1]["type"] == "done"
+        assert frames[-1]["usage"]["completion_tokens"] == 300
+        assert frames[-1]["choices"][0]["finish_reason"] == "length"
+        assert frames[-1]["timings"]["ttft_s"] > 0
+    assert all("token" in f for f in got["s1"] if f["type"] == "delta")
+    # Interleaved: s2 starts before s1 is done.
+    assert order.index("s2") < len(order) - 1 - order[::-1].index("s1")
+    # The same text as the HTTP API gives.
+    _, body = server.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 300, "temperature": 0,
+                                              "ignore_eos": True})
+    text = "".join(f["text"] for f in got["s1"] if f["type"] == "delta")
+    assert text == json.loads(body)["choices"][0]["text"]
+
+
+def test_cancel_and_errors(server):
+    async def go():
+        async with websockets.connect(f"ws://127.0.0.1:{server.port}/v1/ws") as ws:
+            await ws.send(json.dumps({"type": "chat", "id": "long", "prompt": "Once", "max_tokens": 1500,
+                                      "ignore_eos": True}))
+            await ws.send(json.dumps({"type": "chat", "id": "short", "prompt": "Once", "max_tokens": 5,
+                                      "ignore_eos": True}))
+            await ws.send("not json")
+            await ws.send(json.dumps({"type": "chat", "id": "bad", "prompt": "x", "temperature": "hot"}))
+            await ws.send(json.dumps({"type": "dance", "id": "x"}))
+            await ws.send(json.dumps({"type": "cancel", "id": "nobody"}))
+            sent = []
+
+            async def cancel_long(m):     # at the long request's first token
+                if m.get("id") == "long" and m["type"] == "delta" and not sent:
+                    sent.append(1)
+                    await ws.send(json.dumps({"type": "cancel", "id": "long"}))
+            return await collect(ws, ["long", "short", "bad", "x", "nobody"], cancel_long)
+    got, _ = run(go())
+    assert got["long"][-1]["type"] == "done"
+    assert got["long"][-1]["choices"][0]["finish_reason"] == "cancelled"
+    assert got["long"][-1]["usage"]["completion_tokens"] < 1500
+    assert got["short"][-1]["usage"]["completion_tokens"] == 5
+    assert got["bad"][-1]["type"] == "error" and got["bad"][-1]["error"]["param"] == "temperature"
+    assert got["x"][-1]["type"] == "error" and "unknown message type" in got["x"][-1]["error"]["message"]
+    assert got["nobody"][-1]["type"] == "error"
+    assert any(f["type"] == "error" and f["id"] is None for f in got.get(None, []))
+
+
+def test_close_mid_stream_frees_blocks(server):
+    async def go():
+        for k in range(5):
+            # A client that vanishes: no waiting for the closing handshake.
+            async with websockets.connect(f"ws://127.0.0.1:{server.port}/v1/ws", close_timeout=0.01) as ws:
+                for i in range(3):
+                    await ws.send(json.dumps({"type": "chat", "id": f"r{i}", "prompt": "Once", "max_tokens": 1500,
+                                              "ignore_eos": True}))
+                n = 0
+                while n < 6:
+                    if json.loads(await ws.recv())["type"] == "delta":
+                        n += 1
+    run(go())
+    deadline = time.time() + 5
+    while time.time() < deadline and server.metric('quire_kv_blocks{state="used"}') != 0:
+        time.sleep(0.05)
+    assert server.metric("quire_requests_running") == 0
+    assert server.metric('quire_kv_blocks{state="used"}') == 0
+    assert server.get("/health")[0] == 200
