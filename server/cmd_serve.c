@@ -17,7 +17,10 @@
 #define _GNU_SOURCE
 #include <libwebsockets.h>
 #include <pthread.h>
+#include <limits.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +38,7 @@
 #include "util.h"
 
 typedef struct {
-    const char *model, *host, *api_key, *device, *name;
+    const char *model, *host, *api_key, *device, *name, *web;
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     int max_requests, help;
     float gpu_mem_util;
@@ -50,6 +53,7 @@ static const qopt serve_table[] = {
     { NULL, "--port", "N", OPT_INT, F_(port), "port for HTTP (default 8080)" },
     { NULL, "--served-model-name", "NAME", OPT_STR, F_(name), "the model's id in the API (default: the file's name)" },
     { NULL, "--api-key", "KEY", OPT_STR, F_(api_key), "require 'Authorization: Bearer KEY' on /v1 (default: none)" },
+    { NULL, "--web", "DIR", OPT_STR, F_(web), "static files served at / (default: the project's web/)" },
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
     { NULL, "--max-body", "KB", OPT_INT, F_(max_body_kb), "largest request body (default 1024 KiB)" },
     { NULL, "--max-requests", "N", OPT_INT, F_(max_requests), "requests in flight at most; more get 429 (default 256)" },
@@ -115,6 +119,7 @@ static struct {
     qoai_limits lim;
     const char *name;
     unsigned long long seq;
+    char *web_root;     /* realpath of the static files' folder, or NULL */
 } S;
 
 /* Per connection (lws allocates it zeroed). */
@@ -404,6 +409,45 @@ static int authorized(struct lws *wsi)
     return d == 0;
 }
 
+/* A file of the web folder for uri ("/" is index.html): 1 when answered.
+ * Only regular files whose real path lies inside the folder are served,
+ * up to 16 MiB. */
+static int static_file(struct lws *wsi, pss *p, const char *uri)
+{
+    static const struct {
+        const char *ext, *type;
+    } types[] = { { ".html", "text/html; charset=utf-8" }, { ".js", "text/javascript; charset=utf-8" },
+                  { ".css", "text/css; charset=utf-8" },   { ".json", "application/json" },
+                  { ".svg", "image/svg+xml" },             { ".png", "image/png" },
+                  { ".ico", "image/x-icon" },              { ".txt", "text/plain; charset=utf-8" } };
+    if (!S.web_root || uri[0] != '/' || strstr(uri, "..") || strchr(uri, '\\')) return 0;
+    char path[4096], real[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s%s", S.web_root, strcmp(uri, "/") ? uri : "/index.html") >= (int)sizeof path)
+        return 0;
+    const size_t rl = strlen(S.web_root);
+    struct stat st;
+    if (!realpath(path, real) || strncmp(real, S.web_root, rl) || real[rl] != '/' || stat(real, &st) ||
+        !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
+        return 0;
+    FILE *f = fopen(real, "rb");
+    char *buf = f ? malloc((size_t)st.st_size + 1) : NULL;
+    const size_t n = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    if (f) fclose(f);
+    if (!buf || n != (size_t)st.st_size) {
+        free(buf);
+        return 0;
+    }
+    const char *type = "application/octet-stream";
+    const size_t pl = strlen(real);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const size_t el = strlen(types[i].ext);
+        if (pl > el && !strcmp(real + pl - el, types[i].ext)) type = types[i].type;
+    }
+    p->endpoint = "static";
+    reply(wsi, p, 200, type, buf, n);
+    return 1;
+}
+
 static void handle_get(struct lws *wsi, pss *p, const char *uri)
 {
     if (!strcmp(uri, "/health")) {
@@ -427,7 +471,7 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
         if (qmetrics_render(S.metrics, have ? &st : NULL, 0, &s, &len))
             return fail(wsi, p, 500, "server_error", "%s", "out of memory");
         reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
-    } else {
+    } else if (!static_file(wsi, p, uri)) {
         p->endpoint = "other";
         fail(wsi, p, 404, INVALID_NOT_FOUND, "no such endpoint: GET %s", uri);
     }
@@ -932,6 +976,27 @@ int cmd_serve(int argc, char **argv)
         const char *b = strrchr(o->model, '/');
         S.name = b && b[1] ? b + 1 : o->model;
     }
+    /* The web folder: --web, else web/ beside the build folder or here. */
+    char exe[PATH_MAX], cand[PATH_MAX + 16];
+    const ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (o->web) {
+        if (!(S.web_root = realpath(o->web, NULL))) {
+            fprintf(stderr, "quire serve: --web %s: no such folder\n", o->web);
+            qengine_destroy(S.eng);
+            qtok_free(tok);
+            qmodel_destroy(m);
+            return 2;
+        }
+    } else {
+        if (el > 0) {
+            exe[el] = 0;
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = 0;
+            snprintf(cand, sizeof cand, "%s/../web", exe);
+            S.web_root = realpath(cand, NULL);
+        }
+        if (!S.web_root) S.web_root = realpath("web", NULL);
+    }
     S.metrics = qmetrics_new();
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
@@ -975,6 +1040,7 @@ int cmd_serve(int argc, char **argv)
     }
     qengine_destroy(S.eng);
     qmetrics_free(S.metrics);
+    free(S.web_root);
     qtok_free(tok);
     qmodel_destroy(m);
     fprintf(stderr, "quire serve: stopped\n");

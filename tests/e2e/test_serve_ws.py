@@ -111,3 +111,27 @@ def test_close_mid_stream_frees_blocks(server):
     assert server.metric("quire_requests_running") == 0
     assert server.metric('quire_kv_blocks{state="used"}') == 0
     assert server.get("/health")[0] == 200
+
+
+def raw_get(port, path):
+    """GET path exactly as written (no client-side normalisation): the status."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path.encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    return int(data.split(b" ", 2)[1]), data
+
+
+def test_static_files(server):
+    status, page = server.get("/")
+    assert status == 200 and "<html" in page and "/v1/ws" in page
+    assert server.get("/index.html")[1] == page
+    for path in ("/../README.md", "/%2e%2e/README.md", "/..%2fREADME.md", "/../../etc/passwd", "/web/index.html",
+                 "/nonexistent.js"):
+        status, data = raw_get(server.port, path)
+        assert status == 404 and b'"error"' in data.split(b"\r\n\r\n", 1)[1], path
