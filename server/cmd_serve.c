@@ -41,7 +41,7 @@ typedef struct {
     const char *model, *host, *api_key, *device, *name, *web;
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     int max_requests, help;
-    float gpu_mem_util;
+    float gpu_mem_util, grace;
 } serve_opts;
 
 #define INVALID_NOT_FOUND "invalid_request_error"
@@ -54,6 +54,7 @@ static const qopt serve_table[] = {
     { NULL, "--served-model-name", "NAME", OPT_STR, F_(name), "the model's id in the API (default: the file's name)" },
     { NULL, "--api-key", "KEY", OPT_STR, F_(api_key), "require 'Authorization: Bearer KEY' on /v1 (default: none)" },
     { NULL, "--web", "DIR", OPT_STR, F_(web), "static files served at / (default: the project's web/)" },
+    { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
     { NULL, "--max-body", "KB", OPT_INT, F_(max_body_kb), "largest request body (default 1024 KiB)" },
     { NULL, "--max-requests", "N", OPT_INT, F_(max_requests), "requests in flight at most; more get 429 (default 256)" },
@@ -114,6 +115,7 @@ static struct {
     sreq *reqs;
     int live;           /* requests the engine has not finished */
     volatile sig_atomic_t stop;
+    int draining;       /* stopping: new requests get 503 */
     int engine_stop;
     serve_opts o;
     qoai_limits lim;
@@ -500,6 +502,12 @@ static sreq *submit(struct lws *wsi, const char *body, size_t len, qoai_kind kin
         snprintf(r->cid, sizeof r->cid, "%s", cid);
     }
     pthread_mutex_lock(&S.mu);
+    if (S.draining) {
+        pthread_mutex_unlock(&S.mu);
+        sreq_free(r);
+        qoai_fail(e, 503, "server_error", NULL, "the server is shutting down");
+        return NULL;
+    }
     if (S.live >= S.o.max_requests) {
         pthread_mutex_unlock(&S.mu);
         sreq_free(r);
@@ -930,6 +938,7 @@ int cmd_serve(int argc, char **argv)
     serve_opts *o = &S.o;
     memset(o, 0, sizeof *o);
     o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256, o->gpu_mem_util = 0.9f;
+    o->grace = 5;
     o->host = "127.0.0.1";
     if (qopt_parse("serve", serve_table, N_SERVE_OPTS, argc, argv, o)) return 2;
     if (o->help) {
@@ -1021,7 +1030,31 @@ int cmd_serve(int argc, char **argv)
         printf("quire serve: %s on %s (%s), listening on http://%s:%d\n", S.name, qengine_backend_name(S.eng),
                o->model, o->host, o->port);
         fflush(stdout);
-        while (!S.stop && lws_service(S.ctx, 0) >= 0) {
+        /* Until a signal; then new requests get 503, running ones have
+         * --shutdown-grace seconds to finish before they are cancelled, and
+         * the loop goes on until every connection has had its final event
+         * (at most 5 s more). */
+        double deadline = 0;
+        int cancelled = 0;
+        while (lws_service(S.ctx, 0) >= 0) {
+            if (!S.stop) continue;
+            const double now = q_now();
+            pthread_mutex_lock(&S.mu);
+            if (!S.draining) {
+                S.draining = 1;
+                deadline = now + (o->grace >= 0 ? o->grace : 0);
+                fprintf(stderr, "quire serve: stopping (%d requests running)\n", S.live);
+            }
+            if (!cancelled && now >= deadline) {
+                for (sreq *r = S.reqs; r; r = r->next)
+                    if (!r->finished) qengine_cancel(S.eng, r->id);
+                cancelled = 1;
+                deadline = now + 5;
+            }
+            int busy = 0;
+            for (sreq *r = S.reqs; r; r = r->next) busy |= r->wsi != NULL;
+            pthread_mutex_unlock(&S.mu);
+            if (!busy || (cancelled && now >= deadline)) break;
         }
         /* Stop: cancel what runs, let the engine finish it, then leave. */
         pthread_mutex_lock(&S.mu);

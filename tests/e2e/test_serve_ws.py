@@ -4,8 +4,10 @@ both complete; cancel; errors for bad messages with the socket still
 usable; closing the socket mid-stream frees the requests' blocks."""
 import asyncio
 import json
+import signal
 import time
 
+import openai
 import pytest
 import websockets
 
@@ -94,14 +96,14 @@ def test_cancel_and_errors(server):
 
 def test_close_mid_stream_frees_blocks(server):
     async def go():
-        for k in range(5):
+        for k in range(10):
             # A client that vanishes: no waiting for the closing handshake.
             async with websockets.connect(f"ws://127.0.0.1:{server.port}/v1/ws", close_timeout=0.01) as ws:
-                for i in range(3):
+                for i in range(5):
                     await ws.send(json.dumps({"type": "chat", "id": f"r{i}", "prompt": "Once", "max_tokens": 1500,
                                               "ignore_eos": True}))
                 n = 0
-                while n < 6:
+                while n < 10:
                     if json.loads(await ws.recv())["type"] == "delta":
                         n += 1
     run(go())
@@ -135,3 +137,74 @@ def test_static_files(server):
                  "/nonexistent.js"):
         status, data = raw_get(server.port, path)
         assert status == 404 and b'"error"' in data.split(b"\r\n\r\n", 1)[1], path
+
+
+def test_sigterm_with_grace_lets_streams_finish(quire):
+    """SIGTERM with the default grace: running WebSocket and SSE requests
+    finish (done, [DONE]), and the process exits 0."""
+    s = Server(quire)
+
+    async def go():
+        async with websockets.connect(f"ws://127.0.0.1:{s.port}/v1/ws") as ws:
+            await ws.send(json.dumps({"type": "chat", "id": "g", "prompt": "Once", "max_tokens": 400,
+                                      "ignore_eos": True, "temperature": 0}))
+            while json.loads(await ws.recv())["type"] != "delta":
+                pass
+            s.proc.send_signal(signal.SIGTERM)
+            got, _ = await collect(ws, ["g"])
+            return got["g"][-1]
+    last = run(go())
+    assert last["type"] == "done" and last["choices"][0]["finish_reason"] == "length"
+    assert last["usage"]["completion_tokens"] == 400
+    assert s.proc.wait(timeout=30) == 0
+
+
+def test_200_concurrent_clients(server):
+    """100 SSE clients (the openai SDK, async) and 100 WebSocket clients at
+    once: every stream complete and equal to the greedy text of its prompt,
+    and /health answering all along."""
+    prompts = ["Once upon a time", "The dog", "Lily and Ben", "A big red ball"]
+    want = {p: json.loads(server.post("/v1/completions", {"prompt": p, "max_tokens": 32, "temperature": 0,
+                                                           "ignore_eos": True})[1])["choices"][0]["text"]
+            for p in prompts}
+
+    async def sse(client, k):
+        p = prompts[k % 4]
+        stream = await client.completions.create(model="m", prompt=p, max_tokens=32, temperature=0, stream=True,
+                                                 extra_body={"ignore_eos": True})
+        text, fin = "", None
+        async for c in stream:
+            if c.choices:
+                text += c.choices[0].text
+                fin = c.choices[0].finish_reason or fin
+        return text == want[p] and fin == "length"
+
+    async def wsc(k):
+        p = prompts[k % 4]
+        async with websockets.connect(f"ws://127.0.0.1:{server.port}/v1/ws") as ws:
+            await ws.send(json.dumps({"type": "chat", "id": "x", "prompt": p, "max_tokens": 32, "temperature": 0,
+                                      "ignore_eos": True}))
+            got, _ = await collect(ws, ["x"])
+        text = "".join(f["text"] for f in got["x"] if f["type"] == "delta")
+        return text == want[p] and got["x"][-1]["usage"]["completion_tokens"] == 32
+
+    async def health(stop):
+        import urllib.request
+        n = 0
+        while not stop.is_set():
+            status = await asyncio.to_thread(lambda: urllib.request.urlopen(server.url + "/health", timeout=5).status)
+            assert status == 200
+            n += 1
+            await asyncio.sleep(0.02)
+        return n
+
+    async def go():
+        client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        stop = asyncio.Event()
+        h = asyncio.create_task(health(stop))
+        results = await asyncio.gather(*[sse(client, k) for k in range(100)], *[wsc(k) for k in range(100)])
+        stop.set()
+        return results, await h
+    results, n_health = run(go())
+    assert sum(results) == 200
+    assert n_health >= 1
