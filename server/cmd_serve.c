@@ -38,7 +38,7 @@
 #include "util.h"
 
 typedef struct {
-    const char *model, *host, *api_key, *device, *name, *web;
+    const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level;
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     int max_requests, help;
     float gpu_mem_util, grace;
@@ -53,7 +53,9 @@ static const qopt serve_table[] = {
     { NULL, "--port", "N", OPT_INT, F_(port), "port for HTTP (default 8080)" },
     { NULL, "--served-model-name", "NAME", OPT_STR, F_(name), "the model's id in the API (default: the file's name)" },
     { NULL, "--api-key", "KEY", OPT_STR, F_(api_key), "require 'Authorization: Bearer KEY' on /v1 (default: none)" },
+    { NULL, "--api-key-file", "PATH", OPT_STR, F_(api_key_file), "the API key from the first line of a file (kept out of ps)" },
     { NULL, "--web", "DIR", OPT_STR, F_(web), "static files served at / (default: the project's web/)" },
+    { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
     { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
     { NULL, "--max-body", "KB", OPT_INT, F_(max_body_kb), "largest request body (default 1024 KiB)" },
@@ -122,7 +124,12 @@ static struct {
     const char *name;
     unsigned long long seq;
     char *web_root;     /* realpath of the static files' folder, or NULL */
+    char key_buf[512];  /* --api-key-file's key */
 } S;
+
+/* Output a client has not taken yet, at most: a reader slower than the
+ * engine past this has its request cancelled (the engine never waits). */
+#define MAX_PENDING ((size_t)8 << 20)
 
 /* Per connection (lws allocates it zeroed). */
 typedef enum { ST_NEW = 0, ST_WAIT, ST_HEADERS, ST_BODY, ST_STREAM, ST_CLOSING } pstate;
@@ -160,6 +167,14 @@ static void on_signal(int sig)
 static void out_put(sreq *r, const char *s, size_t n)
 {
     if (r->failed) return;
+    if (r->out_len + n > MAX_PENDING) {
+        /* The client reads too slowly: the request ends, its connection
+         * is closed by the lws thread. */
+        QLOGW("serve: a client fell %zu bytes behind; its request is cancelled", r->out_len);
+        qengine_cancel(S.eng, r->id);
+        r->failed = 1;
+        return;
+    }
     if (r->out_len + n > r->out_cap) {
         size_t cap = r->out_cap ? r->out_cap * 2 : 4096;
         while (cap < r->out_len + n) cap *= 2;
@@ -744,6 +759,13 @@ static int ws_writable(struct lws *wsi, pss *p)
     int more = p->wsout_len > 0;
     pthread_mutex_lock(&S.mu);
     sreq *pick = NULL;
+    int failed = 0;
+    for (sreq *r = S.reqs; r; r = r->next) failed |= r->wsi == wsi && r->failed;
+    if (failed) { /* a request's output was lost (a reader too slow, or memory): the socket closes */
+        pthread_mutex_unlock(&S.mu);
+        free(buf);
+        return -1;
+    }
     for (sreq *r = S.reqs; !buf && r; r = r->next)
         if (r->wsi == wsi && r->out_len && (!pick || r->frames < pick->frames)) pick = r;
     for (sreq **pp = &S.reqs; *pp;) {
@@ -919,7 +941,7 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         /* The engine produced output: writable callbacks where it waits. */
         pthread_mutex_lock(&S.mu);
         for (sreq *r = S.reqs; r; r = r->next)
-            if (r->wsi && (r->out_len || r->finished)) lws_callback_on_writable(r->wsi);
+            if (r->wsi && (r->out_len || r->finished || r->failed)) lws_callback_on_writable(r->wsi);
         pthread_mutex_unlock(&S.mu);
         return 0;
     default:
@@ -950,6 +972,32 @@ int cmd_serve(int argc, char **argv)
     if (!o->model) {
         fprintf(stderr, "quire serve: -m MODEL is required (see quire serve --help)\n");
         return 2;
+    }
+    if (o->log_level) {
+        static const char *const names[] = { "debug", "info", "warn", "error", "off" };
+        int lv = -1;
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(o->log_level, names[i])) lv = i;
+        if (lv < 0) {
+            fprintf(stderr, "quire serve: --log-level must be debug, info, warn, error or off\n");
+            return 2;
+        }
+        qlog_set_level((qlog_level)lv);
+    }
+    if (o->api_key_file) {
+        FILE *f = fopen(o->api_key_file, "r");
+        if (!f || !fgets(S.key_buf, sizeof S.key_buf, f)) {
+            fprintf(stderr, "quire serve: --api-key-file %s: cannot read a key\n", o->api_key_file);
+            if (f) fclose(f);
+            return 2;
+        }
+        fclose(f);
+        S.key_buf[strcspn(S.key_buf, "\r\n")] = 0;
+        if (!S.key_buf[0]) {
+            fprintf(stderr, "quire serve: --api-key-file %s: the first line is empty\n", o->api_key_file);
+            return 2;
+        }
+        o->api_key = S.key_buf;
     }
     if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1) {
         fprintf(stderr, "quire serve: --port, --max-tokens, --max-body and --max-requests must be positive\n");

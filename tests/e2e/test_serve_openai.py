@@ -101,6 +101,17 @@ def test_completion_matches_generate(quire, client):
     assert r.usage.total_tokens == r.usage.prompt_tokens + 24
 
 
+def test_seeded_sampling_matches_generate(quire, client):
+    outs = []
+    for seed in (5, 9):
+        r = client.completions.create(model="m", prompt="Once upon a time", max_tokens=24, temperature=1.2, seed=seed)
+        want = subprocess.run([quire, "generate", "-m", MODEL, "-p", "Once upon a time", "--temp", "1.2", "--seed",
+                               str(seed), "-n", "24"], capture_output=True, text=True, check=True).stdout
+        assert r.choices[0].text == (want[:-1] if want.endswith("\n") else want)
+        outs.append(r.choices[0].text)
+    assert outs[0] != outs[1]
+
+
 def test_completion_stream_equals_whole(client):
     whole = client.completions.create(model="m", prompt="The cat", max_tokens=30, temperature=0)
     chunks = list(client.completions.create(model="m", prompt="The cat", max_tokens=30, temperature=0, stream=True))
@@ -205,8 +216,10 @@ def test_metrics_and_models(server):
     assert re.search(r"^quire_time_to_first_token_seconds_count [1-9]", text, re.M)
 
 
-def test_api_key_and_sigterm_mid_stream(quire):
-    s = Server(quire, "--api-key", "sekret", "--shutdown-grace", "0")
+def test_api_key_and_sigterm_mid_stream(quire, tmp_path):
+    keyfile = tmp_path / "key"
+    keyfile.write_text("sekret\n")
+    s = Server(quire, "--api-key-file", str(keyfile), "--shutdown-grace", "0", "--log-level", "warn")
     try:
         bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):

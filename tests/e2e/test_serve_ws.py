@@ -94,6 +94,19 @@ def test_cancel_and_errors(server):
     assert any(f["type"] == "error" and f["id"] is None for f in got.get(None, []))
 
 
+def test_oversized_message(server):
+    async def go():
+        async with websockets.connect(f"ws://127.0.0.1:{server.port}/v1/ws") as ws:
+            await ws.send(json.dumps({"type": "chat", "id": "big", "prompt": "x" * (1536 << 10)}))
+            m = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "chat", "id": "ok", "prompt": "Once", "max_tokens": 2}))
+            got, _ = await collect(ws, ["ok"])
+            return m, got["ok"][-1]
+    err, last = run(go())
+    assert err["type"] == "error" and "larger than" in err["error"]["message"]
+    assert last["type"] == "done"     # the socket still works
+
+
 def test_close_mid_stream_frees_blocks(server):
     async def go():
         for k in range(10):
