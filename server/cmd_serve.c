@@ -108,8 +108,8 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     qengine *eng;
-    const qmodel *model;
-    const qtok *tok;
+    qmodel *model;      /* set with eng when the engine thread has loaded them */
+    qtok *tok;
     struct lws_context *ctx;
     qmetrics *metrics;
     qengine_stats stats;
@@ -125,6 +125,9 @@ static struct {
     unsigned long long seq;
     char *web_root;     /* realpath of the static files' folder, or NULL */
     char key_buf[512];  /* --api-key-file's key */
+    qengine_opts eo;
+    int ready;          /* the model is loaded and the engine runs (under mu) */
+    int load_failed;
 } S;
 
 /* Output a client has not taken yet, at most: a reader slower than the
@@ -344,9 +347,48 @@ static void dispatch(qevent *ev)
     }
 }
 
+/* 1 once the engine runs; else a 503 for the connection ("loading"). */
+static int ready(void)
+{
+    pthread_mutex_lock(&S.mu);
+    const int r = S.ready;
+    pthread_mutex_unlock(&S.mu);
+    return r;
+}
+
+/* Loads the model and creates the engine (on the engine thread, while the
+ * port already answers /health with 503): 0, or 1 after saying why. */
+static int load(void)
+{
+    char err[512];
+    qmodel *m = NULL;
+    qtok *tok = NULL;
+    qengine *e = NULL;
+    if (qmodel_load(S.o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err) ||
+        qengine_create(m, tok, &S.eo, &e, err, sizeof err)) {
+        fprintf(stderr, "quire serve: %s\n", err);
+        qtok_free(tok);
+        qmodel_destroy(m);
+        return 1;
+    }
+    pthread_mutex_lock(&S.mu);
+    S.model = m, S.tok = tok, S.eng = e, S.ready = 1;
+    pthread_mutex_unlock(&S.mu);
+    fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
+    return 0;
+}
+
 static void *engine_main(void *arg)
 {
     (void)arg;
+    if (load()) {
+        pthread_mutex_lock(&S.mu);
+        S.load_failed = 1;
+        pthread_mutex_unlock(&S.mu);
+        S.stop = 1;
+        lws_cancel_service(S.ctx);
+        return NULL;
+    }
     for (;;) {
         pthread_mutex_lock(&S.mu);
         while (!S.engine_stop && S.live == 0) pthread_cond_wait(&S.cv, &S.mu);
@@ -469,10 +511,12 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
 {
     if (!strcmp(uri, "/health")) {
         p->endpoint = "health";
-        reply_json(wsi, p, 200, json_pack("{s:s}", "status", "ok"));
+        const int up = ready();
+        reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
     } else if (!strcmp(uri, "/v1/models")) {
         p->endpoint = "models";
         if (!authorized(wsi)) return fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+        if (!ready()) return fail(wsi, p, 503, "server_error", "%s", "the model is loading");
         reply_json(wsi, p, 200,
                    json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id", S.name, "object",
                              "model", "created", (json_int_t)time(NULL), "owned_by", "quire", "max_model_len",
@@ -500,6 +544,7 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
 static sreq *submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                     qoai_error *e)
 {
+    if (!ready()) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
     sreq *r = calloc(1, sizeof *r);
     if (!r) return qoai_fail(e, 500, "server_error", NULL, "out of memory"), NULL;
     if (qoai_parse(body, len, kind, &S.lim, S.model, S.tok, &r->req, e)) {
@@ -1016,17 +1061,7 @@ int cmd_serve(int argc, char **argv)
     if (o->max_seqs > 0) eo.max_seqs = o->max_seqs;
     if (o->block_size > 0) eo.block_size = o->block_size;
 
-    char err[512];
-    qmodel *m = NULL;
-    qtok *tok = NULL;
-    if (qmodel_load(o->model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err) ||
-        qengine_create(m, tok, &eo, &S.eng, err, sizeof err)) {
-        fprintf(stderr, "quire serve: %s\n", err);
-        qtok_free(tok);
-        qmodel_destroy(m);
-        return 1;
-    }
-    S.model = m, S.tok = tok;
+    S.eo = eo;
     S.lim.max_tokens_cap = o->max_tokens;
     if (o->name) S.name = o->name;
     else {
@@ -1039,9 +1074,6 @@ int cmd_serve(int argc, char **argv)
     if (o->web) {
         if (!(S.web_root = realpath(o->web, NULL))) {
             fprintf(stderr, "quire serve: --web %s: no such folder\n", o->web);
-            qengine_destroy(S.eng);
-            qtok_free(tok);
-            qmodel_destroy(m);
             return 2;
         }
     } else {
@@ -1075,8 +1107,8 @@ int cmd_serve(int argc, char **argv)
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         signal(SIGPIPE, SIG_IGN);
-        printf("quire serve: %s on %s (%s), listening on http://%s:%d\n", S.name, qengine_backend_name(S.eng),
-               o->model, o->host, o->port);
+        printf("quire serve: %s (%s), listening on http://%s:%d (loading the model)\n", S.name, o->model, o->host,
+               o->port);
         fflush(stdout);
         /* Until a signal; then new requests get 503, running ones have
          * --shutdown-grace seconds to finish before they are cancelled, and
@@ -1122,8 +1154,9 @@ int cmd_serve(int argc, char **argv)
     qengine_destroy(S.eng);
     qmetrics_free(S.metrics);
     free(S.web_root);
-    qtok_free(tok);
-    qmodel_destroy(m);
+    qtok_free(S.tok);
+    qmodel_destroy(S.model);
+    if (S.load_failed) status = 1;
     fprintf(stderr, "quire serve: stopped\n");
     return status;
 }

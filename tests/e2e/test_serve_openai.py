@@ -242,3 +242,17 @@ def test_api_key_and_sigterm_mid_stream(quire, tmp_path):
         if s.proc.poll() is None:
             s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(timeout=30) == 0
+
+
+def test_bad_start(quire, tmp_path):
+    """A model that cannot load: a message and exit status 1; bad flags: 2."""
+    port = free_port()
+    r = subprocess.run([quire, "serve", "-m", str(tmp_path / "missing.gguf"), "--port", str(port)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "missing.gguf" in r.stderr
+    r = subprocess.run([quire, "serve", "-m", MODEL, "--log-level", "loud"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "--log-level" in r.stderr
+    r = subprocess.run([quire, "serve", "-m", MODEL, "--api-key-file", str(tmp_path / "nokey")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--api-key-file" in r.stderr
