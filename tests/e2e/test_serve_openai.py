@@ -256,3 +256,53 @@ def test_bad_start(quire, tmp_path):
     r = subprocess.run([quire, "serve", "-m", MODEL, "--api-key-file", str(tmp_path / "nokey")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--api-key-file" in r.stderr
+
+
+def test_max_requests_429(quire):
+    """Beyond --max-requests requests in flight: 429 with a clear message;
+    once they finish, requests are served again."""
+    s = Server(quire, "--max-requests", "2")
+    try:
+        # Three long streams sent back to back: two run, the third is refused.
+        body = json.dumps({"prompt": "Once", "max_tokens": 2000, "stream": True, "ignore_eos": True}).encode()
+        req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        conns = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(3)]
+        for c in conns:
+            c.sendall(req)
+        heads = [c.recv(65536).split(b"\r\n", 1)[0] for c in conns]
+        assert sorted(h.split(b" ")[1] for h in heads) == [b"200", b"200", b"429"], heads
+        for c in conns:
+            c.close()
+        deadline = time.time() + 10
+        while time.time() < deadline and s.post("/v1/completions", {"prompt": "x", "max_tokens": 1})[0] != 200:
+            time.sleep(0.05)
+        status, body = s.post("/v1/completions", {"prompt": "x", "max_tokens": 1})
+        assert status == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_429_message(quire):
+    s = Server(quire, "--max-requests", "1")
+    try:
+        body = json.dumps({"prompt": "Once", "max_tokens": 2000, "stream": True, "ignore_eos": True}).encode()
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c2 = socket.create_connection(("127.0.0.1", s.port))
+        req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        c.sendall(req)
+        c2.sendall(req)
+        r1, r2 = c.recv(65536), c2.recv(65536)
+        refused = r2 if b" 429 " in r2.split(b"\r\n", 1)[0] else r1
+        while refused.count(b"}") < 2:
+            more = (c2 if refused is r2 else c).recv(65536)
+            if not more:
+                break
+            refused += more
+        err = json.loads(refused.split(b"\r\n\r\n", 1)[1])["error"]
+        assert err["type"] == "rate_limit_error" and "limit of 1 requests in flight" in err["message"]
+        c.close()
+        c2.close()
+    finally:
+        assert s.stop() == 0
