@@ -1,0 +1,23 @@
+# embed_migrations.cmake - writes OUT, a C file holding migrations/NNNN_*.sql
+# in order as qstore_migrations[] (engine/store.h), so the program needs no
+# files at run time.  cmake -DDIR=migrations -DOUT=file.c -P embed_migrations.cmake
+file(GLOB files "${DIR}/*.sql")
+list(SORT files)
+set(out "/* Generated from migrations/ by scripts/embed_migrations.cmake: do not edit. */\n#include \"store.h\"\n\n")
+set(names "")
+set(i 0)
+foreach(f ${files})
+  get_filename_component(name ${f} NAME)
+  math(EXPR want "${i} + 1")
+  string(REGEX MATCH "^([0-9]+)_" num "${name}")
+  if(NOT num OR NOT CMAKE_MATCH_1 EQUAL want)
+    message(FATAL_ERROR "migrations/${name}: expected number ${want} (files are NNNN_name.sql, numbered from 1 without gaps)")
+  endif()
+  file(READ ${f} hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
+  string(APPEND out "static const unsigned char m${i}[] = {${hex}0x00}; /* ${name} */\n")
+  string(APPEND names "(const char *)m${i}, ")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND out "\nconst char *const qstore_migrations[] = {${names}0};\nconst int qstore_n_migrations = ${i};\n")
+file(WRITE ${OUT} "${out}")

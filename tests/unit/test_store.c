@@ -1,0 +1,163 @@
+/* test_store.c - the database's migrations (engine/store.c): an empty
+ * database, one at every earlier level, a newer one (refused), a corrupt
+ * file and a file that is not a database (clear errors), a migration that
+ * fails (rolled back to the level before it), WAL, and the program's own
+ * schema. */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "qerr.h"
+#include "qtest.h"
+#include "store.h"
+
+static char g_dir[] = "/tmp/quire-test-store-XXXXXX";
+
+static const char *path(const char *name)
+{
+    static char p[256];
+    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    return p;
+}
+
+/* Three migrations of a test schema. */
+static const char *const MIG[3] = {
+    "CREATE TABLE a (x INTEGER);",
+    "ALTER TABLE a ADD COLUMN y TEXT; INSERT INTO a VALUES (1, 'one');",
+    "CREATE TABLE b (z INTEGER); INSERT INTO b SELECT x FROM a;",
+};
+
+static int count(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    int n = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+static void test_empty_and_every_level(void)
+{
+    char err[256];
+    sqlite3 *db = NULL;
+    /* An empty (new) database goes to the last level. */
+    REQUIRE(qstore_open(path("new.db"), MIG, 3, &db, err, sizeof err) == 0);
+    CHECK_EQ_INT(qstore_level(db), 3);
+    CHECK_EQ_INT(count(db, "SELECT count(*) FROM b"), 1);
+    sqlite3_stmt *st = NULL;
+    REQUIRE(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW);
+    CHECK(!strcmp((const char *)sqlite3_column_text(st, 0), "wal"));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    /* Reopening changes nothing. */
+    REQUIRE(qstore_open(path("new.db"), MIG, 3, &db, err, sizeof err) == 0);
+    CHECK_EQ_INT(count(db, "SELECT count(*) FROM b"), 1);
+    sqlite3_close(db);
+    /* A database left at each earlier level goes the rest of the way. */
+    for (int level = 0; level < 3; level++) {
+        char name[32];
+        snprintf(name, sizeof name, "level%d.db", level);
+        REQUIRE(qstore_open(path(name), MIG, level, &db, err, sizeof err) == 0);
+        CHECK_EQ_INT(qstore_level(db), level);
+        sqlite3_close(db);
+        REQUIRE(qstore_open(path(name), MIG, 3, &db, err, sizeof err) == 0);
+        CHECK_EQ_INT(qstore_level(db), 3);
+        CHECK_EQ_INT(count(db, "SELECT count(*) FROM a WHERE y = 'one'"), 1);
+        CHECK_EQ_INT(count(db, "SELECT count(*) FROM b"), 1);
+        sqlite3_close(db);
+    }
+}
+
+static void test_newer_refused(void)
+{
+    char err[256];
+    sqlite3 *db = NULL;
+    REQUIRE(qstore_open(path("newer.db"), MIG, 3, &db, err, sizeof err) == 0);
+    sqlite3_close(db);
+    CHECK_EQ_INT(qstore_open(path("newer.db"), MIG, 2, &db, err, sizeof err), QERR_UNSUPPORTED);
+    CHECK(db == NULL);
+    CHECK_STR_CONTAINS(err, "schema level 3, newer than this program knows (2)");
+}
+
+static void test_not_a_database(void)
+{
+    char err[256];
+    sqlite3 *db = NULL;
+    FILE *f = fopen(path("text.db"), "w");
+    REQUIRE(f);
+    for (int i = 0; i < 300; i++) fputs("this is not a database at all\n", f);
+    fclose(f);
+    CHECK_EQ_INT(qstore_open(path("text.db"), MIG, 3, &db, err, sizeof err), QERR_FORMAT);
+    CHECK(db == NULL);
+    CHECK_STR_CONTAINS(err, "is not a quire database");
+    /* A real database with its pages overwritten. */
+    REQUIRE(qstore_open(path("torn.db"), MIG, 3, &db, err, sizeof err) == 0);
+    sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE);", NULL, NULL, NULL);
+    sqlite3_close(db);
+    f = fopen(path("torn.db"), "r+b");
+    REQUIRE(f);
+    fseek(f, 16, SEEK_SET);
+    for (int i = 0; i < 4000; i++) fputc(0xA5, f);
+    fclose(f);
+    const int rc = qstore_open(path("torn.db"), MIG, 3, &db, err, sizeof err);
+    CHECK(rc == QERR_FORMAT);
+    CHECK(db == NULL);
+    CHECK(strlen(err) > 0);
+}
+
+static void test_failed_migration_rolls_back(void)
+{
+    char err[256];
+    sqlite3 *db = NULL;
+    const char *const bad[3] = { MIG[0], MIG[1], "CREATE TABLE b (z INTEGER); INSERT INTO nowhere VALUES (1);" };
+    CHECK_EQ_INT(qstore_open(path("bad.db"), bad, 3, &db, err, sizeof err), QERR_INTERNAL);
+    CHECK_STR_CONTAINS(err, "migration 3");
+    CHECK_STR_CONTAINS(err, "left at level 2");
+    REQUIRE(qstore_open(path("bad.db"), MIG, 2, &db, err, sizeof err) == 0);
+    CHECK_EQ_INT(qstore_level(db), 2);
+    CHECK_EQ_INT(count(db, "SELECT count(*) FROM sqlite_master WHERE name = 'b'"), 0); /* rolled back */
+    sqlite3_close(db);
+}
+
+static void test_program_schema(void)
+{
+    char err[256];
+    sqlite3 *db = NULL;
+    REQUIRE(qstore_n_migrations >= 1);
+    REQUIRE(qstore_open(path("quire.db"), qstore_migrations, qstore_n_migrations, &db, err, sizeof err) == 0);
+    CHECK_EQ_INT(qstore_level(db), qstore_n_migrations);
+    CHECK_EQ_INT(count(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                           "('sessions', 'messages', 'blocks')"),
+                 3);
+    /* Messages go with their session (foreign keys are on). */
+    CHECK(sqlite3_exec(db, "INSERT INTO sessions (id, created, updated) VALUES ('s', 1, 1);"
+                           "INSERT INTO messages (session_id, seq, role, content, created) VALUES ('s', 0, 'user', 'hi', 1);"
+                           "DELETE FROM sessions WHERE id = 's';",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    CHECK_EQ_INT(count(db, "SELECT count(*) FROM messages"), 0);
+    CHECK(sqlite3_exec(db, "INSERT INTO messages (session_id, seq, role, content, created) VALUES ('none', 0, 'user', "
+                           "'x', 1);",
+                       NULL, NULL, NULL) != SQLITE_OK);
+    CHECK_EQ_INT(count(db, "PRAGMA integrity_check") >= 0, 1);
+    sqlite3_close(db);
+}
+
+int main(void)
+{
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    QT_RUN(test_empty_and_every_level);
+    QT_RUN(test_newer_refused);
+    QT_RUN(test_not_a_database);
+    QT_RUN(test_failed_migration_rolls_back);
+    QT_RUN(test_program_schema);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+    QT_MAIN_END();
+}
