@@ -44,8 +44,6 @@ typedef struct {
     float gpu_mem_util, grace;
 } serve_opts;
 
-#define INVALID_NOT_FOUND "invalid_request_error"
-
 #define F_(field) offsetof(serve_opts, field)
 static const qopt serve_table[] = {
     { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
@@ -155,7 +153,7 @@ typedef struct {
     size_t msg_len;
     int msg_too_big;
     char *wsout;
-    size_t wsout_len;
+    size_t wsout_len, wsout_cap;
 } pss;
 
 static void on_signal(int sig)
@@ -166,6 +164,39 @@ static void on_signal(int sig)
 }
 
 /* ---- output built under S.mu --------------------------------------------------- */
+
+/* Appends n bytes (and keeps a NUL after them): 0, or QERR_NOMEM with the
+ * buffer unchanged. */
+static int grow_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap * 2 : 4096;
+        while (c < *len + n + 1) c *= 2;
+        char *nb = realloc(*b, c);
+        if (!nb) return QERR_NOMEM;
+        *b = nb, *cap = c;
+    }
+    memcpy(*b + *len, s, n);
+    *len += n;
+    (*b)[*len] = 0;
+    return 0;
+}
+
+/* The first frame (up to a '\n', or all) of a buffer of frames, moved into
+ * a new buffer with LWS_PRE bytes before it for lws_write; its length in
+ * *n.  NULL when out of memory (the buffer unchanged). */
+static unsigned char *take_frame(char *b, size_t *len, size_t *n)
+{
+    const char *nl = memchr(b, '\n', *len);
+    *n = nl ? (size_t)(nl - b) : *len;
+    unsigned char *f = malloc(LWS_PRE + *n + 1);
+    if (!f) return NULL;
+    memcpy(f + LWS_PRE, b, *n);
+    const size_t rest = *len - *n - (nl ? 1 : 0);
+    memmove(b, b + *len - rest, rest);
+    *len = rest;
+    return f;
+}
 
 static void out_put(sreq *r, const char *s, size_t n)
 {
@@ -178,22 +209,12 @@ static void out_put(sreq *r, const char *s, size_t n)
         r->failed = 1;
         return;
     }
-    if (r->out_len + n > r->out_cap) {
-        size_t cap = r->out_cap ? r->out_cap * 2 : 4096;
-        while (cap < r->out_len + n) cap *= 2;
-        char *o = realloc(r->out, cap);
-        if (!o) {
-            r->failed = 1;
-            return;
-        }
-        r->out = o, r->out_cap = cap;
-    }
-    memcpy(r->out + r->out_len, s, n);
-    r->out_len += n;
+    if (grow_append(&r->out, &r->out_len, &r->out_cap, s, n)) r->failed = 1;
 }
 
-/* "data: JSON\n\n"; takes j. */
-static void out_event(sreq *r, json_t *j)
+/* pre, JSON j (taken), post: an SSE event ("data: ", "\n\n"), a WebSocket
+ * frame ("", "\n") or a whole reply ("", ""). */
+static void out_json(sreq *r, json_t *j, const char *pre, const char *post)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -201,39 +222,14 @@ static void out_event(sreq *r, json_t *j)
         r->failed = 1;
         return;
     }
-    out_put(r, "data: ", 6);
+    out_put(r, pre, strlen(pre));
     out_put(r, s, strlen(s));
-    out_put(r, "\n\n", 2);
+    out_put(r, post, strlen(post));
     free(s);
 }
 
-/* One WebSocket frame: JSON and '\n'; takes j. */
-static void out_frame(sreq *r, json_t *j)
-{
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        r->failed = 1;
-        return;
-    }
-    out_put(r, s, strlen(s));
-    out_put(r, "\n", 1);
-    free(s);
-}
-
-static int acc_add(acc *c, const char *s, size_t n)
-{
-    if (c->len + n + 1 > c->cap) {
-        size_t cap = (c->len + n + 1) * 2;
-        char *t = realloc(c->text, cap);
-        if (!t) return QERR_NOMEM;
-        c->text = t, c->cap = cap;
-    }
-    memcpy(c->text + c->len, s, n);
-    c->len += n;
-    c->text[c->len] = 0;
-    return 0;
-}
+#define out_event(r, j) out_json(r, j, "data: ", "\n\n")
+#define out_frame(r, j) out_json(r, j, "", "\n")
 
 static void sreq_free(sreq *r)
 {
@@ -283,7 +279,6 @@ static void dispatch(qevent *ev)
         } else {
             json_decref(lp);
         }
-        c->len += ev->text_len;
     } else if (r->req.stream) {
         if (ev->text_len || lp || (r->req.kind == QOAI_CHAT && !c->started && ev->finish == QFINISH_NONE)) {
             out_event(r, qoai_chunk(&r->rep, ev->index, ev->text, ev->text_len, lp,
@@ -293,10 +288,10 @@ static void dispatch(qevent *ev)
         if (ev->finish != QFINISH_NONE)
             out_event(r, qoai_chunk(&r->rep, ev->index, "", 0, NULL, qoai_finish_reason(ev->finish),
                                     r->req.kind == QOAI_CHAT && !c->started));
-    } else if (ev->text_len && acc_add(c, ev->text, ev->text_len)) {
+    } else if (ev->text_len && grow_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len)) {
         r->failed = 1;
     }
-    if (r->req.stream && !r->ws) c->len += ev->text_len; /* the text offset of the next token's logprobs */
+    if (r->req.stream || r->ws) c->len += ev->text_len; /* the text offset of the next token's logprobs */
     if (ev->finish == QFINISH_NONE) return;
     c->finish = qoai_finish_reason(ev->finish);
     c->fin = ev->finish;
@@ -333,12 +328,7 @@ static void dispatch(qevent *ev)
                 ch[i] = (qoai_choice){ r->ch[i].text ? r->ch[i].text : "", r->ch[i].len, r->ch[i].finish, r->ch[i].lp };
                 r->ch[i].lp = NULL;
             }
-            json_t *j = qoai_response(&r->rep, ch, r->n, usage);
-            char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-            json_decref(j);
-            if (s) out_put(r, s, strlen(s));
-            else r->failed = 1;
-            free(s);
+            out_json(r, qoai_response(&r->rep, ch, r->n, usage), "", "");
             free(ch);
         } else {
             json_decref(usage);
@@ -534,7 +524,7 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
         reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
     } else if (!static_file(wsi, p, uri)) {
         p->endpoint = "other";
-        fail(wsi, p, 404, INVALID_NOT_FOUND, "no such endpoint: GET %s", uri);
+        fail(wsi, p, 404, "invalid_request_error", "no such endpoint: GET %s", uri);
     }
 }
 
@@ -729,14 +719,9 @@ static void ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error 
     char *s = f ? json_dumps(f, JSON_COMPACT) : NULL;
     json_decref(f);
     if (!s) return;
-    const size_t n = strlen(s);
-    char *o = realloc(p->wsout, p->wsout_len + n + 1);
-    if (o) {
-        memcpy(o + p->wsout_len, s, n);
-        o[p->wsout_len + n] = '\n';
-        p->wsout = o, p->wsout_len += n + 1;
+    if (!grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, s, strlen(s)) &&
+        !grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, "\n", 1))
         lws_callback_on_writable(wsi);
-    }
     free(s);
 }
 
@@ -792,15 +777,7 @@ static int ws_writable(struct lws *wsi, pss *p)
 {
     unsigned char *buf = NULL;
     size_t n = 0;
-    if (p->wsout_len) {
-        const char *nl = memchr(p->wsout, '\n', p->wsout_len);
-        n = (size_t)(nl - p->wsout);
-        buf = malloc(LWS_PRE + n + 1);
-        if (!buf) return -1;
-        memcpy(buf + LWS_PRE, p->wsout, n);
-        memmove(p->wsout, nl + 1, p->wsout_len - n - 1);
-        p->wsout_len -= n + 1;
-    }
+    if (p->wsout_len && !(buf = take_frame(p->wsout, &p->wsout_len, &n))) return -1;
     int more = p->wsout_len > 0;
     pthread_mutex_lock(&S.mu);
     sreq *pick = NULL;
@@ -821,15 +798,7 @@ static int ws_writable(struct lws *wsi, pss *p)
         }
         if (r == pick) {
             r->frames++;
-            const char *nl = memchr(r->out, '\n', r->out_len);
-            n = nl ? (size_t)(nl - r->out) : r->out_len;
-            buf = malloc(LWS_PRE + n + 1);
-            if (buf) {
-                memcpy(buf + LWS_PRE, r->out, n);
-                const size_t rest = r->out_len - n - (nl ? 1 : 0);
-                memmove(r->out, r->out + r->out_len - rest, rest);
-                r->out_len = rest;
-            }
+            buf = take_frame(r->out, &r->out_len, &n);
         }
         if (r->out_len) more = 1;
         if (r->finished && !r->out_len) {
@@ -884,7 +853,7 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
             p->is_post = 1;
             if (!strcmp(uri, "/v1/chat/completions")) p->kind = QOAI_CHAT, p->endpoint = "chat";
             else if (!strcmp(uri, "/v1/completions")) p->kind = QOAI_COMPLETION, p->endpoint = "completions";
-            else return fail(wsi, p, 404, INVALID_NOT_FOUND, "no such endpoint: POST %s", uri), 0;
+            else return fail(wsi, p, 404, "invalid_request_error", "no such endpoint: POST %s", uri), 0;
             if (!authorized(wsi)) return fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 0;
             char cl[32];
             if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
