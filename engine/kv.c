@@ -721,6 +721,61 @@ int kv_seq_match_prefix(kv_pool *p, kv_seq *s, const int32_t *prompt, int n)
     return s->n_tokens;
 }
 
+void kv_chain_hashes(const kv_pool *p, const int32_t *tokens, int n_blocks, uint8_t (*out)[KV_HASH_BYTES])
+{
+    uint8_t parent[KV_HASH_BYTES] = {0};
+    for (int i = 0; i < n_blocks; i++) {
+        block_hash(p, parent, tokens + (size_t)i * p->block_size, out[i]);
+        memcpy(parent, out[i], KV_HASH_BYTES);
+    }
+}
+
+int kv_prefix_probe(const kv_pool *p, const int32_t *prompt, int n, int *eligible)
+{
+    if (n > 0 && !prompt) return QERR_INVAL;
+    const int bs = p->block_size;
+    int el = n > 0 ? (n - 1) / bs : 0;
+    if (el > p->num_blocks) el = p->num_blocks;
+    if (eligible) *eligible = el;
+    uint8_t parent[KV_HASH_BYTES] = {0};
+    int hits = 0;
+    for (; hits < el; hits++) {
+        const int32_t *tok = prompt + (size_t)hits * bs;
+        uint8_t h[KV_HASH_BYTES];
+        block_hash(p, parent, tok, h);
+        int32_t b = map_find(p, h);
+        if (b == KV_NONE || !block_matches(p, b, parent, hits, tok)) break;
+        memcpy(parent, h, KV_HASH_BYTES);
+    }
+    return hits;
+}
+
+int kv_seq_import(kv_pool *p, kv_seq *s, const int32_t *tokens, const uint8_t want_hash[KV_HASH_BYTES],
+                  int32_t *block)
+{
+    const int bs = p->block_size;
+    if (s->n_swapped || s->n_tokens != s->n_hashed * bs || s->n_blocks != s->n_hashed || !tokens) return QERR_INVAL;
+    for (int i = 0; i < bs; i++)
+        if (tokens[i] < 0) return QERR_INVAL;
+    uint8_t h[KV_HASH_BYTES];
+    block_hash(p, s->hash, tokens, h);
+    if (want_hash && memcmp(h, want_hash, KV_HASH_BYTES)) return QERR_FORMAT;
+    if (kv_pool_num_allocatable(p) < 1) return QERR_BUSY;
+    int rc = seq_reserve(s, s->n_blocks + 1, s->n_tokens + bs);
+    if (rc) return rc;
+    const int32_t b = block_alloc(p);
+    p->blocks[b].fill = bs;
+    p->used_tokens += bs;
+    if (map_find(p, h) == KV_NONE) map_insert(p, b, h, s->hash, s->n_blocks, tokens);
+    memcpy(s->tokens + s->n_tokens, tokens, sizeof(int32_t) * (size_t)bs);
+    s->blocks[s->n_blocks++] = b;
+    s->n_tokens += bs;
+    s->n_hashed++;
+    memcpy(s->hash, h, KV_HASH_BYTES);
+    if (block) *block = b;
+    return 0;
+}
+
 int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst)
 {
     if (src == dst || dst->n_tokens || dst->n_blocks || src->n_swapped) return QERR_INVAL;

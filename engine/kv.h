@@ -244,6 +244,32 @@ int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst);
  * error. */
 int kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
 
+/* ---- the persistent tier ------------------------------------------------- */
+
+/* The chain hashes of the first n_blocks full blocks of tokens (as
+ * kv_seq_commit would register them) into out[0..n_blocks).  Cannot fail. */
+void kv_chain_hashes(const kv_pool *p, const int32_t *tokens, int n_blocks, uint8_t (*out)[KV_HASH_BYTES]);
+
+/* Of the prompt's full blocks that kv_seq_match_prefix may reuse (those
+ * before the block holding its last token, at most the pool's size), how
+ * many leading ones are cached in the pool now; the count of such blocks
+ * goes to *eligible.  Changes nothing (no reference, no counter).  Returns
+ * the count, or QERR_INVAL for a NULL prompt with n > 0. */
+int kv_prefix_probe(const kv_pool *p, const int32_t *prompt, int n, int *eligible);
+
+/* Appends to s one full block whose K/V come from elsewhere (the sqlite
+ * tier): a fresh block holding tokens (block_size ids), registered in the
+ * prefix map as s's next hashed block when its hash is not registered yet.
+ * s must hold only hashed blocks (n_tokens == n_hashed * block_size).  The
+ * block id goes to *block: the caller writes its bytes before the next
+ * forward pass.  When want_hash is not NULL the block's chain hash must
+ * equal it (the tokens are what was asked for).  Returns 0, or QERR_INVAL
+ * (s not at a block boundary of hashed blocks, swapped out, a token < 0),
+ * QERR_FORMAT (hash mismatch), QERR_BUSY (no block can be allocated) or
+ * QERR_NOMEM, with s and the pool unchanged. */
+int kv_seq_import(kv_pool *p, kv_seq *s, const int32_t *tokens, const uint8_t want_hash[KV_HASH_BYTES],
+                  int32_t *block);
+
 /* ---- swapping ----------------------------------------------------------- */
 
 /* Writes to idx (room for s->n_blocks entries) the logical indices, in

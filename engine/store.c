@@ -1,12 +1,16 @@
-/* store.c - opening quire's sqlite database and migrating its schema
- * (store.h). */
+/* store.c - opening quire's sqlite database and migrating its schema, and
+ * the store thread with its queue (store.h).  What each job does in sqlite
+ * is in store_jobs.c. */
 #include "store.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qerr.h"
+#include "store_int.h"
+#include "util.h"
 
 int qstore_level(sqlite3 *db)
 {
@@ -55,7 +59,7 @@ int qstore_open(const char *path, const char *const *sql, int n, sqlite3 **db, c
         sqlite3_close(d);
         return QERR_UNSUPPORTED;
     }
-    if (sqlite3_exec(d, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL;", NULL, NULL,
+    if (sqlite3_exec(d, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=67108864;", NULL, NULL,
                      &msg) != SQLITE_OK) {
         rc = sqlite3_errcode(d);
         qerr_set(err, errlen, code(rc), "cannot set up the database %s: %s", path, msg ? msg : sqlite3_errmsg(d));
@@ -81,4 +85,190 @@ int qstore_open(const char *path, const char *const *sql, int n, sqlite3 **db, c
     }
     *db = d;
     return 0;
+}
+
+/* ---- the store thread ------------------------------------------------------------ */
+
+qstore_job *qstore_job_new(qstore_kind kind)
+{
+    qstore_job *j = calloc(1, sizeof *j);
+    if (j) j->kind = kind;
+    return j;
+}
+
+void qstore_job_free(qstore_job *j)
+{
+    if (!j) return;
+    free(j->text);
+    json_decref(j->msgs);
+    json_decref(j->result);
+    free(j->hashes);
+    free(j->tokens);
+    free(j->kv);
+    free(j);
+}
+
+/* Bytes a queued job holds against queue_max. */
+static size_t job_bytes(const qstore_job *j)
+{
+    return j->kind == QSTORE_PUT ? (size_t)j->n * j->block_bytes : 0;
+}
+
+static void *store_main(void *arg)
+{
+    qstore *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
+        qstore_job *j = s->head;
+        if (j) {
+            s->head = j->next;
+            if (!s->head) s->tail = NULL;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!j) break; /* stopping, and the queue is empty */
+        j->next = NULL;
+        qstore_run(s, j);
+        pthread_mutex_lock(&s->mu);
+        s->st.queued_bytes -= job_bytes(j);
+        if (j->rc && j->rc != QERR_NOTFOUND && j->rc != QERR_INVAL) s->st.jobs_failed++;
+        pthread_mutex_unlock(&s->mu);
+        if (j->rc && j->rc != QERR_NOTFOUND && j->rc != QERR_INVAL)
+            QLOGW("store: %s", j->err[0] ? j->err : qerr_str(j->rc));
+        if (j->done) j->done(j);
+        else qstore_job_free(j);
+    }
+    return NULL;
+}
+
+int qstore_start(const char *path, const qstore_opts *o, qstore **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    qstore *s = calloc(1, sizeof *s);
+    if (!s) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    if (o) s->o = *o;
+    if (!s->o.queue_max) s->o.queue_max = (size_t)256 << 20;
+    int rc = qstore_open(path, qstore_migrations, qstore_n_migrations, &s->db, err, errlen);
+    if (!rc && (rc = qstore_tier_init(s))) qerr_set(err, errlen, rc, "cannot read the database %s: %s", path,
+                                                   sqlite3_errmsg(s->db));
+    if (rc) {
+        sqlite3_close(s->db);
+        free(s);
+        return rc;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->th, NULL, store_main, s)) {
+        sqlite3_close(s->db);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        return qerr_set(err, errlen, QERR_NOMEM, "cannot start the store thread");
+    }
+    *out = s;
+    return 0;
+}
+
+void qstore_stop(qstore *s)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+void qstore_stats_get(qstore *s, qstore_stats *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Queues j unless stopping; a PUT only within queue_max. */
+static int enqueue(qstore *s, qstore_job *j)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return QERR_BUSY;
+    }
+    const size_t b = job_bytes(j);
+    if (b && s->st.queued_bytes + b > s->o.queue_max) {
+        s->st.blocks_dropped += (uint64_t)j->n;
+        pthread_mutex_unlock(&s->mu);
+        return QERR_BUSY;
+    }
+    s->st.queued_bytes += b;
+    j->next = NULL;
+    if (s->tail) s->tail->next = j;
+    else s->head = j;
+    s->tail = j;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int qstore_submit(qstore *s, qstore_job *j)
+{
+    return enqueue(s, j);
+}
+
+/* A block job of kind with n hashes (copied): NULL when out of memory. */
+static qstore_job *block_job(qstore_kind kind, const uint8_t fp[16], int n, const uint8_t (*hashes)[16])
+{
+    qstore_job *j = qstore_job_new(kind);
+    if (!j || n < 1 || !(j->hashes = malloc((size_t)n * 16))) {
+        qstore_job_free(j);
+        return NULL;
+    }
+    memcpy(j->fp, fp, 16);
+    memcpy(j->hashes, hashes, (size_t)n * 16);
+    j->n = n;
+    return j;
+}
+
+int qstore_put_blocks(qstore *s, const uint8_t fp[16], int n, const uint8_t (*hashes)[16],
+                      const uint8_t (*parents)[16], const int32_t *tokens, int block_size, void *kv,
+                      size_t block_bytes)
+{
+    if (n < 1 || block_size < 1) {
+        free(kv);
+        return QERR_INVAL;
+    }
+    qstore_job *j = block_job(QSTORE_PUT, fp, n, hashes);
+    /* Parents follow the hashes in one array: hashes[n..2n). */
+    uint8_t (*hp)[16] = j ? realloc(j->hashes, (size_t)n * 32) : NULL;
+    int32_t *tok = hp ? q_mallocn((size_t)n * (size_t)block_size, sizeof *tok) : NULL;
+    if (!tok) {
+        if (hp) j->hashes = hp;
+        qstore_job_free(j);
+        free(kv);
+        return QERR_NOMEM;
+    }
+    j->hashes = hp;
+    memcpy(hp + n, parents, (size_t)n * 16);
+    memcpy(tok, tokens, sizeof *tok * (size_t)n * (size_t)block_size);
+    j->tokens = tok;
+    j->kv = kv;
+    j->block_size = block_size;
+    j->block_bytes = block_bytes;
+    int rc = enqueue(s, j);
+    if (rc) qstore_job_free(j);
+    return rc;
+}
+
+int qstore_touch_blocks(qstore *s, const uint8_t fp[16], int n, const uint8_t (*hashes)[16])
+{
+    if (n < 1) return 0;
+    qstore_job *j = block_job(QSTORE_TOUCH, fp, n, hashes);
+    if (!j) return QERR_NOMEM;
+    int rc = enqueue(s, j);
+    if (rc) qstore_job_free(j);
+    return rc;
 }
