@@ -68,6 +68,7 @@
 #include "kv.h"
 #include "model.h"
 #include "stop.h"
+#include "tier.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -90,6 +91,7 @@ typedef struct req {
     qstop *stop;
     int want_logprobs, top_logprobs;
     int cancelled;
+    int tier_wait;          /* waiting for the store's answer (persistent tier) */
     int in_batch;           /* static batching: member of the current batch */
     int preempted_now;      /* preempted during the current step's scheduling */
     int index;              /* sample index within the request (n > 1) */
@@ -111,6 +113,7 @@ struct qengine {
     qengine_opts o;
     qbackend *be;
     kv_pool *pool;
+    qtier *tier;            /* the persistent prefix tier, or NULL */
     rlist waiting, running, swapped;
     uint64_t next_id, admit_counter;
     /* swap space (QPREEMPT_SWAP): n_slots one-block slots of block_bytes */
@@ -327,6 +330,7 @@ static void finish(qengine *e, req *r, qfinish why)
     double now = q_now();
     ev.ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : now - r->t_submit;
     ev.total_s = now - r->t_submit;
+    if (e->tier) qtier_persist(e->tier, &r->kv);
     release_kv(e, r);
     if (push_event(e, &ev)) free(ev.text);
     e->st.finished++;
@@ -460,6 +464,53 @@ int qengine_cancel(qengine *e, uint64_t id)
     return rc;
 }
 
+/* Takes the prefix r has in the pool now, and when its chain goes on
+ * past it, asks the persistent tier for the rest (r waits for the answer
+ * while other requests run). */
+static void tier_begin(qengine *e, req *r)
+{
+    if (!e->tier || e->o.no_prefix_cache || e->o.static_batching || r->n_computed || r->kv.n_tokens) return;
+    int eligible = 0;
+    const int hits = kv_prefix_probe(e->pool, r->tokens, r->n_tokens, &eligible);
+    if (hits < 0 || hits >= eligible) return; /* all in the pool, or nothing to ask for */
+    if (hits > 0) {
+        const int reused = kv_seq_match_prefix(e->pool, &r->kv, r->tokens, r->n_tokens);
+        if (reused < 0) return;
+        r->n_computed = reused;
+        r->cached_tokens = reused < r->n_prompt ? reused : r->n_prompt;
+        e->st.tokens_reused += (uint64_t)reused;
+    }
+    r->tier_wait = qtier_lookup(e->tier, r->id, r->tokens, r->n_tokens, r->kv.n_hashed);
+}
+
+/* The tier's answers: blocks found are imported into their requests. */
+static void tier_answers(qengine *e)
+{
+    qstore_job *j;
+    while ((j = qtier_poll(e->tier))) {
+        req *r = e->waiting.head;
+        while (r && !(r->id == j->tag && r->tier_wait)) r = r->next;
+        if (!r) { /* cancelled meanwhile */
+            qstore_job_free(j);
+            continue;
+        }
+        r->tier_wait = 0;
+        const int before = r->kv.n_tokens;
+        const int got = qtier_import(e->tier, j, &r->kv);
+        if (got < 0) {
+            QLOGW("loading request %llu's prefix from disk failed (%s)", (unsigned long long)r->id, qerr_str(got));
+            rl_remove(&e->waiting, r);
+            finish(e, r, QFINISH_ERROR);
+            continue;
+        }
+        if (got == 0) continue;
+        const int added = r->kv.n_tokens - before;
+        r->n_computed = r->kv.n_tokens;
+        r->cached_tokens = r->n_computed < r->n_prompt ? r->n_computed : r->n_prompt;
+        e->st.tokens_reused += (uint64_t)added;
+    }
+}
+
 static void drain_inbox(qengine *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -474,6 +525,7 @@ static void drain_inbox(qengine *e)
         req *nx = r->next;
         e->st.prompt_tokens_total += (uint64_t)r->n_prompt;
         rl_push_back(&e->waiting, r);
+        tier_begin(e, r);
         r = nx;
     }
     for (int i = 0; i < nc && cancels; i++) {
@@ -825,6 +877,7 @@ static int n_live(const qengine *e)
 int qengine_step(qengine *e)
 {
     drain_inbox(e);
+    if (e->tier) tier_answers(e);
     if (!n_live(e)) return 0;
     e->st.steps++;
     const int budget_max = e->o.max_batch_tokens;
@@ -897,6 +950,10 @@ int qengine_step(qengine *e)
     while (r && n_seqs < e->o.max_seqs && budget > 0) {
         req *nx = r->next;
         if (e->o.static_batching && !r->in_batch) break;
+        if (r->tier_wait) { /* its prefix is being read from disk */
+            r = nx;
+            continue;
+        }
         if (r->n_computed == 0 && r->kv.n_tokens == 0 && !e->o.no_prefix_cache) {
             int reused = kv_seq_match_prefix(e->pool, &r->kv, r->tokens, r->n_tokens);
             if (reused > 0) {
@@ -941,7 +998,12 @@ int qengine_step(qengine *e)
         }
         r = nx;
     }
-    if (n_seqs == 0) return n_live(e);
+    if (n_seqs == 0) {
+        /* Nothing to run but prefixes being read: wait for them a little
+         * (never while anything could run). */
+        if (e->tier && qtier_pending(e->tier)) qtier_wait(e->tier, 0.01);
+        return n_live(e);
+    }
 
     {
         kv_stats ks;
@@ -1115,6 +1177,8 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
         (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs)))
         qerr_set(err, errlen, rc, "out of memory for the engine");
     if (!rc && e->o.preempt_mode == QPREEMPT_SWAP) rc = swap_space_create(e, nb, err, errlen);
+    if (!rc && e->o.store && !e->o.no_prefix_cache && qtier_create(e->o.store, m, e->be, e->pool, &e->tier))
+        rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the persistent tier");
     /* With the model on a GPU the host's cores are free while it runs:
      * the draws of a step (up to a vocabulary-wide pass each) use them.  On
      * the CPU backend they stay with the backend's own pool. */
@@ -1180,6 +1244,7 @@ void qengine_destroy(qengine *e)
     free(e->sw_idx);
     free(e->sw_blocks);
     if (e->swap_mem) qbackend_host_free(e->be, e->swap_mem);
+    qtier_destroy(e->tier);
     kv_pool_destroy(e->pool);
     qbackend_destroy(e->be);
     pthread_mutex_destroy(&e->mu);
@@ -1203,6 +1268,15 @@ void qengine_stats_get(qengine *e, qengine_stats *s)
     s->kv_utilisation = ks.utilisation;
     s->prefix_hit_tokens = ks.hit_tokens;
     s->kv_util_avg = e->st.steps ? e->st.util_sum / (double)e->st.steps : 0;
+    if (e->tier) {
+        qtier_stats ts;
+        qtier_stats_get(e->tier, &ts);
+        s->disk_lookups = ts.lookups;
+        s->disk_blocks_loaded = ts.blocks_loaded;
+        s->disk_tokens_loaded = ts.tokens_loaded;
+        s->disk_blocks_queued = ts.blocks_queued;
+        s->disk_blocks_dropped = ts.blocks_dropped;
+    }
 }
 
 /* Recounts every block's references over the requests' tables and every

@@ -18,6 +18,7 @@
 #include "sample.h"
 
 struct qmodel;
+struct qstore;
 struct qtok;
 
 typedef struct qengine qengine;
@@ -80,6 +81,12 @@ typedef struct {
      * once at creation (pinned on CUDA) and cut into one-block slots (0:
      * QENGINE_DEFAULT_SWAP_MB).  Unused, and not allocated, with RECOMPUTE. */
     size_t swap_space_mb;
+    /* The persistent prefix tier (borrowed; NULL: none): full blocks of
+     * finished requests are written to it, and a prompt whose prefix is not
+     * all in the pool looks the rest of its chain up there (the request
+     * waits for the answer; other requests' steps do not).  The store must
+     * outlive the engine. */
+    struct qstore *store;
 } qengine_opts;
 
 void qengine_opts_default(qengine_opts *o);
@@ -145,6 +152,12 @@ typedef struct {
     int swap_slots, swap_slots_free;    /* swap space, in one-block slots */
     uint64_t steps;
     uint64_t finished;
+    /* The persistent tier (zeros without one). */
+    uint64_t disk_lookups;          /* chains looked up */
+    uint64_t disk_blocks_loaded;    /* blocks loaded from it into the pool */
+    uint64_t disk_tokens_loaded;    /* their tokens: prompt tokens not computed */
+    uint64_t disk_blocks_queued;    /* blocks handed to it for writing */
+    uint64_t disk_blocks_dropped;   /* blocks it could not take (queue full) */
     double util_sum;        /* internal: sum of per-step utilisation */
 } qengine_stats;
 

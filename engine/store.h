@@ -110,6 +110,7 @@ typedef struct qstore_job {
     uint8_t fp[16];
     uint8_t (*hashes)[16];      /* owned */
     int n, block_size;
+    int first;                  /* QSTORE_BLOCKS: where hashes[0] is in the caller's chain (not used by the store) */
     size_t block_bytes;
     int found;
     int32_t *tokens;            /* owned */
