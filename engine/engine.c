@@ -988,6 +988,7 @@ int qengine_step(qengine *e)
         e->b_seqs[n_seqs] = (qbatch_seq){ n_tok, chunk, r->n_computed, r->kv.blocks, r->kv.n_blocks };
         memcpy(e->b_tokens + n_tok, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)chunk);
         n_tok += chunk;
+        e->st.prefill_tokens += (uint64_t)chunk;
         n_seqs++;
         budget -= chunk;
         if (completes) {

@@ -139,7 +139,8 @@ typedef struct {
     double kv_util_avg;     /* kv_utilisation averaged over the steps that ran */
     uint64_t prefix_hit_tokens, prompt_tokens_total;
     uint64_t tokens_computed;   /* prompt and decode tokens run through the model */
-    uint64_t tokens_reused;     /* prompt tokens served from the prefix cache */
+    uint64_t tokens_reused;     /* prompt tokens served from the prefix cache (memory or disk) */
+    uint64_t prefill_tokens;    /* prompt tokens run through the model (recomputation included) */
     uint64_t generated;
     uint64_t preemptions;       /* requests preempted, by either mode */
     uint64_t preemptions_swap;  /* of which swapped out (the rest recompute) */

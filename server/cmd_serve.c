@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "serve.h"
 #include "engine.h"
 #include "metrics.h"
 #include "model.h"
@@ -37,12 +38,6 @@
 #include "tokenizer.h"
 #include "util.h"
 
-typedef struct {
-    const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level;
-    int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
-    int max_requests, help;
-    float gpu_mem_util, grace;
-} serve_opts;
 
 #define F_(field) offsetof(serve_opts, field)
 static const qopt serve_table[] = {
@@ -51,7 +46,10 @@ static const qopt serve_table[] = {
     { NULL, "--port", "N", OPT_INT, F_(port), "port for HTTP (default 8080)" },
     { NULL, "--served-model-name", "NAME", OPT_STR, F_(name), "the model's id in the API (default: the file's name)" },
     { NULL, "--api-key", "KEY", OPT_STR, F_(api_key), "require 'Authorization: Bearer KEY' on /v1 (default: none)" },
-    { NULL, "--api-key-file", "PATH", OPT_STR, F_(api_key_file), "the API key from the first line of a file (kept out of ps)" },
+    { NULL, "--api-key-file", "PATH", OPT_STR, F_(api_key_file), "API keys from a file, one a line (kept out of ps); each key owns its sessions" },
+    { NULL, "--db", "PATH", OPT_STR, F_(db), "the database: sessions and the persistent prefix cache (default quire.db)" },
+    { NULL, "--no-persist", NULL, OPT_FLAG, F_(no_persist), "no database: no sessions, no prefix cache on disk" },
+    { NULL, "--cache-disk-max", "MB", OPT_INT, F_(cache_disk_max), "disk for the persistent prefix cache, least recently used blocks evicted (default 4096 MiB)" },
     { NULL, "--web", "DIR", OPT_STR, F_(web), "static files served at / (default: the project's web/)" },
     { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
     { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
@@ -70,91 +68,7 @@ static const qopt serve_table[] = {
 #undef F_
 #define N_SERVE_OPTS (sizeof serve_table / sizeof serve_table[0])
 
-/* One choice of a request, as it accumulates (whole replies). */
-typedef struct {
-    char *text;
-    size_t len, cap;
-    json_t *lp;
-    const char *finish;
-    qfinish fin;
-    int started; /* a streamed chat choice has sent its role */
-} acc;
-
-/* A request given to the engine.  Shared between the threads: every field
- * is read and written under S.mu. */
-typedef struct sreq {
-    struct sreq *next;
-    uint64_t id;
-    qoai_req req;
-    qoai_reply rep;
-    char rid[48];
-    int n, n_done, finished;
-    acc *ch;
-    int prompt_tokens, completion_tokens, cached_tokens;
-    char *out; /* bytes for the client not yet taken by the lws thread */
-    size_t out_len, out_cap;
-    int failed;         /* out of memory while building the output */
-    struct lws *wsi;    /* NULL once the connection closed */
-    double t0, t_last;  /* arrival, last token */
-    int ws;             /* a WebSocket request: out holds frames, each ending in '\n' */
-    int want_ids;       /* ws: token ids in the deltas */
-    unsigned long frames; /* ws: frames written */
-    char cid[64];       /* ws: the client's id */
-} sreq;
-
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    qengine *eng;
-    qmodel *model;      /* set with eng when the engine thread has loaded them */
-    qtok *tok;
-    struct lws_context *ctx;
-    qmetrics *metrics;
-    qengine_stats stats;
-    int have_stats;
-    sreq *reqs;
-    int live;           /* requests the engine has not finished */
-    volatile sig_atomic_t stop;
-    int draining;       /* stopping: new requests get 503 */
-    int engine_stop;
-    serve_opts o;
-    qoai_limits lim;
-    const char *name;
-    unsigned long long seq;
-    char *web_root;     /* realpath of the static files' folder, or NULL */
-    char key_buf[512];  /* --api-key-file's key */
-    qengine_opts eo;
-    int ready;          /* the model is loaded and the engine runs (under mu) */
-    int load_failed;
-} S;
-
-/* Output a client has not taken yet, at most: a reader slower than the
- * engine past this has its request cancelled (the engine never waits). */
-#define MAX_PENDING ((size_t)8 << 20)
-
-/* Per connection (lws allocates it zeroed). */
-typedef enum { ST_NEW = 0, ST_WAIT, ST_HEADERS, ST_BODY, ST_STREAM, ST_CLOSING } pstate;
-typedef struct {
-    pstate st;
-    int is_post, kind, stream;
-    char *body;
-    size_t body_len;
-    int too_big;
-    int status;
-    const char *ctype;
-    char *resp;
-    size_t resp_len, resp_off;
-    sreq *r;
-    const char *endpoint;
-    /* WebSocket connections: the message being received, and frames of
-     * the connection's own (errors of messages that made no request). */
-    int ws;
-    char *msg;
-    size_t msg_len;
-    int msg_too_big;
-    char *wsout;
-    size_t wsout_len, wsout_cap;
-} pss;
+serve_state S;
 
 static void on_signal(int sig)
 {
@@ -167,7 +81,7 @@ static void on_signal(int sig)
 
 /* Appends n bytes (and keeps a NUL after them): 0, or QERR_NOMEM with the
  * buffer unchanged. */
-static int grow_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
+int serve_grow_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
 {
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap * 2 : 4096;
@@ -209,12 +123,12 @@ static void out_put(sreq *r, const char *s, size_t n)
         r->failed = 1;
         return;
     }
-    if (grow_append(&r->out, &r->out_len, &r->out_cap, s, n)) r->failed = 1;
+    if (serve_grow_append(&r->out, &r->out_len, &r->out_cap, s, n)) r->failed = 1;
 }
 
 /* pre, JSON j (taken), post: an SSE event ("data: ", "\n\n"), a WebSocket
  * frame ("", "\n") or a whole reply ("", ""). */
-static void out_json(sreq *r, json_t *j, const char *pre, const char *post)
+void serve_out_json(sreq *r, json_t *j, const char *pre, const char *post)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -228,10 +142,8 @@ static void out_json(sreq *r, json_t *j, const char *pre, const char *post)
     free(s);
 }
 
-#define out_event(r, j) out_json(r, j, "data: ", "\n\n")
-#define out_frame(r, j) out_json(r, j, "", "\n")
 
-static void sreq_free(sreq *r)
+void serve_sreq_free(sreq *r)
 {
     for (int i = 0; r->ch && i < r->n; i++) {
         free(r->ch[i].text);
@@ -239,11 +151,12 @@ static void sreq_free(sreq *r)
     }
     free(r->ch);
     free(r->out);
+    json_decref(r->held);
     qoai_req_free(&r->req);
     free(r);
 }
 
-static void sreq_unlink(sreq *r)
+void serve_sreq_unlink(sreq *r)
 {
     for (sreq **pp = &S.reqs; *pp; pp = &(*pp)->next)
         if (*pp == r) {
@@ -288,10 +201,15 @@ static void dispatch(qevent *ev)
         if (ev->finish != QFINISH_NONE)
             out_event(r, qoai_chunk(&r->rep, ev->index, "", 0, NULL, qoai_finish_reason(ev->finish),
                                     r->req.kind == QOAI_CHAT && !c->started));
-    } else if (ev->text_len && grow_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len)) {
+    } else if (ev->text_len && serve_grow_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len)) {
         r->failed = 1;
     }
-    if (r->req.stream || r->ws) c->len += ev->text_len; /* the text offset of the next token's logprobs */
+    /* A session's reply is kept whole, to be stored. */
+    if (r->session[0] && ev->index == 0 && ev->text_len &&
+        serve_grow_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len))
+        r->failed = 1;
+    else if ((r->req.stream || r->ws) && !(r->session[0] && ev->index == 0))
+        c->len += ev->text_len; /* the text offset of the next token's logprobs */
     if (ev->finish == QFINISH_NONE) return;
     c->finish = qoai_finish_reason(ev->finish);
     c->fin = ev->finish;
@@ -299,7 +217,7 @@ static void dispatch(qevent *ev)
     r->cached_tokens = ev->cached_tokens;
     r->completion_tokens += ev->completion_tokens;
     if (++r->n_done < r->n) return;
-    r->finished = 1;
+    r->finished = !r->session[0]; /* a session's request once its reply is stored */
     S.live--;
     qmetrics_tokens(S.metrics, r->prompt_tokens, r->completion_tokens);
     qmetrics_latency(S.metrics, now - r->t0);
@@ -312,11 +230,13 @@ static void dispatch(qevent *ev)
                                                  : r->ch[i].fin == QFINISH_ERROR   ? "error"
                                                                                    : r->ch[i].finish));
         const double total = now - r->t0, ttft = ev->ttft_s;
-        out_frame(r, json_pack("{s:s, s:s, s:o, s:o, s:{s:f, s:f, s:f}}", "type", "done", "id", r->cid, "choices",
-                               chs, "usage", usage, "timings", "ttft_s", ttft, "total_s", total, "tokens_per_s",
-                               total > ttft && r->completion_tokens > 1
-                                   ? (r->completion_tokens - 1) / (total - ttft)
-                                   : 0.0));
+        json_t *done = json_pack("{s:s, s:s, s:o, s:o, s:{s:f, s:f, s:f}}", "type", "done", "id", r->cid, "choices",
+                                 chs, "usage", usage, "timings", "ttft_s", ttft, "total_s", total, "tokens_per_s",
+                                 total > ttft && r->completion_tokens > 1
+                                     ? (r->completion_tokens - 1) / (total - ttft)
+                                     : 0.0);
+        if (r->session[0]) sess_finish(r, done);
+        else out_frame(r, done);
     } else if (r->req.stream) {
         if (r->req.include_usage) out_event(r, qoai_usage_chunk(&r->rep, usage));
         else json_decref(usage);
@@ -328,7 +248,7 @@ static void dispatch(qevent *ev)
                 ch[i] = (qoai_choice){ r->ch[i].text ? r->ch[i].text : "", r->ch[i].len, r->ch[i].finish, r->ch[i].lp };
                 r->ch[i].lp = NULL;
             }
-            out_json(r, qoai_response(&r->rep, ch, r->n, usage), "", "");
+            serve_out_json(r, qoai_response(&r->rep, ch, r->n, usage), "", "");
             free(ch);
         } else {
             json_decref(usage);
@@ -400,7 +320,7 @@ static void *engine_main(void *arg)
             sreq *r = *pp;
             if (r->finished && !r->wsi) {
                 *pp = r->next;
-                sreq_free(r);
+                serve_sreq_free(r);
             } else {
                 pp = &r->next;
             }
@@ -416,7 +336,7 @@ static void *engine_main(void *arg)
 /* ---- HTTP ------------------------------------------------------------------------ */
 
 /* A whole reply for the connection: status, type, body (taken). */
-static void reply(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len)
+void serve_reply(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len)
 {
     free(p->resp);
     p->status = status, p->ctype = ctype, p->resp = body, p->resp_len = len, p->resp_off = 0;
@@ -425,7 +345,7 @@ static void reply(struct lws *wsi, pss *p, int status, const char *ctype, char *
     lws_callback_on_writable(wsi);
 }
 
-static void reply_json(struct lws *wsi, pss *p, int status, json_t *j)
+void serve_reply_json(struct lws *wsi, pss *p, int status, json_t *j)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -433,29 +353,33 @@ static void reply_json(struct lws *wsi, pss *p, int status, json_t *j)
         s = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
         status = 500;
     }
-    reply(wsi, p, status, "application/json", s, s ? strlen(s) : 0);
+    serve_reply(wsi, p, status, "application/json", s, s ? strlen(s) : 0);
 }
 
-static void reply_error(struct lws *wsi, pss *p, const qoai_error *e) { reply_json(wsi, p, e->status, qoai_error_json(e)); }
+void serve_reply_error(struct lws *wsi, pss *p, const qoai_error *e) { serve_reply_json(wsi, p, e->status, qoai_error_json(e)); }
 
-static void fail(struct lws *wsi, pss *p, int status, const char *type, const char *fmt, const char *arg)
+void serve_fail(struct lws *wsi, pss *p, int status, const char *type, const char *fmt, const char *arg)
 {
     qoai_error e;
     qoai_fail(&e, status, type, NULL, fmt, arg);
-    reply_error(wsi, p, &e);
+    serve_reply_error(wsi, p, &e);
 }
 
-/* 1 when the request may use /v1: no key configured, or the right one. */
-static int authorized(struct lws *wsi)
+int serve_authorized(struct lws *wsi)
 {
-    if (!S.o.api_key) return 1;
-    char h[512];
+    if (!S.n_keys) return 0;
+    char h[1024];
     const int n = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION);
-    const size_t kl = strlen(S.o.api_key);
-    if (n < 7 || strncasecmp(h, "Bearer ", 7) || (size_t)(n - 7) != kl) return 0;
-    unsigned char d = 0; /* constant time over the key's length */
-    for (size_t i = 0; i < kl; i++) d |= (unsigned char)(h[7 + i] ^ S.o.api_key[i]);
-    return d == 0;
+    if (n < 7 || strncasecmp(h, "Bearer ", 7)) return -1;
+    int found = -1;
+    for (int k = 0; k < S.n_keys; k++) {
+        const size_t kl = strlen(S.keys[k]);
+        if ((size_t)(n - 7) != kl) continue;
+        unsigned char d = 0; /* constant time over the key's length */
+        for (size_t i = 0; i < kl; i++) d |= (unsigned char)(h[7 + i] ^ S.keys[k][i]);
+        if (d == 0) found = k;
+    }
+    return found;
 }
 
 /* A file of the web folder for uri ("/" is index.html): 1 when answered.
@@ -493,21 +417,22 @@ static int static_file(struct lws *wsi, pss *p, const char *uri)
         if (pl > el && !strcmp(real + pl - el, types[i].ext)) type = types[i].type;
     }
     p->endpoint = "static";
-    reply(wsi, p, 200, type, buf, n);
+    serve_reply(wsi, p, 200, type, buf, n);
     return 1;
 }
 
 static void handle_get(struct lws *wsi, pss *p, const char *uri)
 {
+    if (sess_http(wsi, p, "GET", uri, NULL, 0)) return;
     if (!strcmp(uri, "/health")) {
         p->endpoint = "health";
         const int up = ready();
-        reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
+        serve_reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
     } else if (!strcmp(uri, "/v1/models")) {
         p->endpoint = "models";
-        if (!authorized(wsi)) return fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
-        if (!ready()) return fail(wsi, p, 503, "server_error", "%s", "the model is loading");
-        reply_json(wsi, p, 200,
+        if (serve_authorized(wsi) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+        if (!ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
+        serve_reply_json(wsi, p, 200,
                    json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id", S.name, "object",
                              "model", "created", (json_int_t)time(NULL), "owned_by", "quire", "max_model_len",
                              S.model->hp.max_ctx));
@@ -519,20 +444,22 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
         const qengine_stats st = S.stats;
         const int have = S.have_stats;
         pthread_mutex_unlock(&S.mu);
-        if (qmetrics_render(S.metrics, have ? &st : NULL, 0, &s, &len))
-            return fail(wsi, p, 500, "server_error", "%s", "out of memory");
-        reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
+        qstore_stats sst;
+        if (S.store) qstore_stats_get(S.store, &sst);
+        if (qmetrics_render(S.metrics, have ? &st : NULL, S.store ? &sst : NULL, 0, &s, &len))
+            return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
+        serve_reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
     } else if (!static_file(wsi, p, uri)) {
         p->endpoint = "other";
-        fail(wsi, p, 404, "invalid_request_error", "no such endpoint: GET %s", uri);
+        serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: GET %s", uri);
     }
 }
 
 /* Parses body as a request of kind and gives it to the engine for wsi
  * (ws: a WebSocket request with client id cid): the new request, or NULL
  * with *e filled.  first, when not NULL, is the request's first frame. */
-static sreq *submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
-                    qoai_error *e)
+sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
+                   const char *session, qoai_error *e)
 {
     if (!ready()) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
     sreq *r = calloc(1, sizeof *r);
@@ -544,23 +471,24 @@ static sreq *submit(struct lws *wsi, const char *body, size_t len, qoai_kind kin
     r->n = r->req.p.n > 1 ? r->req.p.n : 1;
     r->ch = calloc((size_t)r->n, sizeof *r->ch);
     if (!r->ch) {
-        sreq_free(r);
+        serve_sreq_free(r);
         return qoai_fail(e, 500, "server_error", NULL, "out of memory"), NULL;
     }
     if (cid) {
         r->ws = 1, r->want_ids = want_ids;
         snprintf(r->cid, sizeof r->cid, "%s", cid);
     }
+    if (session) snprintf(r->session, sizeof r->session, "%s", session);
     pthread_mutex_lock(&S.mu);
     if (S.draining) {
         pthread_mutex_unlock(&S.mu);
-        sreq_free(r);
+        serve_sreq_free(r);
         qoai_fail(e, 503, "server_error", NULL, "the server is shutting down");
         return NULL;
     }
     if (S.live >= S.o.max_requests) {
         pthread_mutex_unlock(&S.mu);
-        sreq_free(r);
+        serve_sreq_free(r);
         qoai_fail(e, 429, "rate_limit_error", NULL, "the server is at its limit of %d requests in flight; retry later",
                   S.o.max_requests);
         return NULL;
@@ -572,11 +500,13 @@ static sreq *submit(struct lws *wsi, const char *body, size_t len, qoai_kind kin
     char err[256];
     if (qengine_submit(S.eng, &r->req.p, &r->id, err, sizeof err)) {
         pthread_mutex_unlock(&S.mu);
-        sreq_free(r);
+        serve_sreq_free(r);
         qoai_fail(e, 400, "invalid_request_error", NULL, "%s", err);
         return NULL;
     }
-    if (r->ws) out_frame(r, json_pack("{s:s, s:s, s:s}", "type", "start", "id", r->cid, "model", S.name));
+    if (r->ws)
+        out_frame(r, json_pack("{s:s, s:s, s:s, s:s*}", "type", "start", "id", r->cid, "model", S.name, "session",
+                               r->session[0] ? r->session : NULL));
     r->wsi = wsi;
     r->next = S.reqs;
     S.reqs = r;
@@ -590,8 +520,8 @@ static sreq *submit(struct lws *wsi, const char *body, size_t len, qoai_kind kin
 static void handle_post(struct lws *wsi, pss *p)
 {
     qoai_error e;
-    sreq *r = submit(wsi, p->body ? p->body : "", p->body_len, (qoai_kind)p->kind, NULL, 0, &e);
-    if (!r) return reply_error(wsi, p, &e);
+    sreq *r = serve_submit(wsi, p->body ? p->body : "", p->body_len, (qoai_kind)p->kind, NULL, 0, NULL, &e);
+    if (!r) return serve_reply_error(wsi, p, &e);
     p->r = r;
     p->stream = r->req.stream;
     p->status = 200;
@@ -615,8 +545,8 @@ static void drop_request(pss *p)
     if (!r->finished) {
         qengine_cancel(S.eng, r->id);
     } else {
-        sreq_unlink(r);
-        sreq_free(r);
+        serve_sreq_unlink(r);
+        serve_sreq_free(r);
     }
     pthread_mutex_unlock(&S.mu);
     p->r = NULL;
@@ -711,7 +641,7 @@ static int on_writable(struct lws *wsi, pss *p)
 /* ---- WebSocket: /v1/ws --------------------------------------------------------- */
 
 /* A frame of the connection's own: {"type": "error", "id", "error"}. */
-static void ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *e)
+void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *e)
 {
     json_t *j = qoai_error_json(e);
     json_t *f = j ? json_pack("{s:s, s:s?, s:O}", "type", "error", "id", cid, "error", json_object_get(j, "error")) : NULL;
@@ -719,8 +649,8 @@ static void ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error 
     char *s = f ? json_dumps(f, JSON_COMPACT) : NULL;
     json_decref(f);
     if (!s) return;
-    if (!grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, s, strlen(s)) &&
-        !grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, "\n", 1))
+    if (!serve_grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, s, strlen(s)) &&
+        !serve_grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, "\n", 1))
         lws_callback_on_writable(wsi);
     free(s);
 }
@@ -735,7 +665,7 @@ static void ws_message(struct lws *wsi, pss *p)
     if (!json_is_object(m) || !json_is_string(ty) || !cid || !cid[0] || strlen(cid) > 63) {
         qoai_fail(&e, 400, "invalid_request_error", NULL,
                   "a message is a JSON object with \"type\" (chat or cancel) and \"id\" (1-63 characters)");
-        ws_error(wsi, p, cid && strlen(cid) <= 63 ? cid : NULL, &e);
+        serve_ws_error(wsi, p, cid && strlen(cid) <= 63 ? cid : NULL, &e);
         json_decref(m);
         return;
     }
@@ -748,23 +678,25 @@ static void ws_message(struct lws *wsi, pss *p)
     if (!strcmp(t, "cancel")) {
         if (!same) {
             qoai_fail(&e, 404, "invalid_request_error", "id", "no request '%s' runs on this connection", cid);
-            ws_error(wsi, p, cid, &e);
+            serve_ws_error(wsi, p, cid, &e);
         }
     } else if (!strcmp(t, "chat")) {
         json_t *ti = json_object_get(m, "token_ids");
         if (same) {
             qoai_fail(&e, 400, "invalid_request_error", "id", "a request '%s' already runs on this connection", cid);
-            ws_error(wsi, p, cid, &e);
-        } else if (!submit(wsi, p->msg, p->msg_len, json_object_get(m, "messages") ? QOAI_CHAT : QOAI_COMPLETION, cid,
-                           json_is_true(ti), &e)) {
-            ws_error(wsi, p, cid, &e);
+            serve_ws_error(wsi, p, cid, &e);
+        } else if (json_object_get(m, "session") || json_object_get(m, "new_session")) {
+            sess_ws_chat(wsi, p, m, cid);
+        } else if (!serve_submit(wsi, p->msg, p->msg_len, json_object_get(m, "messages") ? QOAI_CHAT : QOAI_COMPLETION, cid,
+                           json_is_true(ti), NULL, &e)) {
+            serve_ws_error(wsi, p, cid, &e);
         } else {
             qmetrics_request(S.metrics, "ws", 200);
             lws_callback_on_writable(wsi);
         }
     } else {
         qoai_fail(&e, 400, "invalid_request_error", "type", "unknown message type '%s' (chat or cancel)", t);
-        ws_error(wsi, p, cid, &e);
+        serve_ws_error(wsi, p, cid, &e);
     }
     json_decref(m);
 }
@@ -803,7 +735,7 @@ static int ws_writable(struct lws *wsi, pss *p)
         if (r->out_len) more = 1;
         if (r->finished && !r->out_len) {
             *pp = r->next;
-            sreq_free(r);
+            serve_sreq_free(r);
         } else {
             pp = &r->next;
         }
@@ -833,7 +765,7 @@ static void ws_closed(struct lws *wsi, pss *p)
             pp = &r->next;
         } else {
             *pp = r->next;
-            sreq_free(r);
+            serve_sreq_free(r);
         }
     }
     pthread_mutex_unlock(&S.mu);
@@ -853,8 +785,8 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
             p->is_post = 1;
             if (!strcmp(uri, "/v1/chat/completions")) p->kind = QOAI_CHAT, p->endpoint = "chat";
             else if (!strcmp(uri, "/v1/completions")) p->kind = QOAI_COMPLETION, p->endpoint = "completions";
-            else return fail(wsi, p, 404, "invalid_request_error", "no such endpoint: POST %s", uri), 0;
-            if (!authorized(wsi)) return fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 0;
+            else return serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: POST %s", uri), 0;
+            if (serve_authorized(wsi) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 0;
             char cl[32];
             if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
                 strtoull(cl, NULL, 10) > (unsigned long long)S.o.max_body_kb * 1024)
@@ -863,8 +795,20 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
             return 0; /* the body follows */
         }
         if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0) return handle_get(wsi, p, uri), 0;
+        if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI) > 0) {
+            if (!sess_http(wsi, p, "DELETE", uri, NULL, 0))
+                serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: DELETE %s", uri);
+            return 0;
+        }
+        if (lws_hdr_total_length(wsi, WSI_TOKEN_PATCH_URI) > 0) {
+            /* The body follows; answered at its end. */
+            p->method = 'A';
+            snprintf(p->uri, sizeof p->uri, "%s", uri);
+            p->st = ST_NEW;
+            return 0;
+        }
         p->endpoint = "other";
-        fail(wsi, p, 405, "invalid_request_error", "%s", "only GET and POST are served");
+        serve_fail(wsi, p, 405, "invalid_request_error", "%s", "only GET, POST, PATCH and DELETE are served");
         return 0;
     }
     case LWS_CALLBACK_HTTP_BODY:
@@ -888,7 +832,12 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         if (p->too_big) {
             char kb[16];
             snprintf(kb, sizeof kb, "%d", S.o.max_body_kb);
-            fail(wsi, p, 413, "invalid_request_error", "the body is larger than this server takes (%s KiB)", kb);
+            serve_fail(wsi, p, 413, "invalid_request_error", "the body is larger than this server takes (%s KiB)", kb);
+            return 0;
+        }
+        if (p->method == 'A') {
+            if (!sess_http(wsi, p, "PATCH", p->uri, p->body ? p->body : "", p->body_len))
+                serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: PATCH %s", p->uri);
             return 0;
         }
         handle_post(wsi, p);
@@ -906,7 +855,7 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
             if (!done) return 0;
             if (failed || !data) {
                 free(data);
-                fail(wsi, p, 500, "server_error", "%s", "out of memory");
+                serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
                 return 0;
             }
             p->status = 200, p->ctype = "application/json", p->resp = data, p->resp_len = dl, p->resp_off = 0;
@@ -914,17 +863,19 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         }
         return on_writable(wsi, p);
     case LWS_CALLBACK_CLOSED_HTTP:
+        sess_closed(wsi);
         drop_request(p);
         reset(p);
         return 0;
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
         char uri[64];
         if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/v1/ws")) return 1;
-        return authorized(wsi) ? 0 : 1;
+        return serve_authorized(wsi) >= 0 ? 0 : 1;
     }
     case LWS_CALLBACK_ESTABLISHED:
         memset(p, 0, sizeof *p);
         p->ws = 1;
+        p->key = serve_authorized(wsi); /* checked at the upgrade: which key */
         return 0;
     case LWS_CALLBACK_RECEIVE:
         if (!p->msg_too_big && p->msg_len + len > (size_t)S.o.max_body_kb * 1024) p->msg_too_big = 1;
@@ -938,7 +889,7 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
                 qoai_error e;
                 qoai_fail(&e, 413, "invalid_request_error", NULL, "the message is larger than this server takes (%d KiB)",
                           S.o.max_body_kb);
-                ws_error(wsi, p, NULL, &e);
+                serve_ws_error(wsi, p, NULL, &e);
             } else {
                 ws_message(wsi, p);
             }
@@ -949,9 +900,11 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
     case LWS_CALLBACK_SERVER_WRITEABLE:
         return ws_writable(wsi, p);
     case LWS_CALLBACK_CLOSED:
+        sess_closed(wsi);
         ws_closed(wsi, p);
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        sess_answers();
         /* The engine produced output: writable callbacks where it waits. */
         pthread_mutex_lock(&S.mu);
         for (sreq *r = S.reqs; r; r = r->next)
@@ -998,20 +951,35 @@ int cmd_serve(int argc, char **argv)
         }
         qlog_set_level((qlog_level)lv);
     }
+    if (o->api_key) S.keys[S.n_keys++] = o->api_key;
     if (o->api_key_file) {
+        /* Every non-empty line is a key. */
         FILE *f = fopen(o->api_key_file, "r");
-        if (!f || !fgets(S.key_buf, sizeof S.key_buf, f)) {
+        size_t used = 0;
+        char line[1024];
+        const int before = S.n_keys;
+        while (f && fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\r\n")] = 0;
+            const size_t l = strlen(line);
+            if (!l) continue;
+            if (used + l + 1 > sizeof S.key_buf || S.n_keys == (int)(sizeof S.keys / sizeof S.keys[0])) {
+                fprintf(stderr, "quire serve: --api-key-file %s: too many keys\n", o->api_key_file);
+                fclose(f);
+                return 2;
+            }
+            memcpy(S.key_buf + used, line, l + 1);
+            S.keys[S.n_keys++] = S.key_buf + used;
+            used += l + 1;
+        }
+        if (f) fclose(f);
+        if (S.n_keys == before) {
             fprintf(stderr, "quire serve: --api-key-file %s: cannot read a key\n", o->api_key_file);
-            if (f) fclose(f);
             return 2;
         }
-        fclose(f);
-        S.key_buf[strcspn(S.key_buf, "\r\n")] = 0;
-        if (!S.key_buf[0]) {
-            fprintf(stderr, "quire serve: --api-key-file %s: the first line is empty\n", o->api_key_file);
-            return 2;
-        }
-        o->api_key = S.key_buf;
+    }
+    if (o->cache_disk_max < 0) {
+        fprintf(stderr, "quire serve: --cache-disk-max must be at least 0\n");
+        return 2;
     }
     if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1) {
         fprintf(stderr, "quire serve: --port, --max-tokens, --max-body and --max-requests must be positive\n");
@@ -1030,6 +998,17 @@ int cmd_serve(int argc, char **argv)
     if (o->max_seqs > 0) eo.max_seqs = o->max_seqs;
     if (o->block_size > 0) eo.block_size = o->block_size;
 
+    /* The database opens before the port: a database the program cannot use
+     * (corrupt, newer) stops the start with its message. */
+    if (!o->no_persist) {
+        char err[512];
+        qstore_opts so = { .disk_max = (int64_t)(o->cache_disk_max ? o->cache_disk_max : 4096) << 20 };
+        if (qstore_start(o->db ? o->db : "quire.db", &so, &S.store, err, sizeof err)) {
+            fprintf(stderr, "quire serve: %s\n", err);
+            return 1;
+        }
+        eo.store = S.store;
+    }
     S.eo = eo;
     S.lim.max_tokens_cap = o->max_tokens;
     if (o->name) S.name = o->name;
@@ -1113,14 +1092,20 @@ int cmd_serve(int argc, char **argv)
         pthread_cond_signal(&S.cv);
         pthread_mutex_unlock(&S.mu);
         pthread_join(th, NULL);
+        /* The store finishes what is queued (replies, blocks) before the
+         * process goes. */
+        qstore_stop(S.store);
+        S.store = NULL;
     }
+    sess_drop_all();
     if (S.ctx) lws_context_destroy(S.ctx);
     while (S.reqs) {
         sreq *r = S.reqs;
         S.reqs = r->next;
-        sreq_free(r);
+        serve_sreq_free(r);
     }
     qengine_destroy(S.eng);
+    qstore_stop(S.store);
     qmetrics_free(S.metrics);
     free(S.web_root);
     qtok_free(S.tok);

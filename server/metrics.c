@@ -155,7 +155,8 @@ static void put_hist(buf *b, const char *name, const char *help, const hist *h)
     put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, cum, name, h->sum, name, cum);
 }
 
-int qmetrics_render(qmetrics *m, const qengine_stats *st, int queue_depth, char **out, size_t *len)
+int qmetrics_render(qmetrics *m, const qengine_stats *st, const qstore_stats *sst, int queue_depth, char **out,
+                    size_t *len)
 {
     buf b = { 0 };
     pthread_mutex_lock(&m->mu);
@@ -188,9 +189,31 @@ int qmetrics_render(qmetrics *m, const qengine_stats *st, int queue_depth, char 
         head(&b, "quire_prefix_cache_hit_ratio", "gauge", "Prompt tokens served from the prefix cache / prompt tokens.");
         put(&b, "quire_prefix_cache_hit_ratio %.6g\n",
             st->prompt_tokens_total ? (double)st->tokens_reused / (double)st->prompt_tokens_total : 0.0);
+        head(&b, "quire_prompt_tokens_cached_total", "counter",
+             "Prompt tokens not computed: their K/V came from the prefix cache in memory, or from disk.");
+        put(&b, "quire_prompt_tokens_cached_total{source=\"memory\"} %llu\n",
+            (unsigned long long)(st->tokens_reused - st->disk_tokens_loaded));
+        put(&b, "quire_prompt_tokens_cached_total{source=\"disk\"} %llu\n", (unsigned long long)st->disk_tokens_loaded);
+        head(&b, "quire_prefill_tokens_total", "counter", "Prompt tokens run through the model (recomputation included).");
+        put(&b, "quire_prefill_tokens_total %llu\n", (unsigned long long)st->prefill_tokens);
         head(&b, "quire_preemptions_total", "counter", "Requests preempted, by mode.");
         put(&b, "quire_preemptions_total{mode=\"recompute\"} %llu\nquire_preemptions_total{mode=\"swap\"} %llu\n",
             (unsigned long long)(st->preemptions - st->preemptions_swap), (unsigned long long)st->preemptions_swap);
+    }
+    if (sst) {
+        head(&b, "quire_disk_blocks_total", "counter",
+             "Persistent prefix tier: KV blocks written, loaded, evicted (LRU), dropped (queue full), corrupt.");
+        put(&b, "quire_disk_blocks_total{event=\"written\"} %llu\nquire_disk_blocks_total{event=\"loaded\"} %llu\n",
+            (unsigned long long)sst->blocks_written, (unsigned long long)sst->blocks_loaded);
+        put(&b, "quire_disk_blocks_total{event=\"evicted\"} %llu\nquire_disk_blocks_total{event=\"dropped\"} %llu\n",
+            (unsigned long long)sst->blocks_evicted, (unsigned long long)sst->blocks_dropped);
+        put(&b, "quire_disk_blocks_total{event=\"corrupt\"} %llu\n", (unsigned long long)sst->blocks_corrupt);
+        head(&b, "quire_disk_cache_blocks", "gauge", "KV blocks in the persistent tier.");
+        put(&b, "quire_disk_cache_blocks %lld\n", (long long)sst->disk_blocks);
+        head(&b, "quire_disk_cache_bytes", "gauge", "Bytes of KV blocks (tokens and K/V) in the persistent tier.");
+        put(&b, "quire_disk_cache_bytes %lld\n", (long long)sst->disk_bytes);
+        head(&b, "quire_session_messages_written_total", "counter", "Session messages stored.");
+        put(&b, "quire_session_messages_written_total %llu\n", (unsigned long long)sst->messages_written);
     }
     if (b.failed) return QERR_NOMEM;
     *out = b.s;

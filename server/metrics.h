@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "engine.h"
+#include "store.h"
 
 typedef struct qmetrics qmetrics;
 
@@ -33,9 +34,11 @@ void qmetrics_itl(qmetrics *m, double s);
 void qmetrics_latency(qmetrics *m, double s);
 
 /* The text for GET /metrics: the recorded series, then the engine's gauges
- * from st (NULL: left out) and queue_depth (requests accepted by the server
- * and not yet given to the engine).  *out is malloc'd (caller frees),
- * *len its length.  0 or QERR_NOMEM. */
-int qmetrics_render(qmetrics *m, const qengine_stats *st, int queue_depth, char **out, size_t *len);
+ * from st and the persistent tier's from sst (NULL: left out), and
+ * queue_depth (requests accepted by the server and not yet given to the
+ * engine).  *out is malloc'd (caller frees), *len its length.  0 or
+ * QERR_NOMEM. */
+int qmetrics_render(qmetrics *m, const qengine_stats *st, const qstore_stats *sst, int queue_depth, char **out,
+                    size_t *len);
 
 #endif

@@ -176,7 +176,7 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
  * ("developer" read as "system"), content a string, or null where a
  * message may have none; text parts joined by newlines.  A new array in
  * *out, or an error. */
-static int norm_messages(json_t *msgs, json_t **out, qoai_error *e)
+int qoai_messages(json_t *msgs, json_t **out, qoai_error *e)
 {
     static const char *const roles[] = { "system", "user", "assistant", "tool", "developer" };
     char prm[48];
@@ -257,7 +257,7 @@ static int prompt_ids(json_t *o, qoai_kind kind, const qmodel *m, const qtok *to
     if (kind == QOAI_CHAT) {
         json_t *msgs = NULL;
         if (!json_object_get(o, "messages")) return qoai_fail(e, 400, INVALID, "messages", "'messages' is required");
-        if ((rc = norm_messages(json_object_get(o, "messages"), &msgs, e))) return rc;
+        if ((rc = qoai_messages(json_object_get(o, "messages"), &msgs, e))) return rc;
         json_t *tools = field(o, "tools");
         if (tools && !json_is_array(tools)) {
             json_decref(msgs);

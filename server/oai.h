@@ -69,6 +69,12 @@ typedef struct {
 int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *lim, const struct qmodel *m,
                const struct qtok *tok, qoai_req *r, qoai_error *e);
 
+/* A chat's messages checked and normalised into *out (a new array): each
+ * a copy of the message with content a string (text parts joined by
+ * newlines) or null, and the developer role as system.  0, or QERR_INVAL
+ * / QERR_NOMEM with *e filled. */
+int qoai_messages(json_t *msgs, json_t **out, qoai_error *e);
+
 /* The sampling and reply fields of object o (everything but the model and
  * the prompt) into r->p and r's flags; r->p must hold the defaults
  * (qsample_defaults) beforehand.  0, or QERR_INVAL / QERR_RANGE with *e

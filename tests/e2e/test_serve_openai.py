@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -28,9 +29,15 @@ def free_port():
 
 
 class Server:
-    def __init__(self, quire, *extra):
-        self.port = free_port()
+    def __init__(self, quire, *extra, db=None, port=None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # A database of its own (a fresh one unless db names one), so that
+        # tests never share or leave quire.db behind.
+        self.db = None
+        if "--db" not in extra and "--no-persist" not in extra:
+            self.db = db or os.path.join(tempfile.mkdtemp(prefix="quire-e2e-"), "quire.db")
+            extra = (*extra, "--db", self.db)
         self.proc = subprocess.Popen(
             [quire, "serve", "-m", MODEL, "--port", str(self.port), "--kv-mem", "64", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -63,6 +70,16 @@ class Server:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
+
+    def request(self, method, path, body=None, headers=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"content-type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read().decode() or "null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read().decode() or "null")
 
     def metric(self, name):
         _, text = self.get("/metrics")
@@ -247,7 +264,7 @@ def test_api_key_and_sigterm_mid_stream(quire, tmp_path):
 def test_bad_start(quire, tmp_path):
     """A model that cannot load: a message and exit status 1; bad flags: 2."""
     port = free_port()
-    r = subprocess.run([quire, "serve", "-m", str(tmp_path / "missing.gguf"), "--port", str(port)],
+    r = subprocess.run([quire, "serve", "-m", str(tmp_path / "missing.gguf"), "--port", str(port), "--no-persist"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "missing.gguf" in r.stderr
     r = subprocess.run([quire, "serve", "-m", MODEL, "--log-level", "loud"], capture_output=True, text=True,

@@ -14,7 +14,7 @@ static char *render(qmetrics *m, const qengine_stats *st)
 {
     char *s = NULL;
     size_t len = 0;
-    if (qmetrics_render(m, st, 3, &s, &len)) return NULL;
+    if (qmetrics_render(m, st, NULL, 3, &s, &len)) return NULL;
     if (s && strlen(s) != len) {
         free(s);
         return NULL;

@@ -1,0 +1,189 @@
+/* serve.h - the server's shared state and helpers (server internal):
+ * cmd_serve.c (HTTP, WebSocket, the engine thread, start and stop) and
+ * serve_sessions.c (sessions over HTTP and WebSocket, the store's answers).
+ * Threads as DESIGN.md says: the lws thread owns the sockets, the engine
+ * thread the engine, the store thread the database; what they share is
+ * under S.mu. */
+#ifndef QUIRE_SERVE_H
+#define QUIRE_SERVE_H
+
+#include <jansson.h>
+#include <libwebsockets.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include "engine.h"
+#include "metrics.h"
+#include "model.h"
+#include "oai.h"
+#include "store.h"
+#include "tokenizer.h"
+
+typedef struct {
+    const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db;
+    int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
+    int max_requests, help, no_persist, cache_disk_max;
+    float gpu_mem_util, grace;
+} serve_opts;
+
+/* One choice of a request, as it accumulates (whole replies). */
+typedef struct {
+    char *text;
+    size_t len, cap;
+    json_t *lp;
+    const char *finish;
+    qfinish fin;
+    int started; /* a streamed chat choice has sent its role */
+} acc;
+
+/* A request given to the engine.  Shared between the threads: every field
+ * is read and written under S.mu. */
+typedef struct sreq {
+    struct sreq *next;
+    uint64_t id;
+    qoai_req req;
+    qoai_reply rep;
+    char rid[48];
+    int n, n_done, finished;
+    acc *ch;
+    int prompt_tokens, completion_tokens, cached_tokens;
+    char *out; /* bytes for the client not yet taken by the lws thread */
+    size_t out_len, out_cap;
+    int failed;         /* out of memory while building the output */
+    struct lws *wsi;    /* NULL once the connection closed */
+    double t0, t_last;  /* arrival, last token */
+    int ws;             /* a WebSocket request: out holds frames, each ending in '\n' */
+    int want_ids;       /* ws: token ids in the deltas */
+    unsigned long frames; /* ws: frames written */
+    char cid[64];       /* ws: the client's id */
+    char session[QSTORE_ID_MAX]; /* ws: the session it continues, "" for none */
+    json_t *held;       /* session: the done frame, sent once the reply is stored */
+} sreq;
+
+/* A job given to the store for the lws thread (an HTTP session request,
+ * or the stored turn of a session chat), until its answer is used.  The
+ * list is the lws thread's; done is set under S.mu by the store thread. */
+typedef struct sjob {
+    struct sjob *next;
+    qstore_job *j;
+    struct lws *wsi;    /* NULL once the connection closed */
+    void *p;            /* the connection's pss */
+    json_t *msg;        /* ws: the chat message, to submit with the whole conversation */
+    char cid[64];
+    int done;
+} sjob;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    qengine *eng;
+    qmodel *model;      /* set with eng when the engine thread has loaded them */
+    qtok *tok;
+    struct lws_context *ctx;
+    qmetrics *metrics;
+    qengine_stats stats;
+    int have_stats;
+    sreq *reqs;
+    int live;           /* requests the engine has not finished */
+    volatile sig_atomic_t stop;
+    int draining;       /* stopping: new requests get 503 */
+    int engine_stop;
+    serve_opts o;
+    qoai_limits lim;
+    const char *name;
+    unsigned long long seq;
+    char *web_root;     /* realpath of the static files' folder, or NULL */
+    char key_buf[8192]; /* --api-key-file's keys, NUL-separated */
+    const char *keys[64]; /* the API keys (n_keys of them; none: no auth) */
+    int n_keys;
+    qstore *store;      /* the database (NULL with --no-persist) */
+    sjob *sjobs;        /* jobs in the store for the lws thread */
+    qengine_opts eo;
+    int ready;          /* the model is loaded and the engine runs (under mu) */
+    int load_failed;
+} serve_state;
+
+extern serve_state S;
+
+/* Output a client has not taken yet, at most: a reader slower than the
+ * engine past this has its request cancelled (the engine never waits). */
+#define MAX_PENDING ((size_t)8 << 20)
+
+/* Per connection (lws allocates it zeroed). */
+typedef enum { ST_NEW = 0, ST_WAIT, ST_HEADERS, ST_BODY, ST_STREAM, ST_CLOSING } pstate;
+typedef struct {
+    pstate st;
+    int is_post, kind, stream;
+    char *body;
+    size_t body_len;
+    int too_big;
+    int status;
+    const char *ctype;
+    char *resp;
+    size_t resp_len, resp_off;
+    sreq *r;
+    const char *endpoint;
+    /* WebSocket connections: the message being received, and frames of
+     * the connection's own (errors of messages that made no request). */
+    int ws;
+    char *msg;
+    size_t msg_len;
+    int msg_too_big;
+    char *wsout;
+    size_t wsout_len, wsout_cap;
+    int key;            /* the API key the connection showed (index into S.keys) */
+    int method;         /* HTTP: 'A' for PATCH (its body is being read) */
+    char uri[128];      /* PATCH: the path */
+    int job;            /* HTTP: waiting for the store's answer */
+} pss;
+
+/* ---- cmd_serve.c ---- */
+
+/* Appends n bytes (and keeps a NUL after them): 0, or QERR_NOMEM with the
+ * buffer unchanged. */
+int serve_grow_append(char **b, size_t *len, size_t *cap, const char *s, size_t n);
+/* pre, JSON j (taken), post into r's output (S.mu held). */
+void serve_out_json(sreq *r, json_t *j, const char *pre, const char *post);
+#define out_event(r, j) serve_out_json(r, j, "data: ", "\n\n")
+#define out_frame(r, j) serve_out_json(r, j, "", "\n")
+/* Frees a request; takes it out of S.reqs (S.mu held). */
+void serve_sreq_free(sreq *r);
+void serve_sreq_unlink(sreq *r);
+/* A whole HTTP reply for the connection (lws thread): body taken. */
+void serve_reply(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len);
+void serve_reply_json(struct lws *wsi, pss *p, int status, json_t *j);
+void serve_reply_error(struct lws *wsi, pss *p, const qoai_error *e);
+void serve_fail(struct lws *wsi, pss *p, int status, const char *type, const char *fmt, const char *arg);
+/* A WebSocket error frame of the connection's own. */
+void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *e);
+/* The index of the API key the request carries (0 without keys), or -1. */
+int serve_authorized(struct lws *wsi);
+/* Parses body as a request of kind and gives it to the engine (ws: with
+ * the client's id cid; session: the conversation it continues, or NULL):
+ * the new request, or NULL with *e filled. */
+sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
+                   const char *session, qoai_error *e);
+
+/* ---- serve_sessions.c ---- */
+
+/* The owner of what a connection with API key index k makes: the
+ * SHA-256 of the key, in hex; "" without keys. */
+void sess_owner(int k, char out[72]);
+/* GET/DELETE/PATCH under /v1/sessions (lws thread): 1 when uri is one of
+ * them (answered now or when the store has answered), else 0. */
+int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, const char *body, size_t len);
+/* A WebSocket chat m with "session" or "new_session" (lws thread): the
+ * turn is stored, then the whole conversation goes to the engine.  Errors
+ * go to the client as error frames. */
+void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid);
+/* The store's answers for the lws thread: replies and submissions. */
+void sess_answers(void);
+/* A connection closed: its pending store answers are dropped. */
+void sess_closed(struct lws *wsi);
+/* Frees every job left (at exit, the store stopped). */
+void sess_drop_all(void);
+/* A session request finished (engine thread, S.mu held): its reply is
+ * stored, and frame (taken: the done frame) follows once it is. */
+void sess_finish(sreq *r, json_t *frame);
+
+#endif
