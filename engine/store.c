@@ -108,7 +108,8 @@ void qstore_job_free(qstore_job *j)
     free(j);
 }
 
-/* Bytes a queued job holds against queue_max. */
+/* Bytes a queued job holds against queue_max.  The queue runs in order,
+ * but for lookups (enqueue). */
 static size_t job_bytes(const qstore_job *j)
 {
     return j->kind == QSTORE_PUT ? (size_t)j->n * j->block_bytes : 0;
@@ -206,9 +207,15 @@ static int enqueue(qstore *s, qstore_job *j)
     }
     s->st.queued_bytes += b;
     j->next = NULL;
-    if (s->tail) s->tail->next = j;
-    else s->head = j;
-    s->tail = j;
+    /* A lookup goes before the block writes and touches waiting (a request
+     * waits for it; they wait for nobody), after everything else. */
+    qstore_job **pp = s->tail ? &s->tail->next : &s->head;
+    if (j->kind == QSTORE_BLOCKS)
+        for (pp = &s->head; *pp && (*pp)->kind != QSTORE_PUT && (*pp)->kind != QSTORE_TOUCH; pp = &(*pp)->next) {
+        }
+    j->next = *pp;
+    *pp = j;
+    if (!j->next) s->tail = j;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;

@@ -11,6 +11,9 @@
 #include "qerr.h"
 #include "util.h"
 
+/* Blocks a write job holds at most. */
+#define PUT_CHUNK 16
+
 struct qtier {
     qstore *store;
     qbackend *be;
@@ -199,20 +202,24 @@ void qtier_persist(qtier *t, const kv_seq *s)
             put_b[np++] = b;
         }
         if (nt) qstore_touch_blocks(t->store, t->fp, nt, (const uint8_t(*)[16])touch);
-        if (np) {
-            void *kv = q_mallocn((size_t)np, t->bb);
-            int rc = kv ? qbackend_read_blocks(t->be, put_b, np, kv) : QERR_NOMEM;
+        /* In jobs of at most PUT_CHUNK blocks: a lookup waits for one
+         * transaction at most. */
+        for (int i0 = 0; i0 < np; i0 += PUT_CHUNK) {
+            const int k = np - i0 < PUT_CHUNK ? np - i0 : PUT_CHUNK;
+            void *kv = q_mallocn((size_t)k, t->bb);
+            int rc = kv ? qbackend_read_blocks(t->be, put_b + i0, k, kv) : QERR_NOMEM;
             if (rc) free(kv);
-            else rc = qstore_put_blocks(t->store, t->fp, np, (const uint8_t(*)[16])put_h,
-                                        (const uint8_t(*)[16])put_p, put_t, t->bs, kv, t->bb);
+            else rc = qstore_put_blocks(t->store, t->fp, k, (const uint8_t(*)[16])(put_h + i0),
+                                        (const uint8_t(*)[16])(put_p + i0), put_t + (size_t)i0 * (size_t)t->bs, t->bs,
+                                        kv, t->bb);
             if (rc) {
-                t->st.blocks_dropped += (uint64_t)np;
-            } else {
-                t->st.blocks_queued += (uint64_t)np;
-                for (int i = 0; i < np; i++) {
-                    memcpy(t->mark[put_b[i]], put_h[i], 16);
-                    t->marked[put_b[i]] = 1;
-                }
+                t->st.blocks_dropped += (uint64_t)k;
+                continue;
+            }
+            t->st.blocks_queued += (uint64_t)k;
+            for (int i = i0; i < i0 + k; i++) {
+                memcpy(t->mark[put_b[i]], put_h[i], 16);
+                t->marked[put_b[i]] = 1;
             }
         }
     }

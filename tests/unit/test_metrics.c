@@ -10,11 +10,13 @@
 #include "metrics.h"
 #include "qtest.h"
 
+static qstore_stats g_sst;
+
 static char *render(qmetrics *m, const qengine_stats *st)
 {
     char *s = NULL;
     size_t len = 0;
-    if (qmetrics_render(m, st, NULL, 3, &s, &len)) return NULL;
+    if (qmetrics_render(m, st, st ? &g_sst : NULL, 3, &s, &len)) return NULL;
     if (s && strlen(s) != len) {
         free(s);
         return NULL;
@@ -42,6 +44,9 @@ static void test_series(void)
     st.running = 2, st.waiting = 1, st.kv_used = 5, st.kv_cached = 4, st.kv_free = 7, st.kv_blocks = 16;
     st.kv_utilisation = 0.75, st.prompt_tokens_total = 40, st.tokens_reused = 10, st.preemptions = 3;
     st.preemptions_swap = 1;
+    st.disk_tokens_loaded = 4, st.prefill_tokens = 30;
+    g_sst = (qstore_stats){ .blocks_written = 9, .blocks_loaded = 1, .blocks_evicted = 2, .blocks_dropped = 3,
+                            .blocks_corrupt = 1, .disk_blocks = 7, .disk_bytes = 7000, .messages_written = 5 };
     char *s = render(m, &st);
     REQUIRE(s);
     CHECK_STR_CONTAINS(s, "quire_requests_total{endpoint=\"chat\",status=\"200\"} 2\n");
@@ -71,6 +76,17 @@ static void test_series(void)
     CHECK_STR_CONTAINS(s, "quire_prefix_cache_hit_ratio 0.25\n");
     CHECK_STR_CONTAINS(s, "quire_preemptions_total{mode=\"recompute\"} 2\n");
     CHECK_STR_CONTAINS(s, "quire_preemptions_total{mode=\"swap\"} 1\n");
+    CHECK_STR_CONTAINS(s, "quire_prompt_tokens_cached_total{source=\"memory\"} 6\n");
+    CHECK_STR_CONTAINS(s, "quire_prompt_tokens_cached_total{source=\"disk\"} 4\n");
+    CHECK_STR_CONTAINS(s, "quire_prefill_tokens_total 30\n");
+    CHECK_STR_CONTAINS(s, "quire_disk_blocks_total{event=\"written\"} 9\n");
+    CHECK_STR_CONTAINS(s, "quire_disk_blocks_total{event=\"loaded\"} 1\n");
+    CHECK_STR_CONTAINS(s, "quire_disk_blocks_total{event=\"evicted\"} 2\n");
+    CHECK_STR_CONTAINS(s, "quire_disk_blocks_total{event=\"dropped\"} 3\n");
+    CHECK_STR_CONTAINS(s, "quire_disk_blocks_total{event=\"corrupt\"} 1\n");
+    CHECK_STR_CONTAINS(s, "quire_disk_cache_blocks 7\n");
+    CHECK_STR_CONTAINS(s, "quire_disk_cache_bytes 7000\n");
+    CHECK_STR_CONTAINS(s, "quire_session_messages_written_total 5\n");
 
     /* Every line: a comment (HELP, TYPE) or a sample "name{labels} value". */
     regex_t re;

@@ -312,7 +312,9 @@ static void test_disk_bound(void)
         qstore_put_blocks(s, fp, 1, (const uint8_t(*)[16])c[i].h, (const uint8_t(*)[16])c[i].p, c[i].tok, BS,
                           kv_of(1, i), BB);
     /* Block 0 is used again (a lookup), then 3 and 4 arrive: 1 and 2, the
-     * least recently used, go. */
+     * least recently used, go.  (A lookup overtakes queued writes: wait
+     * for them first.) */
+    sync_store(s);
     qstore_job *j = lookup(s, fp, &c[0], 1);
     CHECK_EQ_INT(j->found, 1);
     qstore_job_free(j);
