@@ -114,6 +114,7 @@ struct qengine {
     qbackend *be;
     kv_pool *pool;
     qtier *tier;            /* the persistent prefix tier, or NULL */
+    double prefill_rate;    /* prompt tokens a second in steps with >= 128 of them (moving average) */
     rlist waiting, running, swapped;
     uint64_t next_id, admit_counter;
     /* swap space (QPREEMPT_SWAP): n_slots one-block slots of block_bytes */
@@ -480,7 +481,8 @@ static void tier_begin(qengine *e, req *r)
         r->cached_tokens = reused < r->n_prompt ? reused : r->n_prompt;
         e->st.tokens_reused += (uint64_t)reused;
     }
-    r->tier_wait = qtier_lookup(e->tier, r->id, r->tokens, r->n_tokens, r->kv.n_hashed);
+    r->tier_wait = qtier_lookup_if_faster(e->tier, r->id, r->tokens, r->n_tokens, r->kv.n_hashed, e->prefill_rate,
+                                          e->o.tier_always_load);
 }
 
 /* The tier's answers: blocks found are imported into their requests. */
@@ -1040,7 +1042,19 @@ int qengine_step(qengine *e)
     }
     qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
                  e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL };
+    const double t_fwd = q_now();
     rc = e->be->ops->forward(e->be, &b, e->logits);
+    {
+        /* The prefill rate, against which loading a prefix is weighed. */
+        int n_prefill = n_tok;
+        for (int i = 0; i < n_seqs; i++)
+            if (e->b_seqs[i].n_tokens == 1 && e->b_reqs[i]->n_computed >= e->b_reqs[i]->n_prompt) n_prefill--;
+        const double dt = q_now() - t_fwd;
+        if (!rc && n_prefill >= 128 && dt > 0) {
+            const double rate = n_prefill / dt;
+            e->prefill_rate = e->prefill_rate > 0 ? 0.7 * e->prefill_rate + 0.3 * rate : rate;
+        }
+    }
     e->st.tokens_computed += (uint64_t)n_tok;
     if (rc) {
         for (int i = 0; i < n_seqs; i++) {
@@ -1269,6 +1283,7 @@ void qengine_stats_get(qengine *e, qengine_stats *s)
     s->kv_utilisation = ks.utilisation;
     s->prefix_hit_tokens = ks.hit_tokens;
     s->kv_util_avg = e->st.steps ? e->st.util_sum / (double)e->st.steps : 0;
+    s->prefill_rate = e->prefill_rate;
     if (e->tier) {
         qtier_stats ts;
         qtier_stats_get(e->tier, &ts);
@@ -1277,6 +1292,8 @@ void qengine_stats_get(qengine *e, qengine_stats *s)
         s->disk_tokens_loaded = ts.tokens_loaded;
         s->disk_blocks_queued = ts.blocks_queued;
         s->disk_blocks_dropped = ts.blocks_dropped;
+        s->disk_skipped_slower = ts.skipped_slower;
+        s->disk_load_rate = ts.load_rate;
     }
 }
 

@@ -87,6 +87,10 @@ typedef struct {
      * waits for the answer; other requests' steps do not).  The store must
      * outlive the engine. */
     struct qstore *store;
+    /* 0 (default): a prefix is loaded from the tier only while loading is
+     * measured faster than computing it (the GPU computes small models'
+     * prefixes faster than sqlite gives them back); 1: always loaded. */
+    int tier_always_load;
 } qengine_opts;
 
 void qengine_opts_default(qengine_opts *o);
@@ -159,6 +163,9 @@ typedef struct {
     uint64_t disk_tokens_loaded;    /* their tokens: prompt tokens not computed */
     uint64_t disk_blocks_queued;    /* blocks handed to it for writing */
     uint64_t disk_blocks_dropped;   /* blocks it could not take (queue full) */
+    uint64_t disk_skipped_slower;   /* prefixes computed: loading was measured slower */
+    double disk_load_rate;          /* tokens/s the tier brings (moving average) */
+    double prefill_rate;            /* tokens/s prefill computes (moving average) */
     double util_sum;        /* internal: sum of per-step utilisation */
 } qengine_stats;
 

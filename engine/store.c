@@ -87,6 +87,69 @@ int qstore_open(const char *path, const char *const *sql, int n, sqlite3 **db, c
     return 0;
 }
 
+/* ---- the set of blocks in the tier ---------------------------------------------- */
+
+uint64_t qstore_key(const uint8_t fp[16], const uint8_t hash[16])
+{
+    uint64_t a = 0, b = 0;
+    for (int i = 0; i < 8; i++) a |= (uint64_t)hash[i] << (8 * i), b |= (uint64_t)fp[i] << (8 * i);
+    uint64_t k = a ^ (b * 0x9e3779b97f4a7c15ULL);
+    k ^= k >> 31;
+    return k < 2 ? k + 2 : k;
+}
+
+/* The slot of k, or of the first free slot on its probe path (cap > 0). */
+static size_t key_slot(const qstore *s, uint64_t k, int for_insert)
+{
+    size_t i = (size_t)(k * 0xff51afd7ed558ccdULL) & (s->key_cap - 1), tomb = (size_t)-1;
+    for (;;) {
+        const uint64_t v = s->keys[i];
+        if (v == k) return i;
+        if (v == 0) return for_insert && tomb != (size_t)-1 ? tomb : i;
+        if (v == 1 && tomb == (size_t)-1) tomb = i;
+        i = (i + 1) & (s->key_cap - 1);
+    }
+}
+
+void qstore_key_add(qstore *s, uint64_t k)
+{
+    if ((s->key_n + s->key_dead + 1) * 10 > s->key_cap * 7) {
+        size_t cap = s->key_cap ? s->key_cap : 1024;
+        while ((s->key_n + 1) * 10 > cap * 5) cap *= 2;
+        uint64_t *old = s->keys, *nk = calloc(cap, sizeof *nk);
+        if (!nk) return;
+        const size_t oc = s->key_cap;
+        s->keys = nk, s->key_cap = cap, s->key_n = 0, s->key_dead = 0;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i] > 1) s->keys[key_slot(s, old[i], 1)] = old[i], s->key_n++;
+        free(old);
+    }
+    const size_t i = key_slot(s, k, 1);
+    if (s->keys[i] == k) return;
+    if (s->keys[i] == 1) s->key_dead--;
+    s->keys[i] = k;
+    s->key_n++;
+}
+
+void qstore_key_del(qstore *s, uint64_t k)
+{
+    if (!s->key_cap) return;
+    const size_t i = key_slot(s, k, 0);
+    if (s->keys[i] != k) return;
+    s->keys[i] = 1;
+    s->key_n--;
+    s->key_dead++;
+}
+
+int qstore_has_block(qstore *s, const uint8_t fp[16], const uint8_t hash[16])
+{
+    const uint64_t k = qstore_key(fp, hash);
+    pthread_mutex_lock(&s->mu);
+    const int has = s->key_cap && s->keys[key_slot(s, k, 0)] == k;
+    pthread_mutex_unlock(&s->mu);
+    return has;
+}
+
 /* ---- the store thread ------------------------------------------------------------ */
 
 qstore_job *qstore_job_new(qstore_kind kind)
@@ -181,6 +244,7 @@ void qstore_stop(qstore *s)
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    free(s->keys);
     free(s);
 }
 
@@ -206,6 +270,7 @@ static int enqueue(qstore *s, qstore_job *j)
         return QERR_BUSY;
     }
     s->st.queued_bytes += b;
+    j->t_queued = q_now();
     j->next = NULL;
     /* A lookup goes before the block writes and touches waiting (a request
      * waits for it; they wait for nobody), after everything else. */

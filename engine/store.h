@@ -125,6 +125,7 @@ typedef struct qstore_job {
     void (*done)(struct qstore_job *j);
     void *user;
     uint64_t tag;
+    double t_queued;            /* q_now() when it was queued (set by the store) */
     struct qstore_job *next;
 } qstore_job;
 
@@ -145,6 +146,10 @@ int qstore_submit(qstore *s, qstore_job *j);
 int qstore_put_blocks(qstore *s, const uint8_t fp[16], int n, const uint8_t (*hashes)[16],
                       const uint8_t (*parents)[16], const int32_t *tokens, int block_size, void *kv,
                       size_t block_bytes);
+/* Thread-safe, in memory (no disk): 1 when the tier holds the block (fp,
+ * hash) - or, rarely, another block with the same 64-bit key; 0 when it
+ * certainly does not. */
+int qstore_has_block(qstore *s, const uint8_t fp[16], const uint8_t hash[16]);
 /* Thread-safe.  Marks blocks of the tier used (the LRU order).  0 or
  * QERR_NOMEM. */
 int qstore_touch_blocks(qstore *s, const uint8_t fp[16], int n, const uint8_t (*hashes)[16]);

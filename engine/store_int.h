@@ -17,7 +17,19 @@ struct qstore {
     int stopping;
     qstore_stats st;            /* under mu */
     int64_t clock;              /* last_used of the newest use (store thread) */
+    /* The blocks in the tier, as 64-bit keys of (fingerprint, hash), under
+     * mu: open addressing, 0 empty, 1 deleted.  A false positive costs a
+     * lookup that finds nothing; there are no false negatives. */
+    uint64_t *keys;
+    size_t key_cap, key_n, key_dead;
 };
+
+/* The set's key of a block. */
+uint64_t qstore_key(const uint8_t fp[16], const uint8_t hash[16]);
+/* Adds or removes a key (mu held).  Adding may fail to grow the table: the
+ * key is then missing, which only costs its block a lookup never made. */
+void qstore_key_add(qstore *s, uint64_t k);
+void qstore_key_del(qstore *s, uint64_t k);
 
 /* Runs j on the store thread (store_jobs.c): fills j->rc, j->err,
  * j->result. */

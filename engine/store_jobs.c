@@ -341,6 +341,19 @@ static void tokens_le(const int32_t *t, int n, unsigned char *out)
 int qstore_tier_init(qstore *s)
 {
     sqlite3_stmt *st = NULL;
+    /* The set of blocks, from scratch. */
+    free(s->keys);
+    s->keys = NULL;
+    s->key_cap = s->key_n = s->key_dead = 0;
+    if (sqlite3_prepare_v2(s->db, "SELECT fingerprint, hash FROM blocks", -1, &st, NULL) != SQLITE_OK) return QERR_IO;
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        const void *fp = sqlite3_column_blob(st, 0), *h = sqlite3_column_blob(st, 1);
+        if (fp && h && sqlite3_column_bytes(st, 0) == 16 && sqlite3_column_bytes(st, 1) == 16)
+            qstore_key_add(s, qstore_key(fp, h));
+    }
+    sqlite3_finalize(st);
+    if (step != SQLITE_DONE) return QERR_IO;
     if (sqlite3_prepare_v2(s->db, "SELECT count(*), coalesce(sum(bytes), 0), coalesce(max(last_used), 0) FROM blocks",
                            -1, &st, NULL) != SQLITE_OK)
         return QERR_IO;
@@ -359,12 +372,19 @@ int qstore_tier_init(qstore *s)
 static int drop_block(qstore *s, qstore_job *j, int64_t id, int64_t bytes)
 {
     sqlite3_stmt *st = NULL;
-    if (prep(s, j, "DELETE FROM blocks WHERE id = ?", &st)) return j->rc;
+    if (prep(s, j, "DELETE FROM blocks WHERE id = ? RETURNING fingerprint, hash", &st)) return j->rc;
     sqlite3_bind_int64(st, 1, id);
-    const int rc = sqlite3_step(st);
+    int rc = sqlite3_step(st);
+    uint64_t key = 0;
+    if (rc == SQLITE_ROW) {
+        const void *fp = sqlite3_column_blob(st, 0), *h = sqlite3_column_blob(st, 1);
+        if (fp && h && sqlite3_column_bytes(st, 0) == 16 && sqlite3_column_bytes(st, 1) == 16) key = qstore_key(fp, h);
+        rc = sqlite3_step(st);
+    }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return failed(s, j);
     pthread_mutex_lock(&s->mu);
+    if (key) qstore_key_del(s, key);
     s->st.disk_blocks--;
     s->st.disk_bytes -= bytes;
     pthread_mutex_unlock(&s->mu);
@@ -466,6 +486,7 @@ static void run_put(qstore *s, qstore_job *j)
             break;
         }
         pthread_mutex_lock(&s->mu);
+        qstore_key_add(s, qstore_key(j->fp, j->hashes[i]));
         s->st.blocks_written++;
         s->st.disk_blocks++;
         s->st.disk_bytes += bytes;

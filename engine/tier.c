@@ -30,6 +30,7 @@ struct qtier {
     pthread_cond_t cv;
     qstore_job *done_head, *done_tail;  /* finished lookups, under mu */
     int pending;                        /* lookups in flight, under mu */
+    uint64_t attempts;                  /* lookups weighed (qtier_should_load) */
     qtier_stats st;
 };
 
@@ -109,6 +110,14 @@ int qtier_lookup(qtier *t, uint64_t tag, const int32_t *prompt, int n, int first
         return 0;
     }
     kv_chain_hashes(t->pool, prompt, eligible, all);
+    /* Only when the tier has the first block missing here (its set is in
+     * memory): most prompts' chains go on to blocks nobody wrote. */
+    if (!qstore_has_block(t->store, t->fp, all[first])) {
+        qstore_job_free(j);
+        free(all);
+        t->st.skipped++;
+        return 0;
+    }
     memmove(all, all + first, (size_t)(eligible - first) * 16);
     j->hashes = all;
     j->n = eligible - first;
@@ -133,6 +142,22 @@ int qtier_lookup(qtier *t, uint64_t tag, const int32_t *prompt, int n, int first
     return 1;
 }
 
+int qtier_should_load(double load_rate, double prefill_rate, uint64_t attempt)
+{
+    if (load_rate <= 0 || prefill_rate <= 0 || load_rate >= prefill_rate) return 1;
+    return attempt % 16 == 0;
+}
+
+int qtier_lookup_if_faster(qtier *t, uint64_t tag, const int32_t *prompt, int n, int first, double prefill_rate,
+                           int always_load)
+{
+    if (!always_load && !qtier_should_load(t->st.load_rate, prefill_rate, ++t->attempts)) {
+        t->st.skipped_slower++;
+        return 0;
+    }
+    return qtier_lookup(t, tag, prompt, n, first);
+}
+
 qstore_job *qtier_poll(qtier *t)
 {
     pthread_mutex_lock(&t->mu);
@@ -148,6 +173,11 @@ qstore_job *qtier_poll(qtier *t)
 
 int qtier_import(qtier *t, qstore_job *j, kv_seq *s)
 {
+    if (!j->rc && j->found > 0) {
+        /* How fast the tier brings tokens: from queueing to the answer. */
+        const double dt = q_now() - j->t_queued, rate = dt > 0 ? j->found * t->bs / dt : 0;
+        if (rate > 0) t->st.load_rate = t->st.load_rate > 0 ? 0.7 * t->st.load_rate + 0.3 * rate : rate;
+    }
     if (j->rc || j->found < 1 || s->n_hashed != j->first || s->n_tokens != s->n_hashed * t->bs) {
         qstore_job_free(j);
         return 0;

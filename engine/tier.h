@@ -25,6 +25,9 @@ typedef struct qtier qtier;
 
 typedef struct {
     uint64_t lookups;           /* chains asked of the store */
+    uint64_t skipped;           /* chains not asked for: their next block is not in the tier */
+    uint64_t skipped_slower;    /* chains not asked for: loading measured slower than computing */
+    double load_rate;           /* tokens a second a lookup has brought (moving average; 0: none yet) */
     uint64_t blocks_loaded;     /* blocks imported from it */
     uint64_t tokens_loaded;     /* their tokens */
     uint64_t blocks_queued;     /* blocks handed to the store to write */
@@ -36,11 +39,22 @@ int qtier_create(qstore *store, const struct qmodel *m, qbackend *be, kv_pool *p
 /* Waits for the lookups in flight, then frees t.  NULL is a no-op. */
 void qtier_destroy(qtier *t);
 
+/* Whether a prefix should come from disk: loading at load_rate tokens a
+ * second against computing at prefill_rate (0: not measured, so load);
+ * when loading is slower, still 1 every 16th time (attempt counts them),
+ * so that the rate measured stays current.  Pure; cannot fail. */
+int qtier_should_load(double load_rate, double prefill_rate, uint64_t attempt);
+
 /* Asks the store for the blocks of prompt's chain from block `first` (the
  * blocks before it are in the pool) up to its last eligible one, for the
  * request tag.  1 when a lookup was queued (the answer comes through
  * qtier_poll), 0 when there is nothing to ask for or the store is gone. */
 int qtier_lookup(qtier *t, uint64_t tag, const int32_t *prompt, int n, int first);
+/* As qtier_lookup, but first weighs loading against computing at
+ * prefill_rate tokens a second (qtier_should_load); always_load skips the
+ * weighing. */
+int qtier_lookup_if_faster(qtier *t, uint64_t tag, const int32_t *prompt, int n, int first, double prefill_rate,
+                           int always_load);
 /* A finished lookup (the caller passes it to qtier_import or frees it with
  * qstore_job_free), or NULL.  Its tag is the request's. */
 qstore_job *qtier_poll(qtier *t);

@@ -49,6 +49,7 @@ static const qopt serve_table[] = {
     { NULL, "--api-key-file", "PATH", OPT_STR, F_(api_key_file), "API keys from a file, one a line (kept out of ps); each key owns its sessions" },
     { NULL, "--db", "PATH", OPT_STR, F_(db), "the database: sessions and the persistent prefix cache (default quire.db)" },
     { NULL, "--no-persist", NULL, OPT_FLAG, F_(no_persist), "no database: no sessions, no prefix cache on disk" },
+    { NULL, "--cache-disk-load", "WHEN", OPT_STR, F_(disk_load), "auto: load a prefix from disk while that is measured faster than computing it; always (default auto)" },
     { NULL, "--cache-disk-max", "MB", OPT_INT, F_(cache_disk_max), "disk for the persistent prefix cache, least recently used blocks evicted (default 4096 MiB)" },
     { NULL, "--web", "DIR", OPT_STR, F_(web), "static files served at / (default: the project's web/)" },
     { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
@@ -977,6 +978,10 @@ int cmd_serve(int argc, char **argv)
             return 2;
         }
     }
+    if (o->disk_load && strcmp(o->disk_load, "auto") && strcmp(o->disk_load, "always")) {
+        fprintf(stderr, "quire serve: --cache-disk-load must be auto or always\n");
+        return 2;
+    }
     if (o->cache_disk_max < 0) {
         fprintf(stderr, "quire serve: --cache-disk-max must be at least 0\n");
         return 2;
@@ -1008,6 +1013,7 @@ int cmd_serve(int argc, char **argv)
             return 1;
         }
         eo.store = S.store;
+        eo.tier_always_load = o->disk_load && !strcmp(o->disk_load, "always");
     }
     S.eo = eo;
     S.lim.max_tokens_cap = o->max_tokens;

@@ -20,7 +20,7 @@
 #include "tokenizer.h"
 
 typedef struct {
-    const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db;
+    const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db, *disk_load;
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     int max_requests, help, no_persist, cache_disk_max;
     float gpu_mem_util, grace;

@@ -93,7 +93,9 @@ def test_ten_turns_restart_same_reply_from_disk(quire):
     sid_b = got[0][0]["session"]
     db = b.db
     assert b.stop() == 0
-    b = Server(quire, db=db)
+    # (always: stories260K computes faster than sqlite loads, so the default
+    # policy would soon compute; this test is about the loading.)
+    b = Server(quire, "--cache-disk-load", "always", db=db)
     try:
         assert b.metric('quire_kv_blocks{state="cached"}') in (None, 0)  # nothing in memory
         before = prefill(b)
@@ -156,7 +158,7 @@ def test_kill9_while_twenty_sessions_write(quire):
     con.close()
 
     # The server starts on it again and every block it loads passes its check.
-    s2 = Server(quire, db=s.db)
+    s2 = Server(quire, "--cache-disk-load", "always", db=s.db)
     try:
         async def again():
             async with websockets.connect(ws_url(s2)) as ws:
@@ -253,7 +255,7 @@ def test_disk_bound_evicts_least_recently_used(quire, tmp_path):
         assert s.stop() == 0
     assert os.path.getsize(db) <= 1 << 20
     # After a restart the newest prompt's blocks are there, the oldest's gone.
-    s = Server(quire, db=db)
+    s = Server(quire, "--cache-disk-load", "always", db=db)
     try:
         s.post("/v1/completions", {"prompt": prompts[-1], "max_tokens": 2, "temperature": 0})
         newest = s.metric('quire_prompt_tokens_cached_total{source="disk"}')

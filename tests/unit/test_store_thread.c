@@ -262,6 +262,11 @@ static void test_blocks(void)
     j = lookup(s, other, &c, 4);
     CHECK_EQ_INT(j->found, 0);
     qstore_job_free(j);
+    /* The set in memory says the same without asking the disk. */
+    CHECK_EQ_INT(qstore_has_block(s, fp, c.h[0]), 1);
+    CHECK_EQ_INT(qstore_has_block(s, fp, c.h[2]), 1);
+    CHECK_EQ_INT(qstore_has_block(s, fp, c.h[3]), 0);
+    CHECK_EQ_INT(qstore_has_block(s, other, c.h[0]), 0);
     /* Writing the same blocks again adds nothing. */
     CHECK_EQ_INT(qstore_put_blocks(s, fp, 2, (const uint8_t(*)[16])c.h, (const uint8_t(*)[16])c.p, c.tok, BS,
                                    kv_of(2, 5), BB),
@@ -287,12 +292,14 @@ static void test_blocks(void)
     REQUIRE(qstore_start(path("blocks.db"), NULL, &s, err, sizeof err) == 0);
     qstore_stats_get(s, &st);
     CHECK_EQ_INT((int)st.disk_blocks, 3); /* counted again at start */
+    CHECK_EQ_INT(qstore_has_block(s, fp, c.h[1]), 1); /* the set too */
     j = lookup(s, fp, &c, 3);
     CHECK_EQ_INT(j->found, 1);
     qstore_job_free(j);
     qstore_stats_get(s, &st);
     CHECK_EQ_INT((int)st.blocks_corrupt, 1);
     CHECK_EQ_INT((int)st.disk_blocks, 2);
+    CHECK_EQ_INT(qstore_has_block(s, fp, c.h[1]), 0); /* removed from the set */
     qstore_stop(s);
     CHECK_EQ_INT(count(path("blocks.db"), "SELECT count(*) FROM block_data"), 2);
 }
@@ -324,6 +331,7 @@ static void test_disk_bound(void)
     sync_store(s);
     const int expect[5] = { 1, 0, 0, 1, 1 };
     for (int i = 0; i < 5; i++) {
+        CHECK_EQ_INT(qstore_has_block(s, fp, c[i].h[0]), expect[i]); /* evicted: out of the set */
         j = lookup(s, fp, &c[i], 1);
         CHECK_EQ_INT(j->found, expect[i]);
         qstore_job_free(j);

@@ -4,7 +4,9 @@
  * prompt's prefix is loaded from disk instead of computed, and the greedy
  * output is the same as a cold run's; another model (or the same shapes
  * with other weights) never matches; a damaged block is never loaded; a
- * request cancelled while its prefix is being read leaves nothing behind. */
+ * request cancelled while its prefix is being read leaves nothing behind.
+ * QUIRE_TEST_DEVICE=cuda runs the engines on the CUDA backend (exact mode);
+ * without a device or a CUDA build it prints "skipped". */
 #define _GNU_SOURCE
 #include <sqlite3.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "qerr.h"
 #include "qtest.h"
 #include "store.h"
+#include "tier.h"
 
 static char g_dir[] = "/tmp/quire-test-tier-XXXXXX";
 
@@ -31,6 +34,7 @@ static const char *path(const char *name)
 #define GEN 12
 
 static int32_t g_prompt[NP];
+static int g_device = QDEVICE_CPU;
 
 /* A small Llama of random weights (seed picks them). */
 static qmodel *model(uint64_t seed)
@@ -55,7 +59,8 @@ static qengine *engine(const qmodel *m, qstore *s)
 {
     qengine_opts o;
     qengine_opts_default(&o);
-    o.device = QDEVICE_CPU;
+    o.device = g_device;
+    o.exact = g_device == QDEVICE_CUDA;
     o.n_threads = 2;
     o.num_blocks = 64;
     o.store = s;
@@ -134,6 +139,7 @@ static void test_restart_loads_from_disk(void)
     qengine_stats st;
     qengine_stats_get(e, &st);
     CHECK_EQ_INT((int)st.disk_blocks_loaded, 0);
+    CHECK_EQ_INT((int)st.disk_lookups, 0); /* nothing there: not even asked */
     /* 150 prompt + 11 fed-back tokens: 10 full blocks. */
     CHECK_EQ_INT((int)st.disk_blocks_queued, (NP + GEN - 1) / 16);
     qengine_destroy(e);
@@ -240,8 +246,31 @@ static void test_cancel_while_loading(void)
     qmodel_destroy(m);
 }
 
+/* The default policy: load unless loading was measured slower than
+ * computing, and then still every 16th time. */
+static void test_load_policy(void)
+{
+    CHECK_EQ_INT(qtier_should_load(0, 0, 1), 1);       /* nothing measured */
+    CHECK_EQ_INT(qtier_should_load(0, 5e4, 1), 1);     /* the tier's rate unknown: try it */
+    CHECK_EQ_INT(qtier_should_load(3e4, 0, 1), 1);     /* the prefill's unknown */
+    CHECK_EQ_INT(qtier_should_load(3e4, 2e3, 1), 1);   /* a CPU: loading is 15x faster */
+    int loads = 0;
+    for (uint64_t k = 1; k <= 64; k++) loads += qtier_should_load(1.6e4, 1.2e5, k); /* a GPU: slower */
+    CHECK_EQ_INT(loads, 4);
+}
+
 int main(void)
 {
+    const char *dev = getenv("QUIRE_TEST_DEVICE");
+    if (dev && *dev && qdevice_parse(dev, &g_device)) {
+        fprintf(stderr, "QUIRE_TEST_DEVICE=%s: expected cpu or cuda\n", dev);
+        return 1;
+    }
+    if (g_device == QDEVICE_CUDA && qdevice_resolve(QDEVICE_AUTO) != QDEVICE_CUDA) {
+        printf("skipped: QUIRE_TEST_DEVICE=cuda but no CUDA device here\n");
+        return 0;
+    }
+    if (g_device == QDEVICE_AUTO) g_device = QDEVICE_CPU;
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
         return 1;
@@ -252,6 +281,7 @@ int main(void)
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
         g_prompt[i] = 3 + (int32_t)((x >> 33) % 500);
     }
+    QT_RUN(test_load_policy);
     QT_RUN(test_restart_loads_from_disk);
     QT_RUN(test_other_weights_never_match);
     QT_RUN(test_damaged_block_not_loaded);
