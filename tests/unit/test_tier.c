@@ -116,6 +116,32 @@ static void clean(qengine *e)
 
 static result g_cold;
 
+/* A server's life: a model (weights from seed), the store on tier.db, an
+ * engine over both. */
+typedef struct {
+    qmodel *m;
+    qstore *s;
+    qengine *e;
+} rig;
+
+static int rig_start(rig *g, uint64_t seed)
+{
+    g->m = model(seed);
+    g->s = g->m ? store() : NULL;
+    g->e = g->s ? engine(g->m, g->s) : NULL;
+    return g->e != NULL;
+}
+
+/* Engine, then store (its queue finished), then model; the store's stats
+ * before it stops into *ss (when not NULL). */
+static void rig_stop(rig *g, qstore_stats *ss)
+{
+    qengine_destroy(g->e);
+    if (ss) qstore_stats_get(g->s, ss);
+    qstore_stop(g->s);
+    qmodel_destroy(g->m);
+}
+
 static void test_restart_loads_from_disk(void)
 {
     qmodel *m = model(7);
@@ -127,77 +153,60 @@ static void test_restart_loads_from_disk(void)
     CHECK_EQ_INT(g_cold.n_out, GEN);
     CHECK_EQ_INT(g_cold.cached, 0);
     qengine_destroy(e);
+    qmodel_destroy(m);
 
     /* First run with the tier: computed, then written. */
-    qstore *s = store();
-    REQUIRE(s);
-    e = engine(m, s);
-    REQUIRE(e);
+    rig g;
+    REQUIRE(rig_start(&g, 7));
     result r;
-    REQUIRE(generate(e, NP, &r, -1) == 0);
+    REQUIRE(generate(g.e, NP, &r, -1) == 0);
     CHECK(r.n_out == GEN && !memcmp(r.out, g_cold.out, sizeof r.out));
     qengine_stats st;
-    qengine_stats_get(e, &st);
+    qengine_stats_get(g.e, &st);
     CHECK_EQ_INT((int)st.disk_blocks_loaded, 0);
     CHECK_EQ_INT((int)st.disk_lookups, 0); /* nothing there: not even asked */
     /* 150 prompt + 11 fed-back tokens: 10 full blocks. */
     CHECK_EQ_INT((int)st.disk_blocks_queued, (NP + GEN - 1) / 16);
-    qengine_destroy(e);
-    qstore_stop(s);
-    qmodel_destroy(m);
+    rig_stop(&g, NULL);
 
     /* Restart: a new model instance, store and engine on the same file. */
-    m = model(7);
-    s = store();
-    REQUIRE(m && s);
-    e = engine(m, s);
-    REQUIRE(e);
-    REQUIRE(generate(e, NP, &r, -1) == 0);
+    REQUIRE(rig_start(&g, 7));
+    REQUIRE(generate(g.e, NP, &r, -1) == 0);
     CHECK(r.n_out == GEN && !memcmp(r.out, g_cold.out, sizeof r.out));
-    qengine_stats_get(e, &st);
+    qengine_stats_get(g.e, &st);
     const int reused = (NP - 1) / 16 * 16;
     CHECK_EQ_INT((int)st.disk_tokens_loaded, reused);
     CHECK_EQ_INT(r.cached, reused);
     /* Only the prompt's tail and the fed-back tokens were computed. */
     CHECK_EQ_INT((int)st.tokens_computed, NP - reused + GEN - 1);
-    clean(e);
+    clean(g.e);
     /* The same prompt again: memory, not disk. */
-    REQUIRE(generate(e, NP, &r, -1) == 0);
+    REQUIRE(generate(g.e, NP, &r, -1) == 0);
     qengine_stats st2;
-    qengine_stats_get(e, &st2);
+    qengine_stats_get(g.e, &st2);
     CHECK_EQ_INT((int)st2.disk_lookups, (int)st.disk_lookups);
     CHECK(!memcmp(r.out, g_cold.out, sizeof r.out));
-    qengine_destroy(e);
     qstore_stats ss;
-    qstore_stats_get(s, &ss);
+    rig_stop(&g, &ss);
     CHECK_EQ_INT((int)ss.blocks_corrupt, 0);
-    qstore_stop(s);
-    qmodel_destroy(m);
 }
 
 static void test_other_weights_never_match(void)
 {
-    qmodel *m = model(8); /* same shapes, other weights: another fingerprint */
-    qstore *s = store();
-    REQUIRE(m && s);
-    qengine *e = engine(m, s);
-    REQUIRE(e);
+    rig g;
+    REQUIRE(rig_start(&g, 8)); /* same shapes, other weights: another fingerprint */
     result r;
-    REQUIRE(generate(e, NP, &r, -1) == 0);
+    REQUIRE(generate(g.e, NP, &r, -1) == 0);
     qengine_stats st;
-    qengine_stats_get(e, &st);
+    qengine_stats_get(g.e, &st);
     CHECK_EQ_INT((int)st.disk_blocks_loaded, 0);
     CHECK_EQ_INT(r.cached, 0);
-    qengine_destroy(e);
-    qstore_stop(s);
-    qmodel_destroy(m);
+    rig_stop(&g, NULL);
 }
 
 static void test_damaged_block_not_loaded(void)
 {
     /* Damage the 4th block of the chain written by test_restart. */
-    qmodel *m = model(7);
-    REQUIRE(m);
     sqlite3 *db = NULL;
     REQUIRE(sqlite3_open(path("tier.db"), &db) == SQLITE_OK);
     CHECK(sqlite3_exec(db,
@@ -206,44 +215,34 @@ static void test_damaged_block_not_loaded(void)
                        NULL, NULL, NULL) == SQLITE_OK);
     CHECK_EQ_INT(sqlite3_changes(db), 1);
     sqlite3_close(db);
-    qstore *s = store();
-    REQUIRE(s);
-    qengine *e = engine(m, s);
-    REQUIRE(e);
+    rig g;
+    REQUIRE(rig_start(&g, 7));
     result r;
-    REQUIRE(generate(e, NP, &r, -1) == 0);
+    REQUIRE(generate(g.e, NP, &r, -1) == 0);
     qengine_stats st;
-    qengine_stats_get(e, &st);
+    qengine_stats_get(g.e, &st);
     CHECK_EQ_INT((int)st.disk_blocks_loaded, 3); /* up to the damaged one */
     CHECK(r.n_out == GEN && !memcmp(r.out, g_cold.out, sizeof r.out));
-    clean(e);
-    qengine_destroy(e);
+    clean(g.e);
     qstore_stats ss;
-    qstore_stats_get(s, &ss);
+    rig_stop(&g, &ss);
     CHECK_EQ_INT((int)ss.blocks_corrupt, 1);
-    qstore_stop(s);
-    qmodel_destroy(m);
 }
 
 static void test_cancel_while_loading(void)
 {
-    qmodel *m = model(7);
-    qstore *s = store();
-    REQUIRE(m && s);
-    qengine *e = engine(m, s);
-    REQUIRE(e);
+    rig g;
+    REQUIRE(rig_start(&g, 7));
     result r;
     /* Cancelled at once: before or while its lookup runs. */
-    REQUIRE(generate(e, NP, &r, 1) == 0);
+    REQUIRE(generate(g.e, NP, &r, 1) == 0);
     CHECK(r.fin == QFINISH_CANCELLED);
-    clean(e);
+    clean(g.e);
     /* The engine goes on: the next one loads and matches the cold run. */
-    REQUIRE(generate(e, NP, &r, -1) == 0);
+    REQUIRE(generate(g.e, NP, &r, -1) == 0);
     CHECK(r.n_out == GEN && !memcmp(r.out, g_cold.out, sizeof r.out));
-    clean(e);
-    qengine_destroy(e);
-    qstore_stop(s);
-    qmodel_destroy(m);
+    clean(g.e);
+    rig_stop(&g, NULL);
 }
 
 /* The default policy: load unless loading was measured slower than
