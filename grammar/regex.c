@@ -1,0 +1,1032 @@
+/* regex.c - JSON Schema regular expressions to a byte DFA (regex.h).
+ *
+ * Three stages, each over the last one's output:
+ *
+ *   1. parse: the pattern (UTF-8) becomes a tree of code-point sets,
+ *      concatenations, alternations and repetitions (node[]);
+ *   2. NFA (Thompson): every code-point set becomes byte paths - its UTF-8
+ *      encodings, split into runs whose bytes vary in ranges (utf8_split);
+ *      in JSON-string mode the code points a JSON string escapes become
+ *      their escape sequences instead;
+ *   3. DFA: subset construction over byte classes (bytes that no edge tells
+ *      apart share a column), at most GRAM_RE_MAX_STATES states.
+ *
+ * Unanchored alternatives get "any string" before and after them, so the
+ * DFA answers whole-input questions only. */
+#include "regex.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qerr.h"
+#include "util.h"
+
+#define MAX_CP 0x10FFFF
+#define MAX_REPEAT 1000
+#define MAX_NFA 100000
+/* NFA states visited while building the DFA, at most: a pattern that needs
+ * more is refused (compiling stays in the tens of milliseconds). */
+#define MAX_WORK 20000000LL
+
+/* ---- code-point sets ------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t lo, hi;
+} crange;
+
+typedef struct {
+    crange *r;
+    int n, cap;
+} cset;
+
+static int cset_add(cset *s, uint32_t lo, uint32_t hi)
+{
+    if (lo > hi) return 0;
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 8;
+        crange *r = q_reallocn(s->r, (size_t)cap, sizeof *r);
+        if (!r) return QERR_NOMEM;
+        s->r = r, s->cap = cap;
+    }
+    s->r[s->n++] = (crange){ lo, hi };
+    return 0;
+}
+
+static int cmp_range(const void *a, const void *b)
+{
+    const crange *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Sorts and merges; drops the surrogates (not UTF-8). */
+static int cset_norm(cset *s)
+{
+    if (!s->n) return 0;
+    qsort(s->r, (size_t)s->n, sizeof *s->r, cmp_range);
+    int k = 0;
+    for (int i = 1; i < s->n; i++) {
+        if (s->r[i].lo <= s->r[k].hi + 1) {
+            if (s->r[i].hi > s->r[k].hi) s->r[k].hi = s->r[i].hi;
+        } else {
+            s->r[++k] = s->r[i];
+        }
+    }
+    s->n = k + 1;
+    /* Cut out D800-DFFF. */
+    for (int i = 0; i < s->n; i++) {
+        crange c = s->r[i];
+        if (c.hi < 0xD800 || c.lo > 0xDFFF) continue;
+        if (c.lo < 0xD800 && c.hi > 0xDFFF) {
+            s->r[i].hi = 0xD7FF;
+            if (cset_add(s, 0xE000, c.hi)) return QERR_NOMEM;
+            return cset_norm(s);
+        }
+        if (c.lo < 0xD800) s->r[i].hi = 0xD7FF;
+        else if (c.hi > 0xDFFF) s->r[i].lo = 0xE000;
+        else s->r[i].lo = 1, s->r[i].hi = 0; /* empty: removed below */
+    }
+    k = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->r[i].lo <= s->r[i].hi) s->r[k++] = s->r[i];
+    s->n = k;
+    return 0;
+}
+
+/* s = the complement of s in [0, MAX_CP]. */
+static int cset_negate(cset *s)
+{
+    int rc = cset_norm(s);
+    if (rc) return rc;
+    cset o = { 0 };
+    uint32_t next = 0;
+    for (int i = 0; i < s->n && !rc; i++) {
+        if (s->r[i].lo > next) rc = cset_add(&o, next, s->r[i].lo - 1);
+        next = s->r[i].hi + 1;
+    }
+    if (!rc && next <= MAX_CP) rc = cset_add(&o, next, MAX_CP);
+    free(s->r);
+    *s = o;
+    return rc ? rc : cset_norm(s);
+}
+
+static int cset_union(cset *s, const cset *t)
+{
+    for (int i = 0; i < t->n; i++)
+        if (cset_add(s, t->r[i].lo, t->r[i].hi)) return QERR_NOMEM;
+    return 0;
+}
+
+/* ---- the parse tree --------------------------------------------------------------- */
+
+typedef enum { N_EMPTY, N_SET, N_CAT, N_ALT, N_REP } ntype;
+
+typedef struct {
+    ntype t;
+    int a, b;           /* children (CAT, ALT), child (REP) */
+    int min, max;       /* REP: max -1 for no bound */
+    cset set;           /* SET */
+} node;
+
+typedef struct {
+    const char *p, *end, *start;
+    unsigned flags;
+    node *nodes;
+    int n_nodes, cap_nodes;
+    int rc;
+    char *err;
+    size_t errlen;
+    int depth;
+} parser;
+
+static int fail_at(parser *ps, int rc, const char *what)
+{
+    if (!ps->rc) {
+        ps->rc = rc;
+        qerr_set(ps->err, ps->errlen, rc, "pattern: %s at offset %d", what, (int)(ps->p - ps->start));
+    }
+    return -1;
+}
+
+static int new_node(parser *ps, ntype t)
+{
+    if (ps->rc) return -1;
+    if (ps->n_nodes == ps->cap_nodes) {
+        int cap = ps->cap_nodes ? ps->cap_nodes * 2 : 64;
+        node *n = q_reallocn(ps->nodes, (size_t)cap, sizeof *n);
+        if (!n) return fail_at(ps, QERR_NOMEM, "out of memory");
+        ps->nodes = n, ps->cap_nodes = cap;
+    }
+    memset(&ps->nodes[ps->n_nodes], 0, sizeof ps->nodes[0]);
+    ps->nodes[ps->n_nodes].t = t;
+    return ps->n_nodes++;
+}
+
+static int bin(parser *ps, ntype t, int a, int b)
+{
+    if (a < 0) return b;
+    if (b < 0) return a;
+    int n = new_node(ps, t);
+    if (n >= 0) ps->nodes[n].a = a, ps->nodes[n].b = b;
+    return n;
+}
+
+/* The next code point of the pattern (UTF-8), or -1 at a bad byte. */
+static int32_t next_cp(parser *ps)
+{
+    const unsigned char *p = (const unsigned char *)ps->p;
+    if (ps->p >= ps->end) return -1;
+    uint32_t c = p[0];
+    int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (!n || ps->p + n > ps->end) return -1;
+    if (n > 1) {
+        c &= 0x3Fu >> (n - 1);
+        for (int i = 1; i < n; i++) {
+            if ((p[i] & 0xC0) != 0x80) return -1;
+            c = c << 6 | (p[i] & 0x3F);
+        }
+        if (c > MAX_CP || (c >= 0xD800 && c <= 0xDFFF) || (n == 2 && c < 0x80) || (n == 3 && c < 0x800) ||
+            (n == 4 && c < 0x10000))
+            return -1;
+    }
+    ps->p += n;
+    return (int32_t)c;
+}
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* n hex digits; -1 when they are not there. */
+static int32_t hex_n(parser *ps, int n)
+{
+    int32_t v = 0;
+    for (int i = 0; i < n; i++) {
+        if (ps->p >= ps->end || hexval((unsigned char)*ps->p) < 0) return -1;
+        v = v * 16 + hexval((unsigned char)*ps->p++);
+    }
+    return v;
+}
+
+/* The class escapes \d \w \s into set (negated for \D \W \S). */
+static int class_escape(int c, cset *set)
+{
+    cset t = { 0 };
+    int rc = 0;
+    const int lc = c | 0x20;
+    if (lc == 'd') {
+        rc = cset_add(&t, '0', '9');
+    } else if (lc == 'w') {
+        rc = cset_add(&t, '0', '9') || cset_add(&t, 'A', 'Z') || cset_add(&t, 'a', 'z') || cset_add(&t, '_', '_');
+    } else {
+        /* ECMA-262 WhiteSpace and LineTerminator. */
+        static const uint32_t ws[][2] = { { 9, 13 },         { 32, 32 },         { 0xA0, 0xA0 },
+                                          { 0x1680, 0x1680 }, { 0x2000, 0x200A }, { 0x2028, 0x2029 },
+                                          { 0x202F, 0x202F }, { 0x205F, 0x205F }, { 0x3000, 0x3000 },
+                                          { 0xFEFF, 0xFEFF } };
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0] && !rc; i++) rc = cset_add(&t, ws[i][0], ws[i][1]);
+    }
+    if (!rc && c != lc) rc = cset_negate(&t);
+    if (!rc) rc = cset_union(set, &t);
+    free(t.r);
+    return rc ? QERR_NOMEM : 0;
+}
+
+/* After a backslash: one code point into *cp (0), or a class into set (1),
+ * or -1 with the parser failed. */
+static int escape(parser *ps, int32_t *cp, cset *set, int in_class)
+{
+    if (ps->p >= ps->end) return fail_at(ps, QERR_INVAL, "a pattern cannot end in a backslash");
+    const int c = (unsigned char)*ps->p++;
+    switch (c) {
+    case 'd': case 'D': case 'w': case 'W': case 's': case 'S':
+        return class_escape(c, set) ? fail_at(ps, QERR_NOMEM, "out of memory") : 1;
+    case 'n': *cp = '\n'; return 0;
+    case 'r': *cp = '\r'; return 0;
+    case 't': *cp = '\t'; return 0;
+    case 'f': *cp = '\f'; return 0;
+    case 'v': *cp = '\v'; return 0;
+    case '0':
+        if (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+            return fail_at(ps, QERR_INVAL, "octal escapes are not supported");
+        *cp = 0;
+        return 0;
+    case 'x':
+        if ((*cp = hex_n(ps, 2)) < 0) return fail_at(ps, QERR_INVAL, "\\x needs two hex digits");
+        return 0;
+    case 'u':
+        if (ps->p < ps->end && *ps->p == '{') {
+            ps->p++;
+            int32_t v = 0;
+            int digits = 0;
+            while (ps->p < ps->end && hexval((unsigned char)*ps->p) >= 0 && digits < 7)
+                v = v * 16 + hexval((unsigned char)*ps->p++), digits++;
+            if (!digits || ps->p >= ps->end || *ps->p != '}' || v > MAX_CP)
+                return fail_at(ps, QERR_INVAL, "bad \\u{...} escape");
+            ps->p++;
+            *cp = v;
+            return 0;
+        }
+        if ((*cp = hex_n(ps, 4)) < 0) return fail_at(ps, QERR_INVAL, "\\u needs four hex digits");
+        /* A surrogate pair written as two escapes. */
+        if (*cp >= 0xD800 && *cp <= 0xDBFF && ps->end - ps->p >= 6 && ps->p[0] == '\\' && ps->p[1] == 'u') {
+            const char *save = ps->p;
+            ps->p += 2;
+            int32_t lo = hex_n(ps, 4);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+                return 0;
+            }
+            ps->p = save;
+        }
+        if (*cp >= 0xD800 && *cp <= 0xDFFF) return fail_at(ps, QERR_INVAL, "a lone surrogate cannot be matched");
+        return 0;
+    case 'c':
+        if (ps->p < ps->end && ((*ps->p | 0x20) >= 'a' && (*ps->p | 0x20) <= 'z')) {
+            *cp = (*ps->p++ | 0x20) - 'a' + 1;
+            return 0;
+        }
+        return fail_at(ps, QERR_INVAL, "bad \\c escape");
+    case 'b':
+        if (in_class) {
+            *cp = 8;
+            return 0;
+        }
+        return fail_at(ps, QERR_INVAL, "word boundaries (\\b) are not supported");
+    case 'B': return fail_at(ps, QERR_INVAL, "word boundaries (\\B) are not supported");
+    case 'p': case 'P': return fail_at(ps, QERR_INVAL, "Unicode property classes (\\p) are not supported");
+    case 'k': return fail_at(ps, QERR_INVAL, "backreferences are not supported");
+    default:
+        if (c >= '1' && c <= '9') return fail_at(ps, QERR_INVAL, "backreferences are not supported");
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+            return fail_at(ps, QERR_INVAL, "unknown escape");
+        ps->p--;
+        if ((*cp = next_cp(ps)) < 0) return fail_at(ps, QERR_INVAL, "invalid UTF-8");
+        return 0;
+    }
+}
+
+static int set_node(parser *ps, cset *s)
+{
+    int n = new_node(ps, N_SET);
+    if (n < 0) {
+        free(s->r);
+        return -1;
+    }
+    ps->nodes[n].set = *s;
+    return n;
+}
+
+/* [...] after the '['. */
+static int parse_class(parser *ps)
+{
+    cset s = { 0 };
+    int neg = 0;
+    if (ps->p < ps->end && *ps->p == '^') neg = 1, ps->p++;
+    int first = 1;
+    for (;;) {
+        if (ps->p >= ps->end) {
+            free(s.r);
+            return fail_at(ps, QERR_INVAL, "unterminated [");
+        }
+        if (*ps->p == ']' && !first) {
+            ps->p++;
+            break;
+        }
+        first = 0;
+        int32_t lo = -1;
+        if (*ps->p == '\\') {
+            ps->p++;
+            int k = escape(ps, &lo, &s, 1);
+            if (k < 0) {
+                free(s.r);
+                return -1;
+            }
+            if (k == 1) continue;
+        } else if ((lo = next_cp(ps)) < 0) {
+            free(s.r);
+            return fail_at(ps, QERR_INVAL, "invalid UTF-8");
+        }
+        int32_t hi = lo;
+        if (ps->end - ps->p >= 2 && ps->p[0] == '-' && ps->p[1] != ']') {
+            ps->p++;
+            if (*ps->p == '\\') {
+                ps->p++;
+                cset dummy = { 0 };
+                int k = escape(ps, &hi, &dummy, 1);
+                free(dummy.r);
+                if (k != 0) {
+                    free(s.r);
+                    return k < 0 ? -1 : fail_at(ps, QERR_INVAL, "a class cannot end a range");
+                }
+            } else if ((hi = next_cp(ps)) < 0) {
+                free(s.r);
+                return fail_at(ps, QERR_INVAL, "invalid UTF-8");
+            }
+            if (hi < lo) {
+                free(s.r);
+                return fail_at(ps, QERR_INVAL, "a range out of order");
+            }
+        }
+        if (cset_add(&s, (uint32_t)lo, (uint32_t)hi)) {
+            free(s.r);
+            return fail_at(ps, QERR_NOMEM, "out of memory");
+        }
+    }
+    if ((neg ? cset_negate(&s) : cset_norm(&s))) {
+        free(s.r);
+        return fail_at(ps, QERR_NOMEM, "out of memory");
+    }
+    return set_node(ps, &s);
+}
+
+/* Any code point but the line terminators ('.'), or any at all. */
+static int any_node(parser *ps, int dot)
+{
+    cset s = { 0 };
+    int rc = dot ? (cset_add(&s, 0, 9) || cset_add(&s, 11, 12) || cset_add(&s, 14, 0x2027) ||
+                    cset_add(&s, 0x202A, MAX_CP))
+                 : cset_add(&s, 0, MAX_CP);
+    if (rc || cset_norm(&s)) {
+        free(s.r);
+        return fail_at(ps, QERR_NOMEM, "out of memory");
+    }
+    return set_node(ps, &s);
+}
+
+static int parse_alt(parser *ps);
+
+/* A decimal count of a {n,m} repetition; -1 when none. */
+static int count(parser *ps)
+{
+    int v = -1;
+    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
+        v = (v < 0 ? 0 : v * 10) + (*ps->p++ - '0');
+        if (v > 100000) v = 100000;
+    }
+    return v;
+}
+
+static int parse_atom(parser *ps)
+{
+    const char c = *ps->p;
+    if (c == '(') {
+        ps->p++;
+        if (ps->p < ps->end && *ps->p == '?') {
+            ps->p++;
+            if (ps->p < ps->end && *ps->p == ':') {
+                ps->p++;
+            } else if (ps->p < ps->end && (*ps->p == '<' || *ps->p == 'P') && ps->end - ps->p > 1 &&
+                       (ps->p[1] != '=' && ps->p[1] != '!')) {
+                /* A named group: (?<name>...) or (?P<name>...). */
+                if (*ps->p == 'P') ps->p++;
+                while (ps->p < ps->end && *ps->p != '>') ps->p++;
+                if (ps->p >= ps->end) return fail_at(ps, QERR_INVAL, "unterminated group name");
+                ps->p++;
+            } else {
+                return fail_at(ps, QERR_INVAL, "lookaround and inline flags are not supported");
+            }
+        }
+        if (++ps->depth > 200) return fail_at(ps, QERR_LIMIT, "groups nested too deep");
+        int n = parse_alt(ps);
+        ps->depth--;
+        if (ps->rc) return -1;
+        if (ps->p >= ps->end || *ps->p != ')') return fail_at(ps, QERR_INVAL, "missing )");
+        ps->p++;
+        return n < 0 ? new_node(ps, N_EMPTY) : n;
+    }
+    if (c == '[') {
+        ps->p++;
+        return parse_class(ps);
+    }
+    if (c == '.') {
+        ps->p++;
+        return any_node(ps, 1);
+    }
+    if (c == '^' || c == '$') return fail_at(ps, QERR_INVAL, "anchors (^ $) only at the ends of the pattern's alternatives");
+    if (c == '*' || c == '+' || c == '?') return fail_at(ps, QERR_INVAL, "nothing to repeat");
+    if (c == ')') return fail_at(ps, QERR_INVAL, "unmatched )");
+    cset s = { 0 };
+    int32_t cp = -1;
+    if (c == '\\') {
+        ps->p++;
+        int k = escape(ps, &cp, &s, 0);
+        if (k < 0) return -1;
+        if (k == 1) {
+            if (cset_norm(&s)) {
+                free(s.r);
+                return fail_at(ps, QERR_NOMEM, "out of memory");
+            }
+            return set_node(ps, &s);
+        }
+    } else if ((cp = next_cp(ps)) < 0) {
+        return fail_at(ps, QERR_INVAL, "invalid UTF-8");
+    }
+    if (cset_add(&s, (uint32_t)cp, (uint32_t)cp)) return fail_at(ps, QERR_NOMEM, "out of memory");
+    return set_node(ps, &s);
+}
+
+static int parse_repeat(parser *ps, int atom)
+{
+    while (ps->p < ps->end && !ps->rc) {
+        int min, max;
+        const char c = *ps->p;
+        if (c == '*') min = 0, max = -1, ps->p++;
+        else if (c == '+') min = 1, max = -1, ps->p++;
+        else if (c == '?') min = 0, max = 1, ps->p++;
+        else if (c == '{') {
+            const char *save = ps->p++;
+            min = count(ps);
+            max = min;
+            if (ps->p < ps->end && *ps->p == ',') {
+                ps->p++;
+                max = count(ps);
+            }
+            if (min < 0 || ps->p >= ps->end || *ps->p != '}') {
+                /* Not a quantifier: a literal '{' (ECMA-262 Annex B). */
+                ps->p = save;
+                return atom;
+            }
+            ps->p++;
+            if (min > MAX_REPEAT || max > MAX_REPEAT) return fail_at(ps, QERR_LIMIT, "a repetition count over 1000");
+            if (max >= 0 && max < min) return fail_at(ps, QERR_INVAL, "a repetition {n,m} with m < n");
+        } else {
+            return atom;
+        }
+        if (ps->p < ps->end && *ps->p == '?') ps->p++; /* lazy: the same language */
+        else if (ps->p < ps->end && *ps->p == '+') return fail_at(ps, QERR_INVAL, "possessive repetition is not supported");
+        int n = new_node(ps, N_REP);
+        if (n < 0) return -1;
+        ps->nodes[n].a = atom, ps->nodes[n].min = min, ps->nodes[n].max = max;
+        atom = n;
+    }
+    return atom;
+}
+
+/* A sequence up to '|', ')' or the end; -1 for an empty one (or error). */
+static int parse_cat(parser *ps)
+{
+    int seq = -1;
+    while (ps->p < ps->end && *ps->p != '|' && *ps->p != ')' && !ps->rc) {
+        /* A '$' that ends a top-level alternative is its anchor. */
+        if (*ps->p == '$' && ps->depth == 0 && (ps->p + 1 == ps->end || ps->p[1] == '|')) break;
+        int a = parse_atom(ps);
+        if (a < 0) return -1;
+        a = parse_repeat(ps, a);
+        if (a < 0) return -1;
+        seq = bin(ps, N_CAT, seq, a);
+    }
+    return seq;
+}
+
+static int parse_alt(parser *ps)
+{
+    int alt = parse_cat(ps);
+    if (alt < 0 && !ps->rc) alt = new_node(ps, N_EMPTY);
+    while (!ps->rc && ps->p < ps->end && *ps->p == '|') {
+        ps->p++;
+        int b = parse_cat(ps);
+        if (b < 0 && !ps->rc) b = new_node(ps, N_EMPTY);
+        alt = bin(ps, N_ALT, alt, b);
+    }
+    return ps->rc ? -1 : alt;
+}
+
+/* The top level: alternatives, each with its own anchors; an unanchored
+ * side gets "any string" (unless GRAM_RE_FULL). */
+static int parse_top(parser *ps)
+{
+    int top = -1;
+    for (;;) {
+        int anchored_start = 0, anchored_end = 0;
+        if (ps->p < ps->end && *ps->p == '^') anchored_start = 1, ps->p++;
+        /* The alternative's text ends at the next top-level '|'; a '$' just
+         * before it (not escaped) anchors its end. */
+        int alt = parse_cat(ps);
+        if (ps->rc) return -1;
+        if (ps->p < ps->end && *ps->p == '$') {
+            anchored_end = 1;
+            ps->p++;
+            if (ps->p < ps->end && *ps->p != '|')
+                return fail_at(ps, QERR_INVAL, "anchors (^ $) only at the ends of the pattern's alternatives");
+        }
+        if (ps->p < ps->end && *ps->p == ')') return fail_at(ps, QERR_INVAL, "unmatched )");
+        if (!(ps->flags & GRAM_RE_FULL)) {
+            if (!anchored_start) {
+                int any = any_node(ps, 0), star = new_node(ps, N_REP);
+                if (star < 0) return -1;
+                ps->nodes[star].a = any, ps->nodes[star].min = 0, ps->nodes[star].max = -1;
+                alt = bin(ps, N_CAT, star, alt);
+            }
+            if (!anchored_end) {
+                int any = any_node(ps, 0), star = new_node(ps, N_REP);
+                if (star < 0) return -1;
+                ps->nodes[star].a = any, ps->nodes[star].min = 0, ps->nodes[star].max = -1;
+                alt = bin(ps, N_CAT, alt, star);
+            }
+        }
+        if (alt < 0) alt = new_node(ps, N_EMPTY);
+        top = bin(ps, N_ALT, top, alt);
+        if (ps->p >= ps->end) break;
+        ps->p++; /* '|' */
+    }
+    return ps->rc ? -1 : top;
+}
+
+/* ---- the NFA ----------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t to;
+    uint8_t lo, hi;     /* a byte range; lo > hi for an epsilon edge */
+} edge;
+
+typedef struct {
+    edge *e;
+    int32_t *next_e;    /* next edge of the same state */
+    int n_e, cap_e;
+    int32_t *head;      /* per state: first edge */
+    int n_s, cap_s;
+    int rc;
+} nfa;
+
+static int nfa_state(nfa *a)
+{
+    if (a->rc) return -1;
+    if (a->n_s >= MAX_NFA) {
+        a->rc = QERR_LIMIT;
+        return -1;
+    }
+    if (a->n_s == a->cap_s) {
+        int cap = a->cap_s ? a->cap_s * 2 : 256;
+        int32_t *h = q_reallocn(a->head, (size_t)cap, sizeof *h);
+        if (!h) {
+            a->rc = QERR_NOMEM;
+            return -1;
+        }
+        a->head = h, a->cap_s = cap;
+    }
+    a->head[a->n_s] = -1;
+    return a->n_s++;
+}
+
+static void nfa_edge(nfa *a, int from, int to, int lo, int hi)
+{
+    if (a->rc || from < 0 || to < 0) return;
+    if (a->n_e == a->cap_e) {
+        int cap = a->cap_e ? a->cap_e * 2 : 1024;
+        edge *e = q_reallocn(a->e, (size_t)cap, sizeof *e);
+        int32_t *ne = e ? q_reallocn(a->next_e, (size_t)cap, sizeof *ne) : NULL;
+        if (e) a->e = e;
+        if (!ne) {
+            a->rc = QERR_NOMEM;
+            return;
+        }
+        a->next_e = ne, a->cap_e = cap;
+    }
+    a->e[a->n_e] = (edge){ to, (uint8_t)(lo < 0 ? 1 : lo), (uint8_t)(lo < 0 ? 0 : hi) };
+    a->next_e[a->n_e] = a->head[from];
+    a->head[from] = a->n_e++;
+}
+
+#define EPS(a, f, t) nfa_edge(a, f, t, -1, -1)
+
+/* A path of n byte ranges from s to t. */
+static void nfa_path(nfa *a, int s, int t, const uint8_t *lo, const uint8_t *hi, int n)
+{
+    int cur = s;
+    for (int i = 0; i < n; i++) {
+        int nx = i == n - 1 ? t : nfa_state(a);
+        nfa_edge(a, cur, nx, lo[i], hi[i]);
+        cur = nx;
+    }
+}
+
+static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
+
+static void utf8_put(uint32_t c, uint8_t *b)
+{
+    const int n = utf8_len(c);
+    if (n == 1) {
+        b[0] = (uint8_t)c;
+        return;
+    }
+    for (int i = n - 1; i > 0; i--) b[i] = (uint8_t)(0x80 | (c & 0x3F)), c >>= 6;
+    b[0] = (uint8_t)((n == 2 ? 0xC0 : n == 3 ? 0xE0 : 0xF0) | c);
+}
+
+/* Byte paths from s to t for the UTF-8 encodings of [lo, hi]. */
+static void utf8_split(nfa *a, int s, int t, uint32_t lo, uint32_t hi)
+{
+    if (lo > hi || a->rc) return;
+    static const uint32_t bounds[3] = { 0x7F, 0x7FF, 0xFFFF };
+    for (int i = 0; i < 3; i++)
+        if (lo <= bounds[i] && hi > bounds[i]) {
+            utf8_split(a, s, t, lo, bounds[i]);
+            utf8_split(a, s, t, bounds[i] + 1, hi);
+            return;
+        }
+    const int n = utf8_len(lo);
+    for (int i = 1; i < n; i++) {
+        const uint32_t m = (1u << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if (lo & m) {
+                utf8_split(a, s, t, lo, lo | m);
+                utf8_split(a, s, t, (lo | m) + 1, hi);
+                return;
+            }
+            if ((hi & m) != m) {
+                utf8_split(a, s, t, lo, (hi & ~m) - 1);
+                utf8_split(a, s, t, hi & ~m, hi);
+                return;
+            }
+        }
+    }
+    uint8_t bl[4], bh[4];
+    utf8_put(lo, bl);
+    utf8_put(hi, bh);
+    nfa_path(a, s, t, bl, bh, n);
+}
+
+/* The JSON escape of control character c (< 0x20): a path from s to t. */
+static void json_control(nfa *a, int s, int t, uint32_t c)
+{
+    static const char shortc[] = { 'b', 't', 'n', 0, 'f', 'r' }; /* 8..13; 11 has none */
+    uint8_t b[6];
+    if (c >= 8 && c <= 13 && shortc[c - 8]) {
+        b[0] = '\\', b[1] = (uint8_t)shortc[c - 8];
+        nfa_path(a, s, t, b, b, 2);
+        return;
+    }
+    static const char hex[] = "0123456789abcdef";
+    b[0] = '\\', b[1] = 'u', b[2] = '0', b[3] = '0', b[4] = (uint8_t)hex[c >> 4], b[5] = (uint8_t)hex[c & 15];
+    nfa_path(a, s, t, b, b, 6);
+}
+
+/* The code points of set as bytes from s to t (JSON-string mode: the ones
+ * a JSON string escapes as their escapes). */
+static void nfa_set(nfa *a, int s, int t, const cset *set, int json)
+{
+    for (int i = 0; i < set->n; i++) {
+        uint32_t lo = set->r[i].lo, hi = set->r[i].hi;
+        if (json) {
+            for (uint32_t c = lo; c <= hi && c < 0x20; c++) json_control(a, s, t, c);
+            if (lo < 0x20) lo = 0x20;
+            for (uint32_t c = '"'; c <= '\\'; c += '\\' - '"')
+                if (lo <= c && c <= hi) {
+                    uint8_t b[2] = { '\\', (uint8_t)c };
+                    nfa_path(a, s, t, b, b, 2);
+                    utf8_split(a, s, t, lo, c - 1);
+                    lo = c + 1;
+                }
+        }
+        utf8_split(a, s, t, lo, hi);
+    }
+}
+
+/* Node n between fresh states: its start to *in, end to *out. */
+static void nfa_node(nfa *a, const node *nodes, int n, int json, int *in, int *out, int depth)
+{
+    *in = nfa_state(a);
+    *out = nfa_state(a);
+    if (a->rc) return;
+    if (depth > 10000) {
+        a->rc = QERR_LIMIT;
+        return;
+    }
+    const node *x = &nodes[n];
+    int i1, o1, i2, o2;
+    switch (x->t) {
+    case N_EMPTY:
+        EPS(a, *in, *out);
+        break;
+    case N_SET:
+        nfa_set(a, *in, *out, &x->set, json);
+        break;
+    case N_CAT:
+        nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
+        nfa_node(a, nodes, x->b, json, &i2, &o2, depth + 1);
+        EPS(a, *in, i1);
+        EPS(a, o1, i2);
+        EPS(a, o2, *out);
+        break;
+    case N_ALT:
+        nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
+        nfa_node(a, nodes, x->b, json, &i2, &o2, depth + 1);
+        EPS(a, *in, i1);
+        EPS(a, *in, i2);
+        EPS(a, o1, *out);
+        EPS(a, o2, *out);
+        break;
+    case N_REP: {
+        /* min copies, then (max - min) optional ones, or a loop. */
+        int cur = *in;
+        for (int k = 0; k < x->min && !a->rc; k++) {
+            nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
+            EPS(a, cur, i1);
+            cur = o1;
+        }
+        if (x->max < 0) {
+            nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
+            EPS(a, cur, i1);
+            EPS(a, o1, cur);
+            EPS(a, cur, *out);
+        } else {
+            EPS(a, cur, *out);
+            for (int k = x->min; k < x->max && !a->rc; k++) {
+                nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
+                EPS(a, cur, i1);
+                EPS(a, o1, *out);
+                cur = o1;
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* ---- the DFA ----------------------------------------------------------------------- */
+
+struct gram_re {
+    int n_states, n_classes;
+    uint8_t cls[256];
+    int32_t *next;      /* (n_states, n_classes); -1 dead */
+    uint8_t *accept;    /* (n_states) */
+};
+
+typedef struct {
+    int32_t *items;     /* all sets, back to back */
+    int32_t *off, *len; /* per DFA state */
+    size_t n_items, cap_items;
+    int n, cap;
+    int32_t *table;     /* open addressing: DFA state + 1, 0 empty */
+    size_t tcap;
+} setmap;
+
+static uint64_t set_hash(const int32_t *s, int n)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* The DFA state of the sorted set s (added when new); -1 on no memory. */
+static int setmap_get(setmap *m, const int32_t *s, int n, int *added)
+{
+    *added = 0;
+    if ((size_t)(m->n + 1) * 2 > m->tcap) {
+        size_t cap = m->tcap ? m->tcap * 2 : 1024;
+        int32_t *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (int i = 0; i < m->n; i++) {
+            size_t j = set_hash(m->items + m->off[i], m->len[i]) & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = i + 1;
+        }
+        free(m->table);
+        m->table = t, m->tcap = cap;
+    }
+    size_t j = set_hash(s, n) & (m->tcap - 1);
+    while (m->table[j]) {
+        const int id = m->table[j] - 1;
+        if (m->len[id] == n && !memcmp(m->items + m->off[id], s, sizeof *s * (size_t)n)) return id;
+        j = (j + 1) & (m->tcap - 1);
+    }
+    if (m->n == m->cap) {
+        int cap = m->cap ? m->cap * 2 : 256;
+        int32_t *o = q_reallocn(m->off, (size_t)cap, sizeof *o), *l = o ? q_reallocn(m->len, (size_t)cap, sizeof *l) : NULL;
+        if (o) m->off = o;
+        if (!l) return -1;
+        m->len = l, m->cap = cap;
+    }
+    if (m->n_items + (size_t)n > m->cap_items) {
+        size_t cap = m->cap_items ? m->cap_items * 2 : 4096;
+        while (cap < m->n_items + (size_t)n) cap *= 2;
+        int32_t *it = q_reallocn(m->items, cap, sizeof *it);
+        if (!it) return -1;
+        m->items = it, m->cap_items = cap;
+    }
+    memcpy(m->items + m->n_items, s, sizeof *s * (size_t)n);
+    m->off[m->n] = (int32_t)m->n_items;
+    m->len[m->n] = n;
+    m->n_items += (size_t)n;
+    m->table[j] = m->n + 1;
+    *added = 1;
+    return m->n++;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The epsilon closure of set[0..n) in place (room for every state), sorted;
+ * its size.  mark: scratch of n_s entries, stamp a fresh value. */
+static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack)
+{
+    int sp = 0, out = 0;
+    for (int i = 0; i < n; i++)
+        if (mark[set[i]] != stamp) mark[set[i]] = stamp, stack[sp++] = set[i];
+    while (sp) {
+        const int32_t s = stack[--sp];
+        set[out++] = s;
+        for (int32_t e = a->head[s]; e >= 0; e = a->next_e[e])
+            if (a->e[e].lo > a->e[e].hi && mark[a->e[e].to] != stamp) {
+                mark[a->e[e].to] = stamp;
+                stack[sp++] = a->e[e].to;
+            }
+    }
+    qsort(set, (size_t)out, sizeof *set, cmp_i32);
+    return out;
+}
+
+static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err, size_t errlen)
+{
+    /* Byte classes: bytes that start a range, or follow one, begin a class. */
+    uint8_t cut[257] = { 0 };
+    cut[0] = 1;
+    for (int i = 0; i < a->n_e; i++)
+        if (a->e[i].lo <= a->e[i].hi) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
+    int nc = 0;
+    uint8_t rep[256];
+    for (int b = 0; b < 256; b++) {
+        if (cut[b]) rep[nc++] = (uint8_t)b;
+        re->cls[b] = (uint8_t)(nc - 1);
+    }
+    re->n_classes = nc;
+    setmap m = { 0 };
+    int32_t *set = q_mallocn((size_t)a->n_s, sizeof *set), *stack = q_mallocn((size_t)a->n_s, sizeof *stack);
+    uint32_t *mark = calloc((size_t)a->n_s, sizeof *mark);
+    int rc = 0, cap_next = 0, added;
+    uint32_t stamp = 0;
+    long long work = 0;
+    if (!set || !stack || !mark) rc = QERR_NOMEM;
+    if (!rc) {
+        set[0] = start;
+        int n = closure(a, set, 1, mark, ++stamp, stack);
+        if (setmap_get(&m, set, n, &added) < 0) rc = QERR_NOMEM;
+    }
+    for (int d = 0; !rc && d < m.n; d++) {
+        if (m.n > cap_next) {
+            int cap = cap_next ? cap_next * 2 : 256;
+            while (cap < m.n) cap *= 2;
+            int32_t *nx = q_reallocn(re->next, (size_t)cap * (size_t)nc, sizeof *nx);
+            uint8_t *ac = nx ? realloc(re->accept, (size_t)cap) : NULL;
+            if (nx) re->next = nx;
+            if (!ac) {
+                rc = QERR_NOMEM;
+                break;
+            }
+            re->accept = ac, cap_next = cap;
+        }
+        const int32_t *cur = m.items + m.off[d];
+        const int len = m.len[d];
+        work += (long long)len * nc;
+        if (work > MAX_WORK) {
+            rc = QERR_LIMIT;
+            break;
+        }
+        re->accept[d] = 0;
+        for (int i = 0; i < len; i++) re->accept[d] |= cur[i] == accept;
+        for (int c = 0; c < nc && !rc; c++) {
+            const uint8_t b = rep[c];
+            int n = 0;
+            ++stamp;
+            cur = m.items + m.off[d]; /* the items may have moved */
+            for (int i = 0; i < len; i++)
+                for (int32_t e = a->head[cur[i]]; e >= 0; e = a->next_e[e])
+                    if (a->e[e].lo <= b && b <= a->e[e].hi && mark[a->e[e].to] != stamp)
+                        mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
+            if (!n) {
+                re->next[(size_t)d * (size_t)nc + (size_t)c] = -1;
+                continue;
+            }
+            n = closure(a, set, n, mark, ++stamp, stack);
+            work += n;
+            const int id = setmap_get(&m, set, n, &added);
+            if (id < 0) rc = QERR_NOMEM;
+            else if (m.n > GRAM_RE_MAX_STATES) rc = QERR_LIMIT;
+            else re->next[(size_t)d * (size_t)nc + (size_t)c] = id;
+        }
+    }
+    re->n_states = m.n;
+    free(m.items);
+    free(m.off);
+    free(m.len);
+    free(m.table);
+    free(set);
+    free(stack);
+    free(mark);
+    if (rc == QERR_LIMIT)
+        return qerr_set(err, errlen, rc, "pattern: too complex (more than %d automaton states, or too much work to build them)",
+                        GRAM_RE_MAX_STATES);
+    if (rc) return qerr_set(err, errlen, rc, "pattern: out of memory");
+    return 0;
+}
+
+int gram_re_compile(const char *pattern, size_t len, unsigned flags, gram_re **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    parser ps = { pattern, pattern + len, pattern, flags, NULL, 0, 0, 0, err, errlen, 0 };
+    int top = parse_top(&ps);
+    nfa a = { 0 };
+    gram_re *re = NULL;
+    int rc = ps.rc;
+    if (!rc && top >= 0) {
+        int in, fin;
+        nfa_node(&a, ps.nodes, top, (flags & GRAM_RE_JSON_STRING) != 0, &in, &fin, 0);
+        if (a.rc) {
+            rc = a.rc;
+            qerr_set(err, errlen, rc, rc == QERR_LIMIT ? "pattern: too large an automaton" : "pattern: out of memory");
+        } else if (!(re = calloc(1, sizeof *re))) {
+            rc = qerr_set(err, errlen, QERR_NOMEM, "pattern: out of memory");
+        } else {
+            rc = build_dfa(&a, in, fin, re, err, errlen);
+        }
+    } else if (!rc) {
+        rc = qerr_set(err, errlen, QERR_INVAL, "pattern: cannot parse");
+    }
+    for (int i = 0; i < ps.n_nodes; i++)
+        if (ps.nodes[i].t == N_SET) free(ps.nodes[i].set.r);
+    free(ps.nodes);
+    free(a.e);
+    free(a.next_e);
+    free(a.head);
+    if (rc) {
+        gram_re_free(re);
+        return rc;
+    }
+    *out = re;
+    return 0;
+}
+
+void gram_re_free(gram_re *re)
+{
+    if (!re) return;
+    free(re->next);
+    free(re->accept);
+    free(re);
+}
+
+int gram_re_start(const gram_re *re)
+{
+    (void)re;
+    return 0;
+}
+
+int gram_re_step(const gram_re *re, int s, uint8_t b)
+{
+    return re->next[(size_t)s * (size_t)re->n_classes + re->cls[b]];
+}
+
+int gram_re_accepts(const gram_re *re, int s) { return s >= 0 && re->accept[s]; }
+
+int gram_re_states(const gram_re *re) { return re->n_states; }
+
+int gram_re_match(const gram_re *re, const char *s, size_t n)
+{
+    int st = gram_re_start(re);
+    for (size_t i = 0; i < n && st >= 0; i++) st = gram_re_step(re, st, (uint8_t)s[i]);
+    return gram_re_accepts(re, st);
+}
