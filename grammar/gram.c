@@ -1,0 +1,1064 @@
+/* gram.c - grammars over bytes: building, compiling, matching (gram.h).
+ *
+ * Building: expressions live in the builder's arena (xnode), rules point
+ * at their bodies.
+ *
+ * Compiling: each rule's body becomes an NFA whose edges read a byte range,
+ * call a rule, or read nothing; a subset construction over the rule's byte
+ * classes and the rules it calls makes it deterministic: from a state, one
+ * next state a byte, one a called rule.  All rules' states go into one
+ * array (gstate); a state's byte edges are sorted ranges.
+ *
+ * Matching: a stack is a chain of nodes (state, parent), the top first; a
+ * node's parent is where its rule returns to (the caller's state after the
+ * call).  Nodes are hash-consed, so equal stacks are the same node and a
+ * set of stacks is a set of ints.  The matcher keeps the frontier: the
+ * stacks whose top can read a byte, with every call entered and every
+ * finished rule returned from (closure), and whether some stack emptied
+ * completely (the input so far is complete).  Reading a byte moves each top
+ * along its byte edge, then takes the closure again.
+ *
+ * Invariants:
+ *   1. every frontier node's state has at least one byte edge;
+ *   2. a node's parent is -1 (the root rule returns to nothing) or a node
+ *      whose state is a caller's return point;
+ *   3. nodes are never freed or changed while the matcher lives, so saved
+ *      frontiers (commits) stay valid. */
+#include "gram.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qerr.h"
+#include "regex.h"
+#include "util.h"
+
+#define MAX_STATES 1000000
+#define MAX_CLOSURE 100000   /* nodes one closure may visit */
+
+/* ---- the builder ------------------------------------------------------------------ */
+
+typedef enum { X_EMPTY, X_BYTE, X_LIT, X_RE, X_REF, X_SEQ, X_ALT, X_REP } xkind;
+
+typedef struct {
+    xkind k;
+    int a, b;           /* SEQ, ALT: children; REP: child */
+    int min, max;       /* REP */
+    uint8_t lo, hi;     /* BYTE */
+    size_t off, len;    /* LIT: bytes in lits */
+    int re;             /* RE: index in res */
+    int rule;           /* REF */
+} xnode;
+
+struct gram_b {
+    xnode *x;
+    int n_x, cap_x;
+    char *lits;
+    size_t n_lits, cap_lits;
+    gram_re **res;
+    int n_res, cap_res;
+    char **names;
+    int *body;          /* per rule: its expression, -1 until defined */
+    int n_rules, cap_rules;
+    int err;
+    char msg[256];
+};
+
+gram_b *gram_b_new(void) { return calloc(1, sizeof(gram_b)); }
+
+void gram_b_free(gram_b *b)
+{
+    if (!b) return;
+    for (int i = 0; i < b->n_res; i++) gram_re_free(b->res[i]);
+    for (int i = 0; i < b->n_rules; i++) free(b->names[i]);
+    free(b->res);
+    free(b->names);
+    free(b->body);
+    free(b->x);
+    free(b->lits);
+    free(b);
+}
+
+static int b_fail(gram_b *b, int rc, const char *msg)
+{
+    if (!b->err) {
+        b->err = rc;
+        snprintf(b->msg, sizeof b->msg, "%s", msg);
+    }
+    return b->err;
+}
+
+int gram_b_error(const gram_b *b, const char **msg)
+{
+    if (msg) *msg = b->msg;
+    return b->err;
+}
+
+/* Grows *p (n elements used, *cap allocated) to hold one more. */
+static int grow(void **p, int n, int *cap, size_t size)
+{
+    if (n < *cap) return 0;
+    int c = *cap ? *cap * 2 : 64;
+    void *q = q_reallocn(*p, (size_t)c, size);
+    if (!q) return QERR_NOMEM;
+    *p = q, *cap = c;
+    return 0;
+}
+
+static gram_x new_x(gram_b *b, xkind k)
+{
+    if (b->err) return b->err;
+    if (grow((void **)&b->x, b->n_x, &b->cap_x, sizeof *b->x)) return b_fail(b, QERR_NOMEM, "out of memory");
+    memset(&b->x[b->n_x], 0, sizeof b->x[0]);
+    b->x[b->n_x].k = k;
+    return b->n_x++;
+}
+
+int gram_b_rule(gram_b *b, const char *name)
+{
+    if (b->err) return b->err;
+    if (b->n_rules == b->cap_rules) {
+        int cap = b->cap_rules ? b->cap_rules * 2 : 32;
+        char **nm = q_reallocn(b->names, (size_t)cap, sizeof *nm);
+        if (nm) b->names = nm;
+        int *bd = nm ? q_reallocn(b->body, (size_t)cap, sizeof *bd) : NULL;
+        if (!bd) return b_fail(b, QERR_NOMEM, "out of memory");
+        b->body = bd, b->cap_rules = cap;
+    }
+    if (!(b->names[b->n_rules] = strdup(name ? name : "rule"))) return b_fail(b, QERR_NOMEM, "out of memory");
+    b->body[b->n_rules] = -1;
+    return b->n_rules++;
+}
+
+int gram_b_define(gram_b *b, int rule, gram_x body)
+{
+    if (b->err) return b->err;
+    if (body < 0) return b_fail(b, body, "a bad expression");
+    if (rule < 0 || rule >= b->n_rules) return b_fail(b, QERR_RANGE, "no such rule");
+    b->body[rule] = body;
+    return 0;
+}
+
+gram_x gram_b_empty(gram_b *b) { return new_x(b, X_EMPTY); }
+
+gram_x gram_b_lit(gram_b *b, const char *s, size_t n)
+{
+    gram_x x = new_x(b, X_LIT);
+    if (x < 0) return x;
+    if (b->n_lits + n > b->cap_lits) {
+        size_t cap = b->cap_lits ? b->cap_lits * 2 : 1024;
+        while (cap < b->n_lits + n) cap *= 2;
+        char *l = realloc(b->lits, cap);
+        if (!l) return b_fail(b, QERR_NOMEM, "out of memory");
+        b->lits = l, b->cap_lits = cap;
+    }
+    if (n) memcpy(b->lits + b->n_lits, s, n);
+    b->x[x].off = b->n_lits, b->x[x].len = n;
+    b->n_lits += n;
+    return x;
+}
+
+gram_x gram_b_byte(gram_b *b, uint8_t lo, uint8_t hi)
+{
+    gram_x x = new_x(b, X_BYTE);
+    if (x >= 0) b->x[x].lo = lo, b->x[x].hi = hi;
+    return x;
+}
+
+gram_x gram_b_regex(gram_b *b, const char *pattern, size_t len, unsigned flags)
+{
+    if (b->err) return b->err;
+    gram_re *re = NULL;
+    char err[256];
+    int rc = gram_re_compile(pattern, len, flags, &re, err, sizeof err);
+    if (rc) return b_fail(b, rc, err);
+    if (grow((void **)&b->res, b->n_res, &b->cap_res, sizeof *b->res)) {
+        gram_re_free(re);
+        return b_fail(b, QERR_NOMEM, "out of memory");
+    }
+    b->res[b->n_res] = re;
+    gram_x x = new_x(b, X_RE);
+    if (x >= 0) b->x[x].re = b->n_res;
+    b->n_res++;
+    return x;
+}
+
+gram_x gram_b_ref(gram_b *b, int rule)
+{
+    if (!b->err && (rule < 0 || rule >= b->n_rules)) return b_fail(b, QERR_RANGE, "a reference to no rule");
+    gram_x x = new_x(b, X_REF);
+    if (x >= 0) b->x[x].rule = rule;
+    return x;
+}
+
+static gram_x pair(gram_b *b, xkind k, gram_x x, gram_x y)
+{
+    if (b->err) return b->err;
+    if (x < 0 || y < 0) return b_fail(b, x < 0 ? x : y, "a bad expression");
+    gram_x n = new_x(b, k);
+    if (n >= 0) b->x[n].a = x, b->x[n].b = y;
+    return n;
+}
+
+gram_x gram_b_seq(gram_b *b, gram_x x, gram_x y) { return pair(b, X_SEQ, x, y); }
+gram_x gram_b_alt(gram_b *b, gram_x x, gram_x y) { return pair(b, X_ALT, x, y); }
+
+gram_x gram_b_rep(gram_b *b, gram_x x, int min, int max)
+{
+    if (b->err) return b->err;
+    if (x < 0) return b_fail(b, x, "a bad expression");
+    if (min < 0 || (max >= 0 && max < min) || min > 100000 || max > 100000)
+        return b_fail(b, QERR_RANGE, "a repetition out of range");
+    gram_x n = new_x(b, X_REP);
+    if (n >= 0) b->x[n].a = x, b->x[n].min = min, b->x[n].max = max;
+    return n;
+}
+
+/* ---- a rule's NFA --------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t to;
+    int32_t sym;        /* >= 0: a call of that rule; -1: a byte range; -2: nothing */
+    uint8_t lo, hi;
+} nedge;
+
+typedef struct {
+    nedge *e;
+    int32_t *next;      /* next edge of the same state */
+    int n_e, cap_e;
+    int32_t *head;
+    int n_s, cap_s;
+    int rc;
+} nfa;
+
+static int n_state(nfa *a)
+{
+    if (a->rc) return -1;
+    if (a->n_s >= MAX_STATES) {
+        a->rc = QERR_LIMIT;
+        return -1;
+    }
+    if (grow((void **)&a->head, a->n_s, &a->cap_s, sizeof *a->head)) {
+        a->rc = QERR_NOMEM;
+        return -1;
+    }
+    a->head[a->n_s] = -1;
+    return a->n_s++;
+}
+
+static void n_edge(nfa *a, int from, int to, int sym, int lo, int hi)
+{
+    if (a->rc || from < 0 || to < 0) return;
+    if (a->n_e == a->cap_e) {
+        int cap = a->cap_e ? a->cap_e * 2 : 256;
+        nedge *e = q_reallocn(a->e, (size_t)cap, sizeof *e);
+        if (e) a->e = e;
+        int32_t *nx = e ? q_reallocn(a->next, (size_t)cap, sizeof *nx) : NULL;
+        if (!nx) {
+            a->rc = QERR_NOMEM;
+            return;
+        }
+        a->next = nx, a->cap_e = cap;
+    }
+    a->e[a->n_e] = (nedge){ to, sym, (uint8_t)lo, (uint8_t)hi };
+    a->next[a->n_e] = a->head[from];
+    a->head[from] = a->n_e++;
+}
+
+#define EPS(a, f, t) n_edge(a, f, t, -2, 0, 0)
+
+/* Expression x between fresh states *in and *out. */
+static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
+{
+    *in = n_state(a);
+    *out = n_state(a);
+    if (a->rc) return;
+    if (depth > 5000) {
+        a->rc = QERR_LIMIT;
+        return;
+    }
+    const xnode *e = &b->x[x];
+    int i1, o1, i2, o2;
+    switch (e->k) {
+    case X_EMPTY:
+        EPS(a, *in, *out);
+        break;
+    case X_BYTE:
+        n_edge(a, *in, *out, -1, e->lo, e->hi);
+        break;
+    case X_LIT: {
+        int cur = *in;
+        for (size_t i = 0; i < e->len; i++) {
+            int nx = i + 1 == e->len ? *out : n_state(a);
+            const uint8_t c = (uint8_t)b->lits[e->off + i];
+            n_edge(a, cur, nx, -1, c, c);
+            cur = nx;
+        }
+        if (!e->len) EPS(a, *in, *out);
+        break;
+    }
+    case X_RE: {
+        /* The pattern's DFA, state for state; its accepting states lead out. */
+        const gram_re *re = b->res[e->re];
+        const int ns = gram_re_states(re);
+        int32_t *map = q_mallocn((size_t)ns, sizeof *map);
+        if (!map) {
+            a->rc = QERR_NOMEM;
+            return;
+        }
+        for (int s = 0; s < ns; s++) map[s] = n_state(a);
+        EPS(a, *in, map[gram_re_start(re)]);
+        for (int s = 0; s < ns && !a->rc; s++) {
+            if (gram_re_accepts(re, s)) EPS(a, map[s], *out);
+            for (int c = 0; c < 256;) {
+                const int t = gram_re_step(re, s, (uint8_t)c);
+                int d = c + 1;
+                while (d < 256 && gram_re_step(re, s, (uint8_t)d) == t) d++;
+                if (t >= 0) n_edge(a, map[s], map[t], -1, c, d - 1);
+                c = d;
+            }
+        }
+        free(map);
+        break;
+    }
+    case X_REF:
+        n_edge(a, *in, *out, e->rule, 0, 0);
+        break;
+    case X_SEQ:
+        n_expr(a, b, e->a, &i1, &o1, depth + 1);
+        n_expr(a, b, e->b, &i2, &o2, depth + 1);
+        EPS(a, *in, i1);
+        EPS(a, o1, i2);
+        EPS(a, o2, *out);
+        break;
+    case X_ALT:
+        n_expr(a, b, e->a, &i1, &o1, depth + 1);
+        n_expr(a, b, e->b, &i2, &o2, depth + 1);
+        EPS(a, *in, i1);
+        EPS(a, *in, i2);
+        EPS(a, o1, *out);
+        EPS(a, o2, *out);
+        break;
+    case X_REP: {
+        int cur = *in;
+        for (int k = 0; k < e->min && !a->rc; k++) {
+            n_expr(a, b, e->a, &i1, &o1, depth + 1);
+            EPS(a, cur, i1);
+            cur = o1;
+        }
+        if (e->max < 0) {
+            n_expr(a, b, e->a, &i1, &o1, depth + 1);
+            EPS(a, cur, i1);
+            EPS(a, o1, cur);
+            EPS(a, cur, *out);
+        } else {
+            EPS(a, cur, *out);
+            for (int k = e->min; k < e->max && !a->rc; k++) {
+                n_expr(a, b, e->a, &i1, &o1, depth + 1);
+                EPS(a, cur, i1);
+                EPS(a, o1, *out);
+                cur = o1;
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* ---- the compiled grammar ------------------------------------------------------------- */
+
+typedef struct {
+    int32_t to;
+    uint8_t lo, hi;
+} gbyte;
+
+typedef struct {
+    int32_t rule, to;
+} gcall;
+
+typedef struct {
+    int32_t byte_off, n_byte;   /* sorted ranges in g->be */
+    int32_t call_off, n_call;   /* in g->ce */
+    uint8_t accept;
+} gstate;
+
+struct gram {
+    int n_rules, root;
+    int32_t *start;     /* per rule: its start state */
+    gstate *st;
+    int n_st, cap_st;
+    gbyte *be;
+    int n_be, cap_be;
+    gcall *ce;
+    int n_ce, cap_ce;
+};
+
+void gram_free(gram *g)
+{
+    if (!g) return;
+    free(g->start);
+    free(g->st);
+    free(g->be);
+    free(g->ce);
+    free(g);
+}
+
+int gram_states(const gram *g) { return g->n_st; }
+
+static int cmp_i32(const void *x, const void *y)
+{
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Epsilon closure of set[0..n) in place, sorted; its size. */
+static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack)
+{
+    int sp = 0, out = 0;
+    for (int i = 0; i < n; i++)
+        if (mark[set[i]] != stamp) mark[set[i]] = stamp, stack[sp++] = set[i];
+    while (sp) {
+        const int32_t s = stack[--sp];
+        set[out++] = s;
+        for (int32_t e = a->head[s]; e >= 0; e = a->next[e])
+            if (a->e[e].sym == -2 && mark[a->e[e].to] != stamp) mark[a->e[e].to] = stamp, stack[sp++] = a->e[e].to;
+    }
+    qsort(set, (size_t)out, sizeof *set, cmp_i32);
+    return out;
+}
+
+/* Subset sets of one rule's DFA: a list and a linear-probing index. */
+typedef struct {
+    int32_t *items;
+    size_t n_items, cap_items;
+    int32_t *off, *len;
+    int n, cap;
+    int32_t *tab;
+    size_t tcap;
+} sets;
+
+static uint64_t hash_set(const int32_t *s, int n)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int sets_get(sets *m, const int32_t *s, int n)
+{
+    if ((size_t)(m->n + 1) * 2 > m->tcap) {
+        size_t cap = m->tcap ? m->tcap * 2 : 256;
+        int32_t *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (int i = 0; i < m->n; i++) {
+            size_t j = hash_set(m->items + m->off[i], m->len[i]) & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = i + 1;
+        }
+        free(m->tab);
+        m->tab = t, m->tcap = cap;
+    }
+    size_t j = hash_set(s, n) & (m->tcap - 1);
+    while (m->tab[j]) {
+        const int id = m->tab[j] - 1;
+        if (m->len[id] == n && !memcmp(m->items + m->off[id], s, sizeof *s * (size_t)n)) return id;
+        j = (j + 1) & (m->tcap - 1);
+    }
+    if (m->n == m->cap) {
+        int cap = m->cap ? m->cap * 2 : 64;
+        int32_t *o = q_reallocn(m->off, (size_t)cap, sizeof *o);
+        if (o) m->off = o;
+        int32_t *l = o ? q_reallocn(m->len, (size_t)cap, sizeof *l) : NULL;
+        if (!l) return -1;
+        m->len = l, m->cap = cap;
+    }
+    if (m->n_items + (size_t)n > m->cap_items) {
+        size_t cap = m->cap_items ? m->cap_items * 2 : 1024;
+        while (cap < m->n_items + (size_t)n) cap *= 2;
+        int32_t *it = q_reallocn(m->items, cap, sizeof *it);
+        if (!it) return -1;
+        m->items = it, m->cap_items = cap;
+    }
+    memcpy(m->items + m->n_items, s, sizeof *s * (size_t)n);
+    m->off[m->n] = (int32_t)m->n_items;
+    m->len[m->n] = n;
+    m->n_items += (size_t)n;
+    m->tab[j] = m->n + 1;
+    return m->n++;
+}
+
+static void sets_free(sets *m)
+{
+    free(m->items);
+    free(m->off);
+    free(m->len);
+    free(m->tab);
+    memset(m, 0, sizeof *m);
+}
+
+static int g_push_state(gram *g)
+{
+    if (g->n_st >= MAX_STATES) return QERR_LIMIT;
+    if (grow((void **)&g->st, g->n_st, &g->cap_st, sizeof *g->st)) return QERR_NOMEM;
+    memset(&g->st[g->n_st], 0, sizeof g->st[0]);
+    return g->n_st++;
+}
+
+/* Compiles rule r's NFA (start in, accepting fin) into g's states; the rule's
+ * start state to g->start[r]. */
+static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
+{
+    /* Byte classes of this rule. */
+    uint8_t cut[257] = { 0 };
+    cut[0] = 1;
+    for (int i = 0; i < a->n_e; i++)
+        if (a->e[i].sym == -1) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
+    int nc = 0;
+    uint8_t lo_of[256], hi_of[256];
+    for (int c = 0; c < 256; c++) {
+        if (cut[c]) {
+            if (nc) hi_of[nc - 1] = (uint8_t)(c - 1);
+            lo_of[nc++] = (uint8_t)c;
+        }
+    }
+    hi_of[nc - 1] = 255;
+    /* The rules this one calls. */
+    int32_t *callees = q_mallocn((size_t)a->n_e + 1, sizeof *callees);
+    int n_callees = 0;
+    for (int i = 0; callees && i < a->n_e; i++)
+        if (a->e[i].sym >= 0) callees[n_callees++] = a->e[i].sym;
+    if (callees) qsort(callees, (size_t)n_callees, sizeof *callees, cmp_i32);
+    int k = 0;
+    for (int i = 0; i < n_callees; i++)
+        if (!k || callees[k - 1] != callees[i]) callees[k++] = callees[i];
+    n_callees = k;
+
+    sets m = { 0 };
+    int32_t *set = q_mallocn((size_t)a->n_s, sizeof *set), *stack = q_mallocn((size_t)a->n_s, sizeof *stack);
+    uint32_t *mark = calloc((size_t)a->n_s, sizeof *mark);
+    int32_t *gid = NULL; /* per subset: the global state */
+    int cap_gid = 0, rc = 0;
+    uint32_t stamp = 0;
+    if (!set || !stack || !mark || !callees) rc = QERR_NOMEM;
+    if (!rc) {
+        set[0] = in;
+        const int n = closure(a, set, 1, mark, ++stamp, stack);
+        if (sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
+    }
+    /* Byte edges and calls of a state are gathered here, then appended. */
+    gbyte *bytes = q_mallocn((size_t)nc, sizeof *bytes);
+    gcall *calls = q_mallocn((size_t)n_callees + 1, sizeof *calls);
+    if (!bytes || !calls) rc = QERR_NOMEM;
+    for (int d = 0; !rc && d < m.n; d++) {
+        if (d >= cap_gid) {
+            int cap = cap_gid ? cap_gid * 2 : 64;
+            int32_t *ng = q_reallocn(gid, (size_t)cap, sizeof *ng);
+            if (!ng) {
+                rc = QERR_NOMEM;
+                break;
+            }
+            gid = ng, cap_gid = cap;
+        }
+        /* The global ids of subsets are assigned in order: d -> base + d. */
+        const int s = g_push_state(g);
+        if (s < 0) {
+            rc = s;
+            break;
+        }
+        gid[d] = s;
+        const int len = m.len[d];
+        int accept = 0, nb = 0, ncall = 0;
+        for (int i = 0; i < len; i++) accept |= m.items[m.off[d] + i] == fin;
+        for (int c = 0; c < nc && !rc; c++) {
+            int n = 0;
+            ++stamp;
+            for (int i = 0; i < len; i++)
+                for (int32_t e = a->head[m.items[m.off[d] + i]]; e >= 0; e = a->next[e])
+                    if (a->e[e].sym == -1 && a->e[e].lo <= lo_of[c] && lo_of[c] <= a->e[e].hi &&
+                        mark[a->e[e].to] != stamp)
+                        mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
+            if (!n) continue;
+            n = closure(a, set, n, mark, ++stamp, stack);
+            const int id = sets_get(&m, set, n);
+            if (id < 0) rc = QERR_NOMEM;
+            /* Subset id: its global state is base + id (assigned in order). */
+            else bytes[nb++] = (gbyte){ g->start[r] + id, lo_of[c], hi_of[c] };
+        }
+        for (int c = 0; c < n_callees && !rc; c++) {
+            int n = 0;
+            ++stamp;
+            for (int i = 0; i < len; i++)
+                for (int32_t e = a->head[m.items[m.off[d] + i]]; e >= 0; e = a->next[e])
+                    if (a->e[e].sym == callees[c] && mark[a->e[e].to] != stamp)
+                        mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
+            if (!n) continue;
+            n = closure(a, set, n, mark, ++stamp, stack);
+            const int id = sets_get(&m, set, n);
+            if (id < 0) rc = QERR_NOMEM;
+            else calls[ncall++] = (gcall){ callees[c], g->start[r] + id };
+        }
+        if (rc) break;
+        /* Adjacent ranges with one target merge. */
+        int w = 0;
+        for (int i = 0; i < nb; i++) {
+            if (w && bytes[w - 1].to == bytes[i].to && bytes[w - 1].hi + 1 == bytes[i].lo) bytes[w - 1].hi = bytes[i].hi;
+            else bytes[w++] = bytes[i];
+        }
+        nb = w;
+        gstate *st = &g->st[s];
+        st->accept = (uint8_t)accept;
+        st->byte_off = g->n_be, st->n_byte = nb;
+        st->call_off = g->n_ce, st->n_call = ncall;
+        for (int i = 0; i < nb && !rc; i++) {
+            if (grow((void **)&g->be, g->n_be, &g->cap_be, sizeof *g->be)) rc = QERR_NOMEM;
+            else g->be[g->n_be++] = bytes[i];
+        }
+        for (int i = 0; i < ncall && !rc; i++) {
+            if (grow((void **)&g->ce, g->n_ce, &g->cap_ce, sizeof *g->ce)) rc = QERR_NOMEM;
+            else g->ce[g->n_ce++] = calls[i];
+        }
+    }
+    sets_free(&m);
+    free(set);
+    free(stack);
+    free(mark);
+    free(gid);
+    free(bytes);
+    free(calls);
+    free(callees);
+    return rc;
+}
+
+/* States reachable from s without reading a byte: through calls of nullable
+ * rules.  Calls f(ctx, callee) for every call met on the way; 1 when an
+ * accepting state is reached.  seen: per state, stamp marks visits. */
+static int walk_eps(const gram *g, int32_t s, const uint8_t *nullable, uint32_t *seen, uint32_t stamp, int32_t *stack,
+                    void (*f)(void *, int), void *ctx)
+{
+    int sp = 0, accept = 0;
+    stack[sp++] = s;
+    seen[s] = stamp;
+    while (sp) {
+        const gstate *st = &g->st[stack[--sp]];
+        accept |= st->accept;
+        for (int i = 0; i < st->n_call; i++) {
+            const gcall c = g->ce[st->call_off + i];
+            if (f) f(ctx, c.rule);
+            if (nullable[c.rule] && seen[c.to] != stamp) seen[c.to] = stamp, stack[sp++] = c.to;
+        }
+    }
+    return accept;
+}
+
+/* Calls made before reading a byte, as (caller, callee) pairs. */
+typedef struct {
+    int32_t (*e)[2];
+    int n, cap, r, oom;
+} leftcalls;
+
+static void note_call(void *ctx, int callee)
+{
+    leftcalls *l = ctx;
+    if (l->oom || grow((void **)&l->e, l->n, &l->cap, sizeof *l->e)) {
+        l->oom = 1;
+        return;
+    }
+    l->e[l->n][0] = l->r, l->e[l->n][1] = callee;
+    l->n++;
+}
+
+static int cmp_pair(const void *x, const void *y)
+{
+    const int32_t *a = x, *b = y;
+    return a[0] != b[0] ? (a[0] > b[0]) - (a[0] < b[0]) : (a[1] > b[1]) - (a[1] < b[1]);
+}
+
+/* A rule that calls itself before reading a byte (left recursion): its id,
+ * or -1 (*oom set when out of memory). */
+static int left_recursive(const gram *g, int *oom)
+{
+    const int n = g->n_rules;
+    uint8_t *nullable = calloc((size_t)n, 1), *color = calloc((size_t)n, 1);
+    uint32_t *seen = calloc((size_t)g->n_st, sizeof *seen);
+    int32_t *stack = q_mallocn((size_t)g->n_st + 1, sizeof *stack), *path = q_mallocn((size_t)n + 1, sizeof *path),
+            *it = q_mallocn((size_t)n + 1, sizeof *it), *off = q_callocn((size_t)n + 1, sizeof *off);
+    leftcalls l = { 0 };
+    int found = -1;
+    uint32_t stamp = 0;
+    *oom = 0;
+    if (!nullable || !color || !seen || !stack || !path || !it || !off) {
+        *oom = 1;
+        goto out;
+    }
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int r = 0; r < n; r++)
+            if (!nullable[r] && walk_eps(g, g->start[r], nullable, seen, ++stamp, stack, NULL, NULL))
+                nullable[r] = 1, changed = 1;
+    }
+    for (int r = 0; r < n; r++) {
+        l.r = r;
+        walk_eps(g, g->start[r], nullable, seen, ++stamp, stack, note_call, &l);
+    }
+    if (l.oom) {
+        *oom = 1;
+        goto out;
+    }
+    /* The pairs as adjacency lists: callees of r in e[off[r]..off[r+1]). */
+    qsort(l.e, (size_t)l.n, sizeof *l.e, cmp_pair);
+    for (int i = 0; i < l.n; i++) off[l.e[i][0] + 1]++;
+    for (int r = 0; r < n; r++) off[r + 1] += off[r];
+    /* A cycle: depth-first, colours 0 new, 1 on the path, 2 done. */
+    for (int r0 = 0; r0 < n && found < 0; r0++) {
+        if (color[r0]) continue;
+        int d = 0;
+        path[0] = r0, it[0] = off[r0], color[r0] = 1;
+        while (d >= 0 && found < 0) {
+            const int r = path[d];
+            if (it[d] == off[r + 1]) {
+                color[r] = 2;
+                d--;
+                continue;
+            }
+            const int c = l.e[it[d]++][1];
+            if (color[c] == 1) found = c;
+            else if (!color[c]) path[++d] = c, it[d] = off[c], color[c] = 1;
+        }
+    }
+out:
+    free(nullable);
+    free(color);
+    free(seen);
+    free(stack);
+    free(path);
+    free(it);
+    free(off);
+    free(l.e);
+    return found;
+}
+
+int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (b->err) return qerr_set(err, errlen, b->err, "%s", b->msg);
+    if (root < 0 || root >= b->n_rules) return qerr_set(err, errlen, QERR_RANGE, "no root rule");
+    for (int r = 0; r < b->n_rules; r++)
+        if (b->body[r] < 0) return qerr_set(err, errlen, QERR_INVAL, "rule '%s' is never defined", b->names[r]);
+    gram *g = calloc(1, sizeof *g);
+    if (!g || !(g->start = q_mallocn((size_t)b->n_rules, sizeof *g->start))) {
+        free(g);
+        return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    }
+    g->n_rules = b->n_rules;
+    g->root = root;
+    int rc = 0;
+    for (int r = 0; r < b->n_rules && !rc; r++) {
+        nfa a = { 0 };
+        int in, fin;
+        n_expr(&a, b, b->body[r], &in, &fin, 0);
+        g->start[r] = g->n_st; /* the rule's states follow, its start first */
+        rc = a.rc ? a.rc : compile_rule(g, &a, in, fin, r);
+        free(a.e);
+        free(a.next);
+        free(a.head);
+        if (rc) qerr_set(err, errlen, rc, rc == QERR_LIMIT ? "rule '%s': too many states" : "rule '%s': out of memory",
+                         b->names[r]);
+    }
+    if (!rc) {
+        int oom;
+        const int lr = left_recursive(g, &oom);
+        if (oom) rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        else if (lr >= 0)
+            rc = qerr_set(err, errlen, QERR_INVAL, "rule '%s' calls itself before reading anything (left recursion)",
+                          b->names[lr]);
+    }
+    if (rc) {
+        gram_free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+/* ---- the matcher ------------------------------------------------------------------------ */
+
+typedef struct {
+    int32_t state, parent;
+} mnode;
+
+struct gram_m {
+    const gram *g;
+    mnode *nodes;
+    int n_nodes, cap_nodes;
+    int32_t *tab;           /* hash-consing: node + 1, 0 empty */
+    size_t tcap;
+    int32_t *front;         /* the frontier */
+    int n_front, cap_front;
+    int can_end;
+    /* scratch for a step: the next frontier, the closure's stack and marks */
+    int32_t *nfront, *stk;
+    int cap_nfront, cap_stk;
+    uint32_t *mark;
+    int cap_mark;
+    uint32_t stamp;
+    /* commits: frontiers back to back in h_items, one hent each */
+    int32_t *h_items;
+    size_t h_n, h_cap;
+    struct hent {
+        size_t off;
+        int len, end;
+    } *h;
+    int n_h, cap_h;
+};
+
+static uint64_t node_hash(int32_t s, int32_t p) { return ((uint64_t)(uint32_t)s * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(uint32_t)p * 0xc2b2ae3d27d4eb4fULL); }
+
+/* The node (state, parent), made when new; -1 when out of memory. */
+static int32_t intern(gram_m *m, int32_t s, int32_t p)
+{
+    if ((size_t)(m->n_nodes + 1) * 2 > m->tcap) {
+        size_t cap = m->tcap ? m->tcap * 2 : 1024;
+        int32_t *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (int i = 0; i < m->n_nodes; i++) {
+            size_t j = node_hash(m->nodes[i].state, m->nodes[i].parent) & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = i + 1;
+        }
+        free(m->tab);
+        m->tab = t, m->tcap = cap;
+    }
+    size_t j = node_hash(s, p) & (m->tcap - 1);
+    while (m->tab[j]) {
+        const int32_t n = m->tab[j] - 1;
+        if (m->nodes[n].state == s && m->nodes[n].parent == p) return n;
+        j = (j + 1) & (m->tcap - 1);
+    }
+    if (grow((void **)&m->nodes, m->n_nodes, &m->cap_nodes, sizeof *m->nodes)) return -1;
+    m->nodes[m->n_nodes] = (mnode){ s, p };
+    m->tab[j] = m->n_nodes + 1;
+    return m->n_nodes++;
+}
+
+static int ensure(void **p, int *cap, int need, size_t size)
+{
+    if (need <= *cap) return 0;
+    int c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = q_reallocn(*p, (size_t)c, size);
+    if (!q) return QERR_NOMEM;
+    *p = q, *cap = c;
+    return 0;
+}
+
+/* The closure of the n raw tops in stk[0..n): frontier into nfront
+ * (*n_out), completeness into *end.  0, QERR_LIMIT or QERR_NOMEM. */
+static int take_closure(gram_m *m, int sp, int *n_out, int *end)
+{
+    const gram *g = m->g;
+    int nf = 0, visited = 0;
+    *end = 0;
+    ++m->stamp;
+    while (sp) {
+        const int32_t n = m->stk[--sp];
+        if (m->n_nodes > m->cap_mark) {
+            /* New nodes start unmarked. */
+            const int old = m->cap_mark;
+            if (ensure((void **)&m->mark, &m->cap_mark, m->n_nodes, sizeof *m->mark)) return QERR_NOMEM;
+            memset(m->mark + old, 0, sizeof *m->mark * (size_t)(m->cap_mark - old));
+        }
+        if (m->mark[n] == m->stamp) continue;
+        m->mark[n] = m->stamp;
+        if (++visited > MAX_CLOSURE) return QERR_LIMIT;
+        const mnode nd = m->nodes[n];
+        const gstate *st = &g->st[nd.state];
+        if (st->n_byte) {
+            if (ensure((void **)&m->nfront, &m->cap_nfront, nf + 1, sizeof *m->nfront)) return QERR_NOMEM;
+            m->nfront[nf++] = n;
+        }
+        if (ensure((void **)&m->stk, &m->cap_stk, sp + st->n_call + 1, sizeof *m->stk)) return QERR_NOMEM;
+        for (int i = 0; i < st->n_call; i++) {
+            const gcall c = g->ce[st->call_off + i];
+            const int32_t ret = intern(m, c.to, nd.parent);
+            const int32_t child = ret < 0 ? -1 : intern(m, g->start[c.rule], ret);
+            if (child < 0) return QERR_NOMEM;
+            m->stk[sp++] = child;
+        }
+        if (st->accept) {
+            if (nd.parent < 0) *end = 1;
+            else m->stk[sp++] = nd.parent;
+        }
+    }
+    /* A stable order: the frontier as a sorted set. */
+    qsort(m->nfront, (size_t)nf, sizeof *m->nfront, cmp_i32);
+    *n_out = nf;
+    return 0;
+}
+
+/* The next state of s on byte c, or -1. */
+static int32_t byte_next(const gram *g, int32_t s, uint8_t c)
+{
+    const gstate *st = &g->st[s];
+    int lo = 0, hi = st->n_byte - 1;
+    const gbyte *e = g->be + st->byte_off;
+    while (lo <= hi) {
+        const int mid = (lo + hi) / 2;
+        if (c < e[mid].lo) hi = mid - 1;
+        else if (c > e[mid].hi) lo = mid + 1;
+        else return e[mid].to;
+    }
+    return -1;
+}
+
+/* One byte from frontier f[0..n): the next frontier in m->nfront (*n_out,
+ * *end).  0 (possibly an empty result), or an error. */
+static int step(gram_m *m, const int32_t *f, int n, uint8_t c, int *n_out, int *end)
+{
+    if (ensure((void **)&m->stk, &m->cap_stk, n + 1, sizeof *m->stk)) return QERR_NOMEM;
+    int sp = 0;
+    for (int i = 0; i < n; i++) {
+        const int32_t t = byte_next(m->g, m->nodes[f[i]].state, c);
+        if (t < 0) continue;
+        const int32_t nn = intern(m, t, m->nodes[f[i]].parent);
+        if (nn < 0) return QERR_NOMEM;
+        m->stk[sp++] = nn;
+    }
+    return take_closure(m, sp, n_out, end);
+}
+
+static int set_front(gram_m *m, const int32_t *f, int n, int end)
+{
+    if (ensure((void **)&m->front, &m->cap_front, n + 1, sizeof *m->front)) return QERR_NOMEM;
+    memmove(m->front, f, sizeof *f * (size_t)n);
+    m->n_front = n;
+    m->can_end = end;
+    return 0;
+}
+
+gram_m *gram_m_new(const gram *g)
+{
+    gram_m *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->g = g;
+    const int32_t root = intern(m, g->start[g->root], -1);
+    int n = 0, end = 0;
+    if (root < 0 || ensure((void **)&m->stk, &m->cap_stk, 1, sizeof *m->stk)) goto fail;
+    m->stk[0] = root;
+    if (take_closure(m, 1, &n, &end) || set_front(m, m->nfront, n, end) || gram_m_commit(m)) goto fail;
+    return m;
+fail:
+    gram_m_free(m);
+    return NULL;
+}
+
+void gram_m_free(gram_m *m)
+{
+    if (!m) return;
+    free(m->nodes);
+    free(m->tab);
+    free(m->front);
+    free(m->nfront);
+    free(m->stk);
+    free(m->mark);
+    free(m->h_items);
+    free(m->h);
+    free(m);
+}
+
+int gram_m_feed(gram_m *m, const uint8_t *s, size_t n)
+{
+    /* Work on a copy so that a refusal leaves m as it was. */
+    int32_t *cur = q_mallocn((size_t)m->n_front + 1, sizeof *cur);
+    if (!cur) return QERR_NOMEM;
+    memcpy(cur, m->front, sizeof *cur * (size_t)m->n_front);
+    int nc = m->n_front, end = m->can_end, rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        int nn;
+        rc = step(m, cur, nc, s[i], &nn, &end);
+        if (rc) break;
+        if (!nn && !end) {
+            rc = QERR_INVAL;
+            break;
+        }
+        if (nn > nc) {
+            int32_t *c2 = q_reallocn(cur, (size_t)nn, sizeof *c2);
+            if (!c2) {
+                rc = QERR_NOMEM;
+                break;
+            }
+            cur = c2;
+        }
+        memcpy(cur, m->nfront, sizeof *cur * (size_t)nn);
+        nc = nn;
+        /* Complete with nothing that can follow: only the end is left. */
+        if (!nn && i + 1 < n) rc = QERR_INVAL;
+    }
+    if (!rc) rc = set_front(m, cur, nc, end);
+    free(cur);
+    return rc;
+}
+
+int gram_m_allows(gram_m *m, const uint8_t *s, size_t n)
+{
+    int32_t *cur = q_mallocn((size_t)m->n_front + 1, sizeof *cur);
+    if (!cur) return 0;
+    memcpy(cur, m->front, sizeof *cur * (size_t)m->n_front);
+    int nc = m->n_front, end = m->can_end, ok = 1;
+    for (size_t i = 0; i < n && ok; i++) {
+        int nn;
+        if (step(m, cur, nc, s[i], &nn, &end) || (!nn && !end) || (!nn && i + 1 < n)) {
+            ok = 0;
+            break;
+        }
+        if (nn > nc) {
+            int32_t *c2 = q_reallocn(cur, (size_t)nn, sizeof *c2);
+            if (!c2) {
+                ok = 0;
+                break;
+            }
+            cur = c2;
+        }
+        memcpy(cur, m->nfront, sizeof *cur * (size_t)nn);
+        nc = nn;
+    }
+    free(cur);
+    return ok;
+}
+
+int gram_m_can_end(const gram_m *m) { return m->can_end; }
+
+int gram_m_done(const gram_m *m) { return m->n_front == 0; }
+
+int gram_m_commit(gram_m *m)
+{
+    if (ensure((void **)&m->h, &m->cap_h, m->n_h + 1, sizeof *m->h)) return QERR_NOMEM;
+    if (m->h_n + (size_t)m->n_front > m->h_cap) {
+        size_t cap = m->h_cap ? m->h_cap * 2 : 256;
+        while (cap < m->h_n + (size_t)m->n_front) cap *= 2;
+        int32_t *it = q_reallocn(m->h_items, cap, sizeof *it);
+        if (!it) return QERR_NOMEM;
+        m->h_items = it, m->h_cap = cap;
+    }
+    if (m->n_front) memcpy(m->h_items + m->h_n, m->front, sizeof *m->front * (size_t)m->n_front);
+    m->h[m->n_h] = (struct hent){ m->h_n, m->n_front, m->can_end };
+    m->h_n += (size_t)m->n_front;
+    m->n_h++;
+    return 0;
+}
+
+int gram_m_rollback(gram_m *m, int k)
+{
+    if (k < 0 || k >= m->n_h) return QERR_RANGE;
+    const int i = m->n_h - 1 - k;
+    int rc = set_front(m, m->h_items + m->h[i].off, m->h[i].len, m->h[i].end);
+    if (rc) return rc;
+    m->n_h = i + 1;
+    m->h_n = m->h[i].off + (size_t)m->h[i].len;
+    return 0;
+}
+
+void gram_m_reset(gram_m *m)
+{
+    if (m->n_h > 0) gram_m_rollback(m, m->n_h - 1);
+}

@@ -1,0 +1,103 @@
+/* gram.h - grammars over bytes and their matchers: the core that JSON
+ * Schemas, regexes and choice lists compile to, and that masks tokens.
+ *
+ * A grammar is a set of rules.  A rule's body is an expression over bytes,
+ * literal strings, regex terminals (regex.h) and references to rules
+ * (recursion allowed, left recursion refused), built with gram_b_* and
+ * compiled (gram_b_build) into one deterministic automaton a rule, whose
+ * edges read a byte or call a rule.  A compiled grammar is immutable and
+ * may be shared by any number of matchers and threads.
+ *
+ * A matcher (gram_m) holds where a request is in the grammar: the set of
+ * stacks of (rule, state) that the bytes so far allow (several when the
+ * grammar is ambiguous at this point; stacks are shared nodes, so the set
+ * stays small).  It advances by bytes or by tokens, says whether the input
+ * so far is complete (EOS allowed), and rolls back by tokens (speculative
+ * decoding). */
+#ifndef QUIRE_GRAM_H
+#define QUIRE_GRAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- building ---------------------------------------------------------------- */
+
+typedef struct gram_b gram_b;
+typedef struct gram gram;
+
+/* An expression of a builder: an index, or a negative QERR_* code (an
+ * error sticks to the builder: every later call passes it on and
+ * gram_b_build reports it). */
+typedef int gram_x;
+
+/* A new builder; NULL when out of memory. */
+gram_b *gram_b_new(void);
+/* NULL is a no-op. */
+void gram_b_free(gram_b *b);
+
+/* A rule (its body defined later with gram_b_define); name is for
+ * messages.  Returns its id (>= 0) or the builder's error. */
+int gram_b_rule(gram_b *b, const char *name);
+/* Sets rule's body.  0 or the builder's error. */
+int gram_b_define(gram_b *b, int rule, gram_x body);
+
+gram_x gram_b_empty(gram_b *b);
+/* The bytes s[0..n) in order. */
+gram_x gram_b_lit(gram_b *b, const char *s, size_t n);
+#define gram_b_str(b, s) gram_b_lit(b, s, strlen(s))
+/* One byte in [lo, hi]. */
+gram_x gram_b_byte(gram_b *b, uint8_t lo, uint8_t hi);
+/* A pattern (regex.h, with its flags): compiled now; a bad one fails the
+ * builder with the pattern's message. */
+gram_x gram_b_regex(gram_b *b, const char *pattern, size_t len, unsigned flags);
+gram_x gram_b_ref(gram_b *b, int rule);
+gram_x gram_b_seq(gram_b *b, gram_x x, gram_x y);
+gram_x gram_b_alt(gram_b *b, gram_x x, gram_x y);
+/* x repeated min..max times (max -1: no bound). */
+gram_x gram_b_rep(gram_b *b, gram_x x, int min, int max);
+
+/* The builder's first error (0: none) and its message. */
+int gram_b_error(const gram_b *b, const char **msg);
+
+/* Compiles the rules into *out with root as the start: 0, or the builder's
+ * error, QERR_INVAL (a rule never defined, left recursion), QERR_LIMIT
+ * (too many states), QERR_NOMEM, with a message.  The builder stays the
+ * caller's. */
+int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen);
+
+void gram_free(gram *g);
+/* Automaton states over all rules (a size measure).  Cannot fail. */
+int gram_states(const gram *g);
+
+/* ---- matching ------------------------------------------------------------------- */
+
+typedef struct gram_m gram_m;
+
+/* A matcher at the start of g (which must outlive it); NULL when out of
+ * memory. */
+gram_m *gram_m_new(const gram *g);
+void gram_m_free(gram_m *m);
+
+/* Advances by n bytes when the grammar allows all of them: 0, or
+ * QERR_INVAL (refused: the matcher is unchanged), QERR_LIMIT (the stacks
+ * grew past their bound), QERR_NOMEM. */
+int gram_m_feed(gram_m *m, const uint8_t *s, size_t n);
+/* 1 when the bytes so far allow n more bytes s (nothing changes). */
+int gram_m_allows(gram_m *m, const uint8_t *s, size_t n);
+/* 1 when the input so far is a complete sentence of the grammar (the end,
+ * EOS, is allowed here). */
+int gram_m_can_end(const gram_m *m);
+/* 1 when no byte can follow (the input is complete and nothing may be
+ * added). */
+int gram_m_done(const gram_m *m);
+
+/* Marks a token boundary: the state now is the one gram_m_rollback(m, k)
+ * returns to, k boundaries later.  0 or QERR_NOMEM. */
+int gram_m_commit(gram_m *m);
+/* Goes back k boundaries (k <= the boundaries marked since the start).
+ * 0 or QERR_RANGE. */
+int gram_m_rollback(gram_m *m, int k);
+/* Back to the start.  Cannot fail. */
+void gram_m_reset(gram_m *m);
+
+#endif
