@@ -706,7 +706,7 @@ static int left_recursive(const gram *g, int *oom)
         goto out;
     }
     /* The pairs as adjacency lists: callees of r in e[off[r]..off[r+1]). */
-    qsort(l.e, (size_t)l.n, sizeof *l.e, cmp_pair);
+    if (l.n) qsort(l.e, (size_t)l.n, sizeof *l.e, cmp_pair);
     for (int i = 0; i < l.n; i++) off[l.e[i][0] + 1]++;
     for (int r = 0; r < n; r++) off[r + 1] += off[r];
     /* A cycle: depth-first, colours 0 new, 1 on the path, 2 done. */
@@ -891,7 +891,7 @@ static int take_closure(gram_m *m, int sp, int *n_out, int *end)
         }
     }
     /* A stable order: the frontier as a sorted set. */
-    qsort(m->nfront, (size_t)nf, sizeof *m->nfront, cmp_i32);
+    if (nf > 1) qsort(m->nfront, (size_t)nf, sizeof *m->nfront, cmp_i32);
     *n_out = nf;
     return 0;
 }
@@ -930,7 +930,7 @@ static int step(gram_m *m, const int32_t *f, int n, uint8_t c, int *n_out, int *
 static int set_front(gram_m *m, const int32_t *f, int n, int end)
 {
     if (ensure((void **)&m->front, &m->cap_front, n + 1, sizeof *m->front)) return QERR_NOMEM;
-    memmove(m->front, f, sizeof *f * (size_t)n);
+    if (n) memmove(m->front, f, sizeof *f * (size_t)n);
     m->n_front = n;
     m->can_end = end;
     return 0;
