@@ -39,14 +39,15 @@
 
 /* ---- the builder ------------------------------------------------------------------ */
 
-typedef enum { X_EMPTY, X_BYTE, X_LIT, X_RE, X_REF, X_SEQ, X_ALT, X_REP } xkind;
+typedef enum { X_EMPTY, X_BYTE, X_LIT, X_RE, X_REF, X_SEQ, X_ALT, X_REP, X_EXCEPT } xkind;
 
 typedef struct {
     xkind k;
     int a, b;           /* SEQ, ALT: children; REP: child */
     int min, max;       /* REP */
     uint8_t lo, hi;     /* BYTE */
-    size_t off, len;    /* LIT: bytes in lits */
+    size_t off, len;    /* LIT: bytes in lits; EXCEPT: the names, each a size_t length then its bytes */
+    int count;          /* EXCEPT: how many names */
     int re;             /* RE: index in res */
     int rule;           /* REF */
 } xnode;
@@ -61,11 +62,17 @@ struct gram_b {
     char **names;
     int *body;          /* per rule: its expression, -1 until defined */
     int n_rules, cap_rules;
+    int any_string;     /* index in res of the pattern of any JSON string's content, -1 before first use */
     int err;
     char msg[256];
 };
 
-gram_b *gram_b_new(void) { return calloc(1, sizeof(gram_b)); }
+gram_b *gram_b_new(void)
+{
+    gram_b *b = calloc(1, sizeof(gram_b));
+    if (b) b->any_string = -1;
+    return b;
+}
 
 void gram_b_free(gram_b *b)
 {
@@ -142,20 +149,15 @@ int gram_b_define(gram_b *b, int rule, gram_x body)
 
 gram_x gram_b_empty(gram_b *b) { return new_x(b, X_EMPTY); }
 
+static size_t lit_put(gram_b *b, const void *s, size_t n);
+
 gram_x gram_b_lit(gram_b *b, const char *s, size_t n)
 {
     gram_x x = new_x(b, X_LIT);
     if (x < 0) return x;
-    if (b->n_lits + n > b->cap_lits) {
-        size_t cap = b->cap_lits ? b->cap_lits * 2 : 1024;
-        while (cap < b->n_lits + n) cap *= 2;
-        char *l = realloc(b->lits, cap);
-        if (!l) return b_fail(b, QERR_NOMEM, "out of memory");
-        b->lits = l, b->cap_lits = cap;
-    }
-    if (n) memcpy(b->lits + b->n_lits, s, n);
-    b->x[x].off = b->n_lits, b->x[x].len = n;
-    b->n_lits += n;
+    const size_t off = lit_put(b, s, n);
+    if (off == (size_t)-1) return b_fail(b, QERR_NOMEM, "out of memory");
+    b->x[x].off = off, b->x[x].len = n;
     return x;
 }
 
@@ -181,6 +183,40 @@ gram_x gram_b_regex(gram_b *b, const char *pattern, size_t len, unsigned flags)
     gram_x x = new_x(b, X_RE);
     if (x >= 0) b->x[x].re = b->n_res;
     b->n_res++;
+    return x;
+}
+
+/* Appends n bytes to the literal pool: their offset, or (size_t)-1. */
+static size_t lit_put(gram_b *b, const void *s, size_t n)
+{
+    if (b->n_lits + n > b->cap_lits) {
+        size_t cap = b->cap_lits ? b->cap_lits * 2 : 1024;
+        while (cap < b->n_lits + n) cap *= 2;
+        char *l = realloc(b->lits, cap);
+        if (!l) return (size_t)-1;
+        b->lits = l, b->cap_lits = cap;
+    }
+    if (n) memcpy(b->lits + b->n_lits, s, n);
+    b->n_lits += n;
+    return b->n_lits - n;
+}
+
+gram_x gram_b_string_except(gram_b *b, const char *const *names, const size_t *lens, int n)
+{
+    if (b->err) return b->err;
+    if (b->any_string < 0) {
+        static const char any[] = "[\\s\\S]*";
+        gram_x r = gram_b_regex(b, any, sizeof any - 1, GRAM_RE_JSON_STRING | GRAM_RE_FULL);
+        if (r < 0) return r;
+        b->any_string = b->x[r].re;
+    }
+    gram_x x = new_x(b, X_EXCEPT);
+    if (x < 0) return x;
+    const size_t start = b->n_lits;
+    for (int i = 0; i < n; i++)
+        if (lit_put(b, &lens[i], sizeof lens[i]) == (size_t)-1 || lit_put(b, names[i], lens[i]) == (size_t)-1)
+            return b_fail(b, QERR_NOMEM, "out of memory");
+    b->x[x].off = start, b->x[x].len = b->n_lits - start, b->x[x].count = n;
     return x;
 }
 
@@ -268,6 +304,78 @@ static void n_edge(nfa *a, int from, int to, int sym, int lo, int hi)
 
 #define EPS(a, f, t) n_edge(a, f, t, -2, 0, 0)
 
+/* Any JSON string content but the names of e: the product of the any-string
+ * pattern's DFA and a trie of the names, built breadth-first. */
+static void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
+{
+    const gram_re *re = b->res[b->any_string];
+    /* The trie: node 0 the root; child[node * 256 + byte], 0 for none. */
+    int cap_t = 1;
+    for (size_t p = e->off; p < e->off + e->len;) {
+        size_t l;
+        memcpy(&l, b->lits + p, sizeof l);
+        cap_t += (int)l;
+        p += sizeof l + l;
+    }
+    int32_t *child = calloc((size_t)cap_t * 256, sizeof *child);
+    uint8_t *term = calloc((size_t)cap_t, 1);
+    const int na = gram_re_states(re);
+    int32_t *map = NULL, *queue = NULL;
+    if (!child || !term) goto oom;
+    int nt = 1;
+    for (size_t p = e->off; p < e->off + e->len;) {
+        size_t l;
+        memcpy(&l, b->lits + p, sizeof l);
+        const uint8_t *nm = (const uint8_t *)b->lits + p + sizeof l;
+        int t = 0;
+        for (size_t i = 0; i < l; i++) {
+            int32_t *c = &child[(size_t)t * 256 + nm[i]];
+            if (!*c) *c = nt++;
+            t = *c;
+        }
+        term[t] = 1;
+        p += sizeof l + l;
+    }
+    /* Product states (pattern state, trie node + 1, 0 when out of the trie). */
+    const size_t np = (size_t)na * (size_t)(nt + 1);
+    map = malloc(np * sizeof *map);
+    queue = q_mallocn(np, sizeof *queue);
+    if (!map || !queue) goto oom;
+    for (size_t i = 0; i < np; i++) map[i] = -1;
+    int qh = 0, qt = 0;
+    const size_t s0 = (size_t)gram_re_start(re) * (size_t)(nt + 1) + 1;
+    map[s0] = n_state(a);
+    EPS(a, in, map[s0]);
+    queue[qt++] = (int32_t)s0;
+    while (qh < qt && !a->rc) {
+        const size_t ps = (size_t)queue[qh++];
+        const int as = (int)(ps / (size_t)(nt + 1)), tn = (int)(ps % (size_t)(nt + 1)) - 1;
+        if (gram_re_accepts(re, as) && (tn < 0 || !term[tn])) EPS(a, map[ps], out);
+        for (int c = 0; c < 256; c++) {
+            const int a2 = gram_re_step(re, as, (uint8_t)c);
+            if (a2 < 0) continue;
+            const int t2 = tn >= 0 ? child[(size_t)tn * 256 + (size_t)c] : 0;
+            const size_t q = (size_t)a2 * (size_t)(nt + 1) + (size_t)(tn >= 0 && t2 ? t2 + 1 : 0);
+            if (map[q] < 0) {
+                map[q] = n_state(a);
+                queue[qt++] = (int32_t)q;
+            }
+            n_edge(a, map[ps], map[q], -1, c, c);
+        }
+    }
+    free(child);
+    free(term);
+    free(map);
+    free(queue);
+    return;
+oom:
+    a->rc = QERR_NOMEM;
+    free(child);
+    free(term);
+    free(map);
+    free(queue);
+}
+
 /* Expression x between fresh states *in and *out. */
 static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
 {
@@ -324,6 +432,9 @@ static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
     }
     case X_REF:
         n_edge(a, *in, *out, e->rule, 0, 0);
+        break;
+    case X_EXCEPT:
+        n_except(a, b, e, *in, *out);
         break;
     case X_SEQ:
         n_expr(a, b, e->a, &i1, &o1, depth + 1);

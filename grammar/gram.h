@@ -51,6 +51,11 @@ gram_x gram_b_byte(gram_b *b, uint8_t lo, uint8_t hi);
  * builder with the pattern's message. */
 gram_x gram_b_regex(gram_b *b, const char *pattern, size_t len, unsigned flags);
 gram_x gram_b_ref(gram_b *b, int rule);
+/* The content of a JSON string (between its quotes, in the output form of
+ * regex.h's JSON-string mode) that is none of names[0..n) (lens[i] bytes
+ * each, in that same form): the keys an object may add beside its listed
+ * properties. */
+gram_x gram_b_string_except(gram_b *b, const char *const *names, const size_t *lens, int n);
 gram_x gram_b_seq(gram_b *b, gram_x x, gram_x y);
 gram_x gram_b_alt(gram_b *b, gram_x x, gram_x y);
 /* x repeated min..max times (max -1: no bound). */

@@ -1,0 +1,202 @@
+/* bench_grammar.c - the grammar module over a directory of schemas in
+ * MaskBench's format ({"schema", "tests": [{"data", "valid"}]}, one file
+ * each; JSONSchemaBench's files or ../shared/schemas/maskbench):
+ *
+ *   bench_grammar [DIR]      (default ../shared/schemas/maskbench)
+ *
+ * For every schema: compiled or refused (the reasons are counted); for each
+ * test instance, its compact JSON text (integral numbers written as
+ * integers) fed byte by byte: a valid one must be accepted to the end and
+ * complete, an invalid one refused before it ends.  Prints a table per
+ * subset (the file name up to its last '_' or "---"), the reasons, the
+ * instances that went wrong (first 20), and the compile time (median,
+ * p99). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gram.h"
+#include "schema.h"
+#include "util.h"
+
+typedef struct {
+    char name[64];
+    int files, compiled, valid, valid_ok, invalid, invalid_ok;
+} subset;
+
+static subset g_sub[256];
+static int g_nsub;
+static struct {
+    char why[160];
+    int n;
+} g_why[512];
+static int g_nwhy;
+
+static subset *sub_of(const char *file)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s", file);
+    char *cut = strstr(name, "---");
+    if (cut) *cut = 0;
+    else if ((cut = strrchr(name, '_'))) *cut = 0;
+    for (int i = 0; i < g_nsub; i++)
+        if (!strcmp(g_sub[i].name, name)) return &g_sub[i];
+    if (g_nsub == 256) return &g_sub[255];
+    snprintf(g_sub[g_nsub].name, sizeof g_sub[0].name, "%s", name);
+    return &g_sub[g_nsub++];
+}
+
+static void count_why(const char *err)
+{
+    char w[160];
+    snprintf(w, sizeof w, "%.150s", err);
+    char *at = strstr(w, " (at ");
+    if (at) *at = 0;
+    /* One bucket a keyword or format, whatever the schema. */
+    char *q = strchr(w, '\'');
+    if (q && !strncmp(w, "$ref", 4)) *q = 0;
+    for (int i = 0; i < g_nwhy; i++)
+        if (!strcmp(g_why[i].why, w)) {
+            g_why[i].n++;
+            return;
+        }
+    if (g_nwhy < 512) {
+        snprintf(g_why[g_nwhy].why, sizeof g_why[0].why, "%s", w);
+        g_why[g_nwhy++].n = 1;
+    }
+}
+
+/* Integral reals become integers (1.0 is an integer in JSON Schema). */
+static json_t *normal(json_t *v)
+{
+    if (json_is_real(v)) {
+        const double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) < 9e15) return json_integer((json_int_t)d);
+        return json_incref(v);
+    }
+    if (json_is_array(v)) {
+        json_t *a = json_array();
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) json_array_append_new(a, normal(x));
+        return a;
+    }
+    if (json_is_object(v)) {
+        json_t *o = json_object();
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) json_object_set_new(o, k, normal(x));
+        return o;
+    }
+    return json_incref(v);
+}
+
+/* 1 when the grammar takes text whole. */
+static int accepts(const gram *g, const char *text)
+{
+    gram_m *m = gram_m_new(g);
+    if (!m) return 0;
+    const int ok = gram_m_feed(m, (const uint8_t *)text, strlen(text)) == 0 && gram_m_can_end(m);
+    gram_m_free(m);
+    return ok;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = argc > 1 ? argv[1] : "../shared/schemas/maskbench";
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "bench_grammar: cannot open %s\n", dir);
+        return 1;
+    }
+    struct dirent *de;
+    char **files = NULL;
+    int nf = 0, cap = 0;
+    while ((de = readdir(d))) {
+        const size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
+        if (nf == cap) files = realloc(files, sizeof *files * (size_t)(cap = cap ? cap * 2 : 1024));
+        files[nf++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(files, (size_t)nf, sizeof *files, (int (*)(const void *, const void *))strcmp);
+    double *ct = malloc(sizeof *ct * (size_t)(nf + 1));
+    int nct = 0, shown = 0;
+    for (int i = 0; i < nf; i++) {
+        char path[4096], err[800];
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        json_t *doc = json_load_file(path, 0, NULL);
+        subset *s = sub_of(files[i]);
+        s->files++;
+        if (!doc) continue;
+        gram *g = NULL;
+        const double t0 = q_now();
+        const int rc = gram_schema_compile(json_object_get(doc, "schema"), &g, err, sizeof err);
+        ct[nct++] = q_now() - t0;
+        if (rc) {
+            count_why(err);
+        } else {
+            s->compiled++;
+            size_t k;
+            json_t *t;
+            json_array_foreach(json_object_get(doc, "tests"), k, t)
+            {
+                json_t *data = normal(json_object_get(t, "data"));
+                char *text = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
+                json_decref(data);
+                if (!text) continue;
+                const int valid = json_is_true(json_object_get(t, "valid")), ok = accepts(g, text);
+                if (valid) s->valid++, s->valid_ok += ok;
+                else s->invalid++, s->invalid_ok += !ok;
+                if (ok != valid && shown < 20) {
+                    printf("%s: %s instance %s: %.200s\n", files[i], valid ? "valid" : "invalid",
+                           valid ? "refused" : "accepted", text);
+                    shown++;
+                }
+                free(text);
+            }
+            gram_free(g);
+        }
+        json_decref(doc);
+    }
+    subset tot = { "all", 0, 0, 0, 0, 0, 0 };
+    printf("\n| subset | schemas | compiled | valid accepted | invalid rejected |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < g_nsub; i++) {
+        const subset *s = &g_sub[i];
+        printf("| %s | %d | %d (%.0f%%) | %d / %d | %d / %d |\n", s->name, s->files, s->compiled,
+               100.0 * s->compiled / (s->files ? s->files : 1), s->valid_ok, s->valid, s->invalid_ok, s->invalid);
+        tot.files += s->files, tot.compiled += s->compiled, tot.valid += s->valid, tot.valid_ok += s->valid_ok;
+        tot.invalid += s->invalid, tot.invalid_ok += s->invalid_ok;
+    }
+    printf("| **all** | %d | %d (%.1f%%) | %d / %d (%.2f%%) | %d / %d (%.2f%%) |\n", tot.files, tot.compiled,
+           100.0 * tot.compiled / (tot.files ? tot.files : 1), tot.valid_ok, tot.valid,
+           100.0 * tot.valid_ok / (tot.valid ? tot.valid : 1), tot.invalid_ok, tot.invalid,
+           100.0 * tot.invalid_ok / (tot.invalid ? tot.invalid : 1));
+    printf("\nrefused, by reason:\n");
+    for (int i = 0; i < g_nwhy; i++)
+        for (int j = i + 1; j < g_nwhy; j++)
+            if (g_why[j].n > g_why[i].n) {
+                __typeof__(g_why[0]) t = g_why[i];
+                g_why[i] = g_why[j];
+                g_why[j] = t;
+            }
+    for (int i = 0; i < g_nwhy && i < 40; i++) printf("  %5d  %s\n", g_why[i].n, g_why[i].why);
+    qsort(ct, (size_t)nct, sizeof *ct, cmp_d);
+    if (nct)
+        printf("\ncompile time: median %.2f ms, p99 %.2f ms, max %.2f ms (%d schemas)\n", 1e3 * ct[nct / 2],
+               1e3 * ct[(int)(nct * 0.99)], 1e3 * ct[nct - 1], nct);
+    for (int i = 0; i < nf; i++) free(files[i]);
+    free(files);
+    free(ct);
+    return 0;
+}

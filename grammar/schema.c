@@ -1,0 +1,960 @@
+/* schema.c - JSON Schema to a grammar (schema.h).
+ *
+ * One walk over the schema builds expressions with gram_b (gram.h):
+ *
+ *   sx(s)      the expression of schema s: booleans, $ref (a rule per
+ *              target, so recursion works), allOf (merged into one schema
+ *              first), anyOf / oneOf (alternatives, each merged with the
+ *              keywords beside it), enum / const (literals), then one
+ *              alternative a type: with "type" absent every type is
+ *              possible and each takes the keywords that apply to it;
+ *   obj_x      properties in schema order; required ones always, optional
+ *              ones may be skipped; commas placed by two rules a position
+ *              ("first so far" and "after one"), so nothing is expanded twice;
+ *   arr_x      prefix items then the rest, counts from minItems / maxItems;
+ *   str_x      pattern, format or length bounds over JSON-string bytes;
+ *   num_x      integers and integer-bounded numbers as digit patterns.
+ *
+ * Shared pieces (any value, any string, numbers) are rules made once.
+ * Keywords that cannot be enforced are errors with the JSON pointer of the
+ * schema that holds them. */
+#include "schema.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qerr.h"
+#include "regex.h"
+#include "util.h"
+
+typedef struct {
+    gram_b *b;
+    const json_t *root;
+    int rc;
+    char err[800];
+    int r_value, r_string, r_number, r_integer;
+    struct memo {
+        const json_t *s;
+        int rule;
+    } *memo;
+    int n_memo, cap_memo;
+    json_t *keep;       /* schemas made by merging, alive until the end */
+    char path[256];     /* JSON pointer of the schema being compiled */
+    int depth;
+} sctx;
+
+static gram_x fail(sctx *c, int rc, const char *fmt, ...)
+{
+    if (!c->rc) {
+        char msg[400];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        c->rc = rc;
+        snprintf(c->err, sizeof c->err, "%s (at %s)", msg, c->path[0] ? c->path : "#");
+    }
+    return c->rc;
+}
+
+#define B (c->b)
+#define SEQ(x, y) gram_b_seq(B, x, y)
+#define ALT(x, y) gram_b_alt(B, x, y)
+#define LIT(s) gram_b_lit(B, s, strlen(s))
+
+static gram_x seq3(sctx *c, gram_x x, gram_x y, gram_x z) { return SEQ(x, SEQ(y, z)); }
+
+/* Alternation that treats "none yet" (-1000) as nothing. */
+#define NONE (-1000)
+static gram_x alt_add(sctx *c, gram_x acc, gram_x x)
+{
+    if (x < 0) return x;
+    return acc == NONE ? x : ALT(acc, x);
+}
+
+static gram_x re(sctx *c, const char *pattern, unsigned flags)
+{
+    return gram_b_regex(B, pattern, strlen(pattern), flags);
+}
+
+/* A rule whose body is x: references to it expand x once. */
+static gram_x as_rule(sctx *c, const char *name, gram_x x)
+{
+    if (x < 0) return x;
+    const int r = gram_b_rule(B, name);
+    if (r < 0 || gram_b_define(B, r, x)) return fail(c, QERR_NOMEM, "out of memory");
+    return gram_b_ref(B, r);
+}
+
+/* The compact JSON text of v, as a literal. */
+static gram_x literal(sctx *c, const json_t *v)
+{
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s) return fail(c, QERR_NOMEM, "out of memory");
+    gram_x x = LIT(s);
+    free(s);
+    return x;
+}
+
+/* ---- keywords --------------------------------------------------------------------- */
+
+/* Validation keywords quire cannot enforce: an error, never ignored. */
+static const char *const REFUSED[] = { "not", "if", "then", "else", "dependencies", "dependentRequired",
+                                       "dependentSchemas", "patternProperties", "propertyNames", "contains",
+                                       "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
+                                       "$dynamicRef", "$recursiveRef" };
+
+/* Keywords that only annotate: they never count as constraints. */
+static const char *const ANNOTATIONS[] = { "title", "description", "default", "examples", "example", "$schema",
+                                           "$id", "id", "$comment", "readOnly", "writeOnly", "deprecated",
+                                           "contentMediaType", "contentEncoding", "$defs", "definitions", "$anchor" };
+
+/* The keywords this compiler reads. */
+static const char *const KNOWN[] = { "type", "properties", "required", "additionalProperties", "items", "prefixItems",
+                                     "additionalItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
+                                     "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
+                                     "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
+                                     "minProperties", "maxProperties", "uniqueItems" };
+
+static int in_list(const char *k, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, list[i])) return 1;
+    return 0;
+}
+#define IN(k, L) in_list(k, L, sizeof L / sizeof L[0])
+
+/* 1 when s has a constraint besides skip1 and skip2 (NULL: none). */
+static int constrains(const json_t *s, const char *skip1, const char *skip2)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v)
+    {
+        if ((skip1 && !strcmp(k, skip1)) || (skip2 && !strcmp(k, skip2))) continue;
+        if (IN(k, KNOWN) || IN(k, REFUSED)) return 1;
+    }
+    return 0;
+}
+
+/* ---- $ref ------------------------------------------------------------------------- */
+
+/* The schema a local reference names ("#", "#/definitions/x", with ~0 ~1
+ * and %-escapes), or NULL. */
+static const json_t *resolve(sctx *c, const char *ref)
+{
+    if (ref[0] != '#') return NULL;
+    const json_t *cur = c->root;
+    const char *p = ref + 1;
+    while (*p) {
+        if (*p != '/') return NULL;
+        p++;
+        char tok[256];
+        size_t n = 0;
+        while (*p && *p != '/' && n + 1 < sizeof tok) {
+            char ch = *p++;
+            if (ch == '~' && (*p == '0' || *p == '1')) ch = *p++ == '0' ? '~' : '/';
+            else if (ch == '%' && p[0] && p[1]) {
+                char hex[3] = { p[0], p[1], 0 };
+                ch = (char)strtol(hex, NULL, 16);
+                p += 2;
+            }
+            tok[n++] = ch;
+        }
+        tok[n] = 0;
+        if (json_is_object(cur)) cur = json_object_get(cur, tok);
+        else if (json_is_array(cur)) {
+            char *end;
+            const long i = strtol(tok, &end, 10);
+            cur = *end || i < 0 ? NULL : json_array_get(cur, (size_t)i);
+        } else {
+            return NULL;
+        }
+        if (!cur) return NULL;
+    }
+    return cur;
+}
+
+static gram_x sx(sctx *c, const json_t *s);
+
+/* A reference to the rule of schema t (made on first use: recursion goes
+ * through the rule). */
+static gram_x ref_rule(sctx *c, const json_t *t)
+{
+    for (int i = 0; i < c->n_memo; i++)
+        if (c->memo[i].s == t) return gram_b_ref(B, c->memo[i].rule);
+    const int r = gram_b_rule(B, "ref");
+    if (r < 0) return fail(c, QERR_NOMEM, "out of memory");
+    if (c->n_memo == c->cap_memo) {
+        int cap = c->cap_memo ? c->cap_memo * 2 : 16;
+        struct memo *m = q_reallocn(c->memo, (size_t)cap, sizeof *m);
+        if (!m) return fail(c, QERR_NOMEM, "out of memory");
+        c->memo = m, c->cap_memo = cap;
+    }
+    c->memo[c->n_memo++] = (struct memo){ t, r };
+    gram_x body = sx(c, t);
+    if (body < 0) return body;
+    if (gram_b_define(B, r, body)) return fail(c, QERR_NOMEM, "out of memory");
+    return gram_b_ref(B, r);
+}
+
+/* s with a lone $ref replaced by its target (several in a row). */
+static const json_t *deref(sctx *c, const json_t *s)
+{
+    for (int hops = 0; hops < 32 && json_is_object(s); hops++) {
+        const json_t *r = json_object_get(s, "$ref");
+        if (!json_is_string(r) || constrains(s, "$ref", NULL)) return s;
+        const json_t *t = resolve(c, json_string_value(r));
+        if (!t) return s;
+        s = t;
+    }
+    return s;
+}
+
+/* ---- allOf: merging ----------------------------------------------------------------- */
+
+static json_t *merge(sctx *c, const json_t *a, const json_t *bb);
+
+/* The intersection of two "type" values (a string or a list), or NULL for
+ * none in common; "number" and "integer" give "integer". */
+static json_t *merge_types(const json_t *x, const json_t *y)
+{
+    json_t *out = json_array();
+    for (size_t i = 0; i < (json_is_array(x) ? json_array_size(x) : 1); i++) {
+        const char *tx = json_string_value(json_is_array(x) ? json_array_get(x, i) : x);
+        for (size_t j = 0; tx && j < (json_is_array(y) ? json_array_size(y) : 1); j++) {
+            const char *ty = json_string_value(json_is_array(y) ? json_array_get(y, j) : y);
+            if (!ty) continue;
+            const char *t = !strcmp(tx, ty)                                  ? tx
+                            : !strcmp(tx, "number") && !strcmp(ty, "integer") ? ty
+                            : !strcmp(ty, "number") && !strcmp(tx, "integer") ? tx
+                                                                              : NULL;
+            if (t) json_array_append_new(out, json_string(t));
+        }
+    }
+    return out;
+}
+
+/* The merge of two schemas that must both hold (allOf). */
+static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
+{
+    a = deref(c, a);
+    bb = deref(c, bb);
+    if (json_is_true(a)) return json_deep_copy(bb);
+    if (json_is_true(bb)) return json_deep_copy(a);
+    if (!json_is_object(a) || !json_is_object(bb)) {
+        fail(c, QERR_UNSUPPORTED, "allOf with a false schema");
+        return NULL;
+    }
+    json_t *m = json_deep_copy(a);
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)bb, k, v)
+    {
+        json_t *mine = json_object_get(m, k);
+        if (!mine || IN(k, ANNOTATIONS)) {
+            if (!mine) json_object_set_new(m, k, json_deep_copy(v));
+            continue;
+        }
+        if (!strcmp(k, "type")) {
+            json_object_set_new(m, k, merge_types(mine, v));
+        } else if (!strcmp(k, "required")) {
+            json_t *r = json_deep_copy(mine);
+            size_t i;
+            json_t *x;
+            json_array_foreach(v, i, x) json_array_append(r, x);
+            json_object_set_new(m, k, r);
+        } else if (!strcmp(k, "properties")) {
+            json_t *p = json_deep_copy(mine);
+            const char *pk;
+            json_t *pv;
+            json_object_foreach(v, pk, pv)
+            {
+                json_t *old = json_object_get(p, pk);
+                json_t *nv = old ? merge(c, old, pv) : json_deep_copy(pv);
+                if (!nv) {
+                    json_decref(p);
+                    json_decref(m);
+                    return NULL;
+                }
+                json_object_set_new(p, pk, nv);
+            }
+            json_object_set_new(m, k, p);
+        } else if (!strcmp(k, "allOf") || !strcmp(k, "anyOf") || !strcmp(k, "oneOf")) {
+            /* Both: keep one here, the other as one more allOf member. */
+            json_t *all = json_object_get(m, "allOf");
+            if (!all) json_object_set_new(m, "allOf", all = json_array());
+            json_array_append_new(all, json_pack("{s:O}", k, v));
+        } else if (!strcmp(k, "minimum") || !strcmp(k, "minLength") || !strcmp(k, "minItems") ||
+                   !strcmp(k, "minProperties")) {
+            if (json_number_value(v) > json_number_value(mine)) json_object_set(m, k, v);
+        } else if (!strcmp(k, "maximum") || !strcmp(k, "maxLength") || !strcmp(k, "maxItems") ||
+                   !strcmp(k, "maxProperties")) {
+            if (json_number_value(v) < json_number_value(mine)) json_object_set(m, k, v);
+        } else if (!strcmp(k, "additionalProperties") && json_is_false(v)) {
+            json_object_set(m, k, v);
+        } else if (!strcmp(k, "additionalProperties") && json_is_true(v)) {
+            /* the other side's wins */
+        } else if (json_equal(mine, (json_t *)v)) {
+            /* the same on both sides */
+        } else if (!strcmp(k, "items") && json_is_object(mine) && json_is_object(v)) {
+            json_t *it = merge(c, mine, v);
+            if (!it) {
+                json_decref(m);
+                return NULL;
+            }
+            json_object_set_new(m, k, it);
+        } else if (!strcmp(k, "additionalProperties") && json_is_object(mine) && json_is_object(v)) {
+            json_t *ap = merge(c, mine, v);
+            if (!ap) {
+                json_decref(m);
+                return NULL;
+            }
+            json_object_set_new(m, k, ap);
+        } else if (IN(k, KNOWN) || IN(k, REFUSED)) {
+            fail(c, QERR_UNSUPPORTED, "allOf: cannot merge two different '%s'", k);
+            json_decref(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+/* Keeps a made schema alive until the end; returns it. */
+static const json_t *keep(sctx *c, json_t *s)
+{
+    if (s) json_array_append_new(c->keep, s);
+    return s;
+}
+
+/* ---- strings ----------------------------------------------------------------------------- */
+
+/* Patterns of the formats (over code points; compiled in JSON-string mode). */
+static const char *format_pattern(const char *f)
+{
+    static const struct {
+        const char *name, *pattern;
+    } F[] = {
+        { "date", "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])" },
+        { "time", "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
+        { "date-time", "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])[Tt ]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)"
+                       "(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
+        { "email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
+                   "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*" },
+        { "uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" },
+        { "ipv4", "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)" },
+        { "ipv6", "(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|"
+                  "([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|"
+                  "([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
+                  "([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
+                  ":((:[0-9a-fA-F]{1,4}){1,7}|:))" },
+        { "uri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
+        { "hostname", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
+    };
+    for (size_t i = 0; i < sizeof F / sizeof F[0]; i++)
+        if (!strcmp(f, F[i].name)) return F[i].pattern;
+    return NULL;
+}
+
+static gram_x str_x(sctx *c, const json_t *s)
+{
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
+    const int min = json_is_number(mn) ? (int)json_number_value(mn) : 0;
+    const int max = json_is_number(mx) ? (int)json_number_value(mx) : -1;
+    const int bounded = min > 0 || max >= 0;
+    if ((pat && !json_is_string(pat)) || (fmt && !json_is_string(fmt)) || (mn && !json_is_number(mn)) ||
+        (mx && !json_is_number(mx)) || min < 0 || (max >= 0 && max < min))
+        return fail(c, QERR_INVAL, "a string keyword with a bad value");
+    if (max > 10000 || min > 10000) return fail(c, QERR_UNSUPPORTED, "string lengths above 10000");
+    const char *p = NULL;
+    if (fmt) {
+        p = format_pattern(json_string_value(fmt));
+        if (!p) return fail(c, QERR_UNSUPPORTED, "format '%s' is not supported", json_string_value(fmt));
+        if (pat) return fail(c, QERR_UNSUPPORTED, "pattern and format together are not supported");
+    }
+    gram_x body;
+    if (pat || p) {
+        if (bounded) return fail(c, QERR_UNSUPPORTED, "pattern or format with minLength / maxLength is not supported");
+        body = pat ? gram_b_regex(B, json_string_value(pat), json_string_length(pat), GRAM_RE_JSON_STRING)
+                   : re(c, p, GRAM_RE_JSON_STRING | GRAM_RE_FULL);
+        if (body < 0) {
+            const char *msg;
+            gram_b_error(B, &msg);
+            return fail(c, body, "%s", msg);
+        }
+    } else if (bounded) {
+        body = gram_b_rep(B, re(c, "[\\s\\S]", GRAM_RE_JSON_STRING | GRAM_RE_FULL), min, max);
+    } else {
+        return gram_b_ref(B, c->r_string);
+    }
+    return seq3(c, LIT("\""), body, LIT("\""));
+}
+
+/* ---- numbers --------------------------------------------------------------------------- */
+
+static void put(char *out, size_t cap, const char *fmt, ...)
+{
+    const size_t l = strlen(out);
+    if (l >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + l, cap - l, fmt, ap);
+    va_end(ap);
+}
+
+/* A pattern (no anchors) for the integers in [lo, hi], 0 <= lo <= hi (hi
+ * < 0: no upper bound), appended to out. */
+static void int_range(long long lo, long long hi, char *out, size_t cap)
+{
+    int first = 1;
+    put(out, cap, "(");
+    long long p10 = 1;
+    int digits = 1;
+    for (long long a = lo; hi < 0 || a <= hi;) {
+        while (p10 * 10 <= a && digits < 18) p10 *= 10, digits++;
+        if (digits >= 18) break;
+        /* Numbers with this many digits: [a, e]. */
+        const long long top = p10 * 10 - 1, e = hi < 0 || hi > top ? top : hi;
+        for (long long s = a; s <= e;) {
+            long long k = 1;
+            while (s % (k * 10) == 0 && s + k * 10 - 1 <= e && k * 10 <= p10) k *= 10;
+            /* Blocks of size k from s with the same prefix, up to 10. */
+            long long n = 1;
+            while (n < 10 && (s / k) % 10 + n <= 9 && s + (n + 1) * k - 1 <= e) n++;
+            if (!first) put(out, cap, "|");
+            first = 0;
+            const long long pre = s / k / 10, d0 = (s / k) % 10, d1 = d0 + n - 1;
+            if (pre || (s / k >= 10)) put(out, cap, "%lld", pre);
+            if (d0 == d1) put(out, cap, "%lld", d0);
+            else put(out, cap, "[%lld-%lld]", d0, d1);
+            for (long long kk = k; kk > 1; kk /= 10) put(out, cap, "\\d");
+            s += n * k;
+        }
+        if (hi >= 0 && e >= hi) break;
+        a = top + 1;
+    }
+    if (hi < 0) put(out, cap, "%s[1-9]\\d{%d,}", first ? "" : "|", digits);
+    put(out, cap, ")");
+}
+
+static gram_x num_x(sctx *c, const json_t *s, int integer)
+{
+    const json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
+    const json_t *xmn = json_object_get(s, "exclusiveMinimum"), *xmx = json_object_get(s, "exclusiveMaximum");
+    const json_t *mul = json_object_get(s, "multipleOf");
+    if (mul && !(integer && json_is_number(mul) && json_number_value(mul) == 1) &&
+        !(json_is_number(mul) && !integer && json_number_value(mul) == 0.0))
+        return fail(c, QERR_UNSUPPORTED, "multipleOf is not supported");
+    double lo = -INFINITY, hi = INFINITY;
+    int lo_x = 0, hi_x = 0;
+    if (json_is_number(mn)) lo = json_number_value(mn);
+    if (json_is_number(mx)) hi = json_number_value(mx);
+    if (json_is_true(xmn)) lo_x = 1; /* draft 4: a flag on minimum */
+    if (json_is_true(xmx)) hi_x = 1;
+    if (json_is_number(xmn) && json_number_value(xmn) >= lo) lo = json_number_value(xmn), lo_x = 1;
+    if (json_is_number(xmx) && json_number_value(xmx) <= hi) hi = json_number_value(xmx), hi_x = 1;
+    if (isinf(lo) && isinf(hi)) return gram_b_ref(B, integer ? c->r_integer : c->r_number);
+    if (lo > 1e17 || hi < -1e17 || (!isinf(lo) && fabs(lo) > 1e17) || (!isinf(hi) && fabs(hi) > 1e17))
+        return fail(c, QERR_UNSUPPORTED, "numeric bounds beyond 1e17");
+    if (integer) {
+        /* Integers: the bounds rounded inward. */
+        long long l = isinf(lo) ? LLONG_MIN : (long long)ceil(lo), h = isinf(hi) ? LLONG_MAX : (long long)floor(hi);
+        if (lo_x && !isinf(lo) && (double)l == lo) l++;
+        if (hi_x && !isinf(hi) && (double)h == hi) h--;
+        if (l > h) return fail(c, QERR_INVAL, "no integer lies between minimum and maximum");
+        char p[4096] = "";
+        put(p, sizeof p, "(");
+        int any = 0;
+        if (h >= 0) {
+            int_range(l > 0 ? l : 0, h == LLONG_MAX ? -1 : h, p, sizeof p);
+            any = 1;
+        }
+        if (l < 0) {
+            /* -x for x in [max(1, -h), -l]. */
+            put(p, sizeof p, "%s-", any ? "|" : "");
+            int_range(h < 0 ? -h : 1, l == LLONG_MIN ? -1 : -l, p, sizeof p);
+        }
+        put(p, sizeof p, ")");
+        if (strlen(p) >= sizeof p - 1) return fail(c, QERR_LIMIT, "numeric bounds too wide");
+        return re(c, p, GRAM_RE_FULL);
+    }
+    /* Numbers: integer bounds only; no exponent within bounds. */
+    if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi)))
+        return fail(c, QERR_UNSUPPORTED, "minimum / maximum that are not integers on a number");
+    char p[8192] = "";
+    put(p, sizeof p, "(");
+    int any = 0;
+    /* Non-negative part: [max(lo, 0), hi]. */
+    if (hi >= 0) {
+        const long long a = lo > 0 ? (long long)lo : 0;
+        const long long h = isinf(hi) ? -1 : (long long)hi;
+        if (h < 0 || h > a) {
+            /* a..h-1 with any fraction (a itself: a nonzero fraction if exclusive). */
+            if (lo_x && lo >= 0) {
+                put(p, sizeof p, "%lld\\.\\d*[1-9]\\d*", a);
+                if (h < 0 || h > a + 1) {
+                    put(p, sizeof p, "|");
+                    int_range(a + 1, h < 0 ? -1 : h - 1, p, sizeof p);
+                    put(p, sizeof p, "(\\.\\d+)?");
+                }
+            } else {
+                int_range(a, h < 0 ? -1 : h - 1, p, sizeof p);
+                put(p, sizeof p, "(\\.\\d+)?");
+            }
+            any = 1;
+        }
+        if (h >= 0 && !hi_x && h >= a && !(lo_x && lo >= 0 && h == a)) {
+            put(p, sizeof p, "%s%lld(\\.0+)?", any ? "|" : "", h);
+            any = 1;
+        }
+    }
+    /* Negative part: -v for v in [m, l], m = max(0, -hi), l = -lo. */
+    if (lo < 0) {
+        const int l_inf = isinf(lo);
+        const long long l = l_inf ? 0 : (long long)-lo, m = hi < 0 ? (long long)-hi : 0;
+        char neg[4096] = "";
+        int k = 0;
+        if (l_inf || m < l) put(neg, sizeof neg, "%lld\\.\\d*[1-9]\\d*", m), k++; /* (m, m + 1) */
+        if (m > 0 && !hi_x && (l_inf || m < l || !lo_x)) put(neg, sizeof neg, "%s%lld(\\.0+)?", k++ ? "|" : "", m);
+        if (l_inf || l > m + 1) {
+            put(neg, sizeof neg, "%s", k++ ? "|" : "");
+            int_range(m + 1, l_inf ? -1 : l - 1, neg, sizeof neg);
+            put(neg, sizeof neg, "(\\.\\d+)?");
+        }
+        if (!l_inf && l > m && !lo_x) put(neg, sizeof neg, "%s%lld(\\.0+)?", k++ ? "|" : "", l);
+        if (k) {
+            put(p, sizeof p, "%s-(%s)", any ? "|" : "", neg);
+            any = 1;
+        }
+    }
+    put(p, sizeof p, ")");
+    if (!any) return fail(c, QERR_INVAL, "no number lies between minimum and maximum");
+    if (strlen(p) >= sizeof p - 1) return fail(c, QERR_LIMIT, "numeric bounds too wide");
+    return re(c, p, GRAM_RE_FULL);
+}
+
+/* ---- arrays ------------------------------------------------------------------------------ */
+
+/* The expression of schema s at path component name (for messages). */
+static gram_x sub(sctx *c, const json_t *s, const char *name)
+{
+    const size_t l = strlen(c->path);
+    put(c->path, sizeof c->path, "/%s", name);
+    gram_x x = sx(c, s);
+    c->path[l] = 0;
+    return x;
+}
+
+static gram_x arr_x(sctx *c, const json_t *s)
+{
+    const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
+    const json_t *addl = json_object_get(s, "additionalItems");
+    const json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
+    const json_t *uniq = json_object_get(s, "uniqueItems");
+    const int min = json_is_number(mn) ? (int)json_number_value(mn) : 0;
+    const int max = json_is_number(mx) ? (int)json_number_value(mx) : -1;
+    if (min < 0 || (max >= 0 && max < min)) return fail(c, QERR_INVAL, "minItems / maxItems out of order");
+    if (min > 1000 || max > 1000) return fail(c, QERR_UNSUPPORTED, "minItems / maxItems above 1000");
+    if (json_is_true(uniq) && !(max >= 0 && max <= 1))
+        return fail(c, QERR_UNSUPPORTED, "uniqueItems cannot be enforced");
+    /* The tuple part and the schema of the rest (NULL: no more items). */
+    const json_t *tuple = json_is_array(prefix) ? prefix : json_is_array(items) ? items : NULL;
+    const json_t *rest = json_is_array(prefix) ? items : json_is_array(items) ? addl : items;
+    if (!rest) rest = json_true();
+    if (json_is_false(rest)) rest = NULL;
+    const int k = tuple ? (int)json_array_size(tuple) : 0;
+    if (k > 1000) return fail(c, QERR_UNSUPPORTED, "more than 1000 prefixItems");
+    if (!rest && min > k) return fail(c, QERR_INVAL, "minItems above the items allowed");
+    if (max == 0) return LIT("[]");
+    gram_x rx = NONE;
+    if (rest) {
+        rx = as_rule(c, "item", sub(c, rest, "items"));
+        if (rx < 0) return rx;
+    }
+    /* From the end: tail(i) = the items from position i on (i >= 1, after a comma). */
+    const int last = max >= 0 && max < k ? max : k;
+    gram_x tail;
+    if (rest && (max < 0 || max > k)) {
+        const int lo = min > k ? min - k : 0, hi = max < 0 ? -1 : max - k;
+        tail = gram_b_rep(B, SEQ(LIT(","), rx), lo, hi);
+    } else {
+        tail = gram_b_empty(B);
+    }
+    for (int i = last - 1; i >= 1 && !c->rc; i--) {
+        char idx[32];
+        snprintf(idx, sizeof idx, "prefixItems/%d", i);
+        gram_x item = sub(c, json_array_get(tuple, (size_t)i), idx);
+        gram_x one = seq3(c, LIT(","), item, tail);
+        tail = as_rule(c, "tuple", i < min ? one : ALT(one, gram_b_empty(B)));
+    }
+    /* The first item: tuple[0] or the rest's. */
+    gram_x body;
+    if (k > 0) {
+        gram_x first = sub(c, json_array_get(tuple, 0), "prefixItems/0");
+        body = SEQ(first, tail);
+    } else if (rest) {
+        const int lo = min > 1 ? min - 1 : 0, hi = max < 0 ? -1 : max - 1;
+        body = SEQ(rx, gram_b_rep(B, SEQ(LIT(","), rx), lo, hi));
+    } else {
+        return LIT("[]");
+    }
+    if (min == 0) body = ALT(body, gram_b_empty(B));
+    return seq3(c, LIT("["), body, LIT("]"));
+}
+
+/* ---- objects ------------------------------------------------------------------------------ */
+
+static int in_array(const json_t *a, const char *s)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(a, i, x) if (json_is_string(x) && !strcmp(json_string_value(x), s)) return 1;
+    return 0;
+}
+
+static gram_x obj_x(sctx *c, const json_t *s)
+{
+    const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    const json_t *mnp = json_object_get(s, "minProperties"), *mxp = json_object_get(s, "maxProperties");
+    if (props && !json_is_object(props)) return fail(c, QERR_INVAL, "properties must be an object");
+    if (req && !json_is_array(req)) return fail(c, QERR_INVAL, "required must be an array");
+    if (!addl) addl = json_true();
+    const int extras = !json_is_false(addl);
+    /* The properties: listed ones, then required names not listed (which
+     * take additionalProperties' schema). */
+    const int np0 = props ? (int)json_object_size(props) : 0;
+    const int nreq = req ? (int)json_array_size(req) : 0;
+    const char **names = q_callocn((size_t)(np0 + nreq) + 1, sizeof *names);
+    const json_t **schemas = q_callocn((size_t)(np0 + nreq) + 1, sizeof *schemas);
+    char **enc = q_callocn((size_t)(np0 + nreq) + 1, sizeof *enc);
+    size_t *lens = q_callocn((size_t)(np0 + nreq) + 1, sizeof *lens);
+    uint8_t *required = calloc((size_t)(np0 + nreq) + 1, 1);
+    int n = 0;
+    gram_x out = 0;
+    if (!names || !schemas || !enc || !lens || !required) {
+        out = fail(c, QERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (props) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)props, k, v)
+        {
+            names[n] = k, schemas[n] = v, required[n] = req && in_array(req, k);
+            n++;
+        }
+    }
+    for (int i = 0; i < nreq; i++) {
+        const char *r = json_string_value(json_array_get(req, (size_t)i));
+        if (!r) {
+            out = fail(c, QERR_INVAL, "required must list strings");
+            goto done;
+        }
+        if (props && json_object_get(props, r)) continue;
+        int dup = 0;
+        for (int j = 0; j < n; j++) dup |= !strcmp(names[j], r);
+        if (dup) continue;
+        if (!extras) {
+            out = fail(c, QERR_INVAL, "required property '%s' is not allowed (additionalProperties false)", r);
+            goto done;
+        }
+        names[n] = r, schemas[n] = addl, required[n] = 1;
+        n++;
+    }
+    int n_req = 0;
+    for (int i = 0; i < n; i++) n_req += required[i];
+    if (json_is_number(mnp) && json_number_value(mnp) > n_req) {
+        out = fail(c, QERR_UNSUPPORTED, "minProperties above the required properties");
+        goto done;
+    }
+    if (json_is_number(mxp) && (extras || json_number_value(mxp) < n)) {
+        out = fail(c, QERR_UNSUPPORTED, "maxProperties below the properties allowed");
+        goto done;
+    }
+    /* Keys as they appear in the output: the JSON text of the name. */
+    for (int i = 0; i < n; i++) {
+        json_t *js = json_string(names[i]);
+        enc[i] = js ? json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(js);
+        if (!enc[i]) {
+            out = fail(c, QERR_NOMEM, "out of memory");
+            goto done;
+        }
+    }
+    /* The extra properties: a key none of the names, a value of addl. */
+    gram_x extra = NONE;
+    if (extras) {
+        const char **inner = q_callocn((size_t)n + 1, sizeof *inner);
+        for (int i = 0; inner && i < n; i++) inner[i] = enc[i] + 1, lens[i] = strlen(enc[i]) - 2;
+        gram_x key = inner ? gram_b_string_except(B, inner, lens, n) : fail(c, QERR_NOMEM, "out of memory");
+        free(inner);
+        gram_x val = sub(c, addl, "additionalProperties");
+        extra = as_rule(c, "extra", SEQ(seq3(c, LIT("\""), key, LIT("\":")), val));
+        if (extra < 0) {
+            out = extra;
+            goto done;
+        }
+    }
+    /* From the end: rest(i) after some property, first(i) before any. */
+    gram_x rest = extras ? gram_b_rep(B, SEQ(LIT(","), extra), 0, -1) : gram_b_empty(B);
+    gram_x first = extras ? ALT(SEQ(extra, gram_b_rep(B, SEQ(LIT(","), extra), 0, -1)), gram_b_empty(B))
+                          : gram_b_empty(B);
+    rest = as_rule(c, "rest", rest);
+    first = as_rule(c, "first", first);
+    for (int i = n - 1; i >= 0 && !c->rc; i--) {
+        char where[300];
+        snprintf(where, sizeof where, "properties/%s", names[i]);
+        gram_x val = sub(c, schemas[i], where);
+        gram_x prop = as_rule(c, "prop", SEQ(LIT(enc[i]), SEQ(LIT(":"), val)));
+        gram_x r_i = SEQ(LIT(","), SEQ(prop, rest));
+        gram_x f_i = SEQ(prop, rest);
+        if (!required[i]) {
+            r_i = ALT(r_i, rest);
+            f_i = ALT(f_i, first);
+        }
+        rest = as_rule(c, "rest", r_i);
+        first = as_rule(c, "first", f_i);
+    }
+    out = seq3(c, LIT("{"), first, LIT("}"));
+done:
+    for (int i = 0; i < n; i++) free(enc[i]);
+    free(names);
+    free(schemas);
+    free(enc);
+    free(lens);
+    free(required);
+    return c->rc ? c->rc : out;
+}
+
+/* ---- the walk ------------------------------------------------------------------------------- */
+
+static const char *const TYPES[] = { "null", "boolean", "object", "array", "string", "number", "integer" };
+
+/* 1 when JSON value v has type t. */
+static int has_type(const json_t *v, const char *t)
+{
+    if (!strcmp(t, "null")) return json_is_null(v);
+    if (!strcmp(t, "boolean")) return json_is_boolean(v);
+    if (!strcmp(t, "object")) return json_is_object(v);
+    if (!strcmp(t, "array")) return json_is_array(v);
+    if (!strcmp(t, "string")) return json_is_string(v);
+    if (!strcmp(t, "integer")) return json_is_integer(v) || (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
+    if (!strcmp(t, "number")) return json_is_number(v);
+    return 0;
+}
+
+/* The type t's alternative of schema s. */
+static gram_x typed(sctx *c, const json_t *s, const char *t)
+{
+    if (!strcmp(t, "null")) return LIT("null");
+    if (!strcmp(t, "boolean")) return ALT(LIT("true"), LIT("false"));
+    if (!strcmp(t, "object")) return obj_x(c, s);
+    if (!strcmp(t, "array")) return arr_x(c, s);
+    if (!strcmp(t, "string")) return str_x(c, s);
+    if (!strcmp(t, "integer")) return num_x(c, s, 1);
+    if (!strcmp(t, "number")) return num_x(c, s, 0);
+    return fail(c, QERR_INVAL, "unknown type '%s'", t);
+}
+
+/* s without the keys k1, k2 (kept alive). */
+static const json_t *without(sctx *c, const json_t *s, const char *k1, const char *k2)
+{
+    json_t *w = json_deep_copy(s);
+    if (!w) return NULL;
+    json_object_del(w, k1);
+    if (k2) json_object_del(w, k2);
+    return keep(c, w);
+}
+
+static gram_x sx_inner(sctx *c, const json_t *s)
+{
+    if (json_is_true(s)) return gram_b_ref(B, c->r_value);
+    if (json_is_false(s)) return fail(c, QERR_UNSUPPORTED, "a false schema (no instance is valid)");
+    if (!json_is_object(s)) return fail(c, QERR_INVAL, "a schema must be an object or a boolean");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)s, k, v) if (IN(k, REFUSED)) return fail(c, QERR_UNSUPPORTED, "keyword '%s' is not supported", k);
+    /* $ref (its siblings, if any, must hold too). */
+    const json_t *ref = json_object_get(s, "$ref");
+    if (ref) {
+        if (!json_is_string(ref)) return fail(c, QERR_INVAL, "$ref must be a string");
+        const json_t *t = resolve(c, json_string_value(ref));
+        if (!t) return fail(c, QERR_UNSUPPORTED, "$ref '%s' does not name a schema in this document", json_string_value(ref));
+        if (!constrains(s, "$ref", NULL)) return ref_rule(c, t);
+        const json_t *m = keep(c, merge(c, without(c, s, "$ref", NULL), t));
+        return m ? sx(c, m) : c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+    }
+    /* allOf: one schema. */
+    const json_t *all = json_object_get(s, "allOf");
+    if (all) {
+        if (!json_is_array(all) || !json_array_size(all)) return fail(c, QERR_INVAL, "allOf must be a non-empty array");
+        const json_t *m = without(c, s, "allOf", NULL);
+        size_t i;
+        json_t *x;
+        json_array_foreach(all, i, x)
+        {
+            m = keep(c, merge(c, m, x));
+            if (!m) return c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+        }
+        return sx(c, m);
+    }
+    /* anyOf / oneOf: alternatives, each with the keywords beside it. */
+    const char *ak = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
+    if (ak) {
+        const json_t *alts = json_object_get(s, ak);
+        if (!json_is_array(alts) || !json_array_size(alts)) return fail(c, QERR_INVAL, "%s must be a non-empty array", ak);
+        const json_t *base = without(c, s, ak, NULL);
+        const int plain = !constrains(base, NULL, NULL);
+        gram_x acc = NONE;
+        size_t i;
+        json_t *x;
+        json_array_foreach(alts, i, x)
+        {
+            char where[32];
+            snprintf(where, sizeof where, "%s/%zu", ak, i);
+            const json_t *one = plain ? x : keep(c, merge(c, base, x));
+            if (!one) return c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+            acc = alt_add(c, acc, sub(c, one, where));
+            if (acc < 0) return acc;
+        }
+        return acc;
+    }
+    const json_t *type = json_object_get(s, "type");
+    if (type && !json_is_string(type) && !json_is_array(type)) return fail(c, QERR_INVAL, "type must be a string or a list");
+    /* enum / const: the values (of the allowed types) as literals. */
+    const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (en || cn) {
+        if (en && !json_is_array(en)) return fail(c, QERR_INVAL, "enum must be an array");
+        gram_x acc = NONE;
+        const size_t n = cn ? 1 : json_array_size(en);
+        for (size_t i = 0; i < n; i++) {
+            const json_t *val = cn ? cn : json_array_get(en, i);
+            int ok = !type;
+            for (size_t t = 0; type && t < (json_is_array(type) ? json_array_size(type) : 1); t++) {
+                const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, t) : type);
+                ok |= tn && has_type(val, tn);
+            }
+            if (ok) acc = alt_add(c, acc, literal(c, val));
+            if (acc < 0) return acc;
+        }
+        if (acc == NONE) return fail(c, QERR_UNSUPPORTED, "no enum value has an allowed type");
+        if (json_is_true(json_object_get(s, "nullable")) && !(cn ? json_is_null(cn) : 0)) acc = ALT(acc, LIT("null"));
+        return acc;
+    }
+    /* One alternative a type; "integer" is left out when "number" is in. */
+    int want[7] = { 0 };
+    if (!type) {
+        for (int t = 0; t < 6; t++) want[t] = 1;
+    } else {
+        for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
+            const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+            int found = 0;
+            for (int t = 0; tn && t < 7; t++)
+                if (!strcmp(tn, TYPES[t])) want[t] = found = 1;
+            if (!found) return fail(c, QERR_INVAL, "unknown type '%s'", tn ? tn : "?");
+        }
+        if (want[5]) want[6] = 0;
+    }
+    if (json_is_true(json_object_get(s, "nullable"))) want[0] = 1;
+    /* Without "type" and without keywords of a type, any value. */
+    if (!type && !constrains(s, NULL, NULL)) return gram_b_ref(B, c->r_value);
+    gram_x acc = NONE;
+    for (int t = 0; t < 7; t++)
+        if (want[t]) {
+            acc = alt_add(c, acc, typed(c, s, TYPES[t]));
+            if (acc < 0) return acc;
+        }
+    if (acc == NONE) return fail(c, QERR_INVAL, "an empty type list");
+    return acc;
+}
+
+static gram_x sx(sctx *c, const json_t *s)
+{
+    if (c->rc) return c->rc;
+    if (++c->depth > 200) return fail(c, QERR_LIMIT, "schemas nested more than 200 deep");
+    gram_x x = sx_inner(c, s);
+    c->depth--;
+    if (x < 0 && !c->rc) {
+        const char *msg;
+        const int rc = gram_b_error(B, &msg);
+        return fail(c, rc ? rc : x, "%s", rc ? msg : "cannot compile");
+    }
+    return x;
+}
+
+/* The shared rules: value, string, number, integer (compact JSON). */
+static int shared_rules(sctx *c)
+{
+    c->r_value = gram_b_rule(B, "value");
+    c->r_string = gram_b_rule(B, "string");
+    c->r_number = gram_b_rule(B, "number");
+    c->r_integer = gram_b_rule(B, "integer");
+    const int r_obj = gram_b_rule(B, "object"), r_arr = gram_b_rule(B, "array");
+    gram_b_define(B, c->r_string, seq3(c, LIT("\""), re(c, "[\\s\\S]*", GRAM_RE_JSON_STRING | GRAM_RE_FULL), LIT("\"")));
+    gram_b_define(B, c->r_number, re(c, "-?(0|[1-9]\\d*)(\\.\\d+)?([eE][+-]?\\d+)?", GRAM_RE_FULL));
+    gram_b_define(B, c->r_integer, re(c, "-?(0|[1-9]\\d*)", GRAM_RE_FULL));
+    gram_x member = SEQ(gram_b_ref(B, c->r_string), SEQ(LIT(":"), gram_b_ref(B, c->r_value)));
+    gram_b_define(B, r_obj,
+                  seq3(c, LIT("{"),
+                       ALT(SEQ(member, gram_b_rep(B, SEQ(LIT(","), SEQ(gram_b_ref(B, c->r_string),
+                                                                      SEQ(LIT(":"), gram_b_ref(B, c->r_value)))),
+                                                  0, -1)),
+                           gram_b_empty(B)),
+                       LIT("}")));
+    gram_b_define(B, r_arr,
+                  seq3(c, LIT("["),
+                       ALT(SEQ(gram_b_ref(B, c->r_value), gram_b_rep(B, SEQ(LIT(","), gram_b_ref(B, c->r_value)), 0, -1)),
+                           gram_b_empty(B)),
+                       LIT("]")));
+    gram_x v = ALT(gram_b_ref(B, r_obj), gram_b_ref(B, r_arr));
+    v = ALT(v, gram_b_ref(B, c->r_string));
+    v = ALT(v, gram_b_ref(B, c->r_number));
+    v = ALT(v, ALT(LIT("true"), ALT(LIT("false"), LIT("null"))));
+    gram_b_define(B, c->r_value, v);
+    const char *msg;
+    const int rc = gram_b_error(B, &msg);
+    return rc ? fail(c, rc, "%s", msg) : 0;
+}
+
+static int compile(const json_t *schema, int any, gram **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    sctx c = { 0 };
+    c.b = gram_b_new();
+    c.keep = json_array();
+    c.root = schema;
+    int rc = 0;
+    if (!c.b || !c.keep) rc = fail(&c, QERR_NOMEM, "out of memory");
+    if (!rc) rc = shared_rules(&c);
+    if (!rc) {
+        gram_x top = any ? gram_b_ref(c.b, c.r_value) : sx(&c, schema);
+        const int root = top >= 0 ? gram_b_rule(c.b, "root") : top;
+        if (root >= 0 && !gram_b_define(c.b, root, top)) rc = gram_b_build(c.b, root, out, c.err, sizeof c.err);
+        else rc = c.rc ? c.rc : root < 0 ? root : QERR_INTERNAL;
+    }
+    if (rc) {
+        if (!c.err[0]) {
+            const char *msg = "";
+            if (c.b) gram_b_error(c.b, &msg);
+            snprintf(c.err, sizeof c.err, "%s", msg);
+        }
+        qerr_set(err, errlen, rc, "%s", c.err);
+    }
+    gram_b_free(c.b);
+    json_decref(c.keep);
+    free(c.memo);
+    return rc;
+}
+
+int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errlen)
+{
+    return compile(schema, 0, out, err, errlen);
+}
+
+int gram_json_any(gram **out, char *err, size_t errlen) { return compile(json_true(), 1, out, err, errlen); }
