@@ -145,9 +145,39 @@ static int constrains(const json_t *s, const char *skip1, const char *skip2)
 
 /* The schema a local reference names ("#", "#/definitions/x", with ~0 ~1
  * and %-escapes), or NULL. */
+/* The subschema of s whose "$id", "id" or "$anchor" names fragment f
+ * ("#name"), depth first; NULL when none. */
+static const json_t *find_anchor(const json_t *s, const char *f, int depth)
+{
+    if (depth > 100) return NULL;
+    if (json_is_object(s)) {
+        const char *id = json_string_value(json_object_get(s, "$id"));
+        if (!id) id = json_string_value(json_object_get(s, "id"));
+        const char *an = json_string_value(json_object_get(s, "$anchor"));
+        if ((id && !strcmp(id, f)) || (an && !strcmp(an, f + 1))) return s;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)s, k, v)
+        {
+            const json_t *r = find_anchor(v, f, depth + 1);
+            if (r) return r;
+        }
+    } else if (json_is_array(s)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(s, i, v)
+        {
+            const json_t *r = find_anchor(v, f, depth + 1);
+            if (r) return r;
+        }
+    }
+    return NULL;
+}
+
 static const json_t *resolve(sctx *c, const char *ref)
 {
     if (ref[0] != '#') return NULL;
+    if (ref[1] && ref[1] != '/') return find_anchor(c->root, ref, 0);
     const json_t *cur = c->root;
     const char *p = ref + 1;
     while (*p) {
@@ -180,6 +210,7 @@ static const json_t *resolve(sctx *c, const char *ref)
 }
 
 static gram_x sx(sctx *c, const json_t *s);
+static gram_x sx_body(sctx *c, const json_t *s);
 
 /* A reference to the rule of schema t (made on first use: recursion goes
  * through the rule). */
@@ -196,7 +227,7 @@ static gram_x ref_rule(sctx *c, const json_t *t)
         c->memo = m, c->cap_memo = cap;
     }
     c->memo[c->n_memo++] = (struct memo){ t, r };
-    gram_x body = sx(c, t);
+    gram_x body = sx_body(c, t);
     if (body < 0) return body;
     if (gram_b_define(B, r, body)) return fail(c, QERR_NOMEM, "out of memory");
     return gram_b_ref(B, r);
@@ -244,38 +275,40 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
 {
     a = deref(c, a);
     bb = deref(c, bb);
-    if (json_is_true(a)) return json_deep_copy(bb);
-    if (json_is_true(bb)) return json_deep_copy(a);
+    if (json_is_true(a)) return json_copy((json_t *)bb);
+    if (json_is_true(bb)) return json_copy((json_t *)a);
     if (!json_is_object(a) || !json_is_object(bb)) {
         fail(c, QERR_UNSUPPORTED, "allOf with a false schema");
         return NULL;
     }
-    json_t *m = json_deep_copy(a);
+    /* Shallow: subschemas are shared, so that a schema met again (through
+     * recursion) is the same object and compiles to the same rule. */
+    json_t *m = json_copy((json_t *)a);
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)bb, k, v)
     {
         json_t *mine = json_object_get(m, k);
         if (!mine || IN(k, ANNOTATIONS)) {
-            if (!mine) json_object_set_new(m, k, json_deep_copy(v));
+            if (!mine) json_object_set(m, k, v);
             continue;
         }
         if (!strcmp(k, "type")) {
             json_object_set_new(m, k, merge_types(mine, v));
         } else if (!strcmp(k, "required")) {
-            json_t *r = json_deep_copy(mine);
+            json_t *r = json_copy(mine);
             size_t i;
             json_t *x;
             json_array_foreach(v, i, x) json_array_append(r, x);
             json_object_set_new(m, k, r);
         } else if (!strcmp(k, "properties")) {
-            json_t *p = json_deep_copy(mine);
+            json_t *p = json_copy(mine);
             const char *pk;
             json_t *pv;
             json_object_foreach(v, pk, pv)
             {
                 json_t *old = json_object_get(p, pk);
-                json_t *nv = old ? merge(c, old, pv) : json_deep_copy(pv);
+                json_t *nv = old ? merge(c, old, pv) : json_incref(pv);
                 if (!nv) {
                     json_decref(p);
                     json_decref(m);
@@ -287,8 +320,9 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
         } else if (!strcmp(k, "allOf") || !strcmp(k, "anyOf") || !strcmp(k, "oneOf")) {
             /* Both: keep one here, the other as one more allOf member. */
             json_t *all = json_object_get(m, "allOf");
-            if (!all) json_object_set_new(m, "allOf", all = json_array());
+            all = all ? json_copy(all) : json_array();
             json_array_append_new(all, json_pack("{s:O}", k, v));
+            json_object_set_new(m, "allOf", all);
         } else if (!strcmp(k, "minimum") || !strcmp(k, "minLength") || !strcmp(k, "minItems") ||
                    !strcmp(k, "minProperties")) {
             if (json_number_value(v) > json_number_value(mine)) json_object_set(m, k, v);
@@ -333,15 +367,19 @@ static const json_t *keep(sctx *c, json_t *s)
 
 /* ---- strings ----------------------------------------------------------------------------- */
 
+/* Month and day: 31 days in the long months, 30 in the short ones, 29 in
+ * February (the year is not checked for leap years). */
+#define DAYS "((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-9]))"
+
 /* Patterns of the formats (over code points; compiled in JSON-string mode). */
 static const char *format_pattern(const char *f)
 {
     static const struct {
         const char *name, *pattern;
     } F[] = {
-        { "date", "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])" },
+        { "date", "\\d{4}-" DAYS },
         { "time", "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
-        { "date-time", "\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])[Tt ]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)"
+        { "date-time", "\\d{4}-" DAYS "[Tt ]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)"
                        "(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
         { "email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
                    "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*" },
@@ -609,6 +647,9 @@ static gram_x arr_x(sctx *c, const json_t *s)
 
 /* ---- objects ------------------------------------------------------------------------------ */
 
+/* Objects with at most this many properties take them in any order. */
+#define ANY_ORDER_MAX 6
+
 static int in_array(const json_t *a, const char *s)
 {
     size_t i;
@@ -701,19 +742,58 @@ static gram_x obj_x(sctx *c, const json_t *s)
             goto done;
         }
     }
-    /* From the end: rest(i) after some property, first(i) before any. */
+    /* Each property as a rule: its key, a colon, its value. */
+    gram_x *prop = q_callocn((size_t)n + 1, sizeof *prop);
+    if (!prop) {
+        out = fail(c, QERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n && !c->rc; i++) {
+        char where[300];
+        snprintf(where, sizeof where, "properties/%s", names[i]);
+        gram_x val = sub(c, schemas[i], where);
+        prop[i] = as_rule(c, "prop", SEQ(LIT(enc[i]), SEQ(LIT(":"), val)));
+    }
+    if (c->rc) {
+        free(prop);
+        out = c->rc;
+        goto done;
+    }
+    if (n <= ANY_ORDER_MAX) {
+        /* Any order: a rule for each set of properties given so far (after
+         * at least one member), and one for the start. */
+        const int nm = 1 << n;
+        unsigned req_mask = 0;
+        for (int i = 0; i < n; i++) req_mask |= (unsigned)required[i] << i;
+        int rest_rule[1 << ANY_ORDER_MAX];
+        for (int mk = 0; mk < nm; mk++) rest_rule[mk] = gram_b_rule(B, "props");
+        for (int mk = 0; mk < nm && !c->rc; mk++) {
+            gram_x acc = (req_mask & ~(unsigned)mk) ? NONE : gram_b_empty(B);
+            for (int i = 0; i < n; i++)
+                if (!(mk >> i & 1))
+                    acc = alt_add(c, acc, seq3(c, LIT(","), prop[i], gram_b_ref(B, rest_rule[mk | 1 << i])));
+            if (extras) acc = alt_add(c, acc, seq3(c, LIT(","), extra, gram_b_ref(B, rest_rule[mk])));
+            if (acc == NONE) acc = gram_b_empty(B); /* all given: nothing can follow (not reached: req_mask covers) */
+            if (acc < 0 || gram_b_define(B, rest_rule[mk], acc)) fail(c, QERR_NOMEM, "out of memory");
+        }
+        gram_x first = req_mask ? NONE : gram_b_empty(B);
+        for (int i = 0; i < n; i++) first = alt_add(c, first, SEQ(prop[i], gram_b_ref(B, rest_rule[1 << i])));
+        if (extras) first = alt_add(c, first, SEQ(extra, gram_b_ref(B, rest_rule[0])));
+        if (first == NONE) first = gram_b_empty(B);
+        free(prop);
+        out = seq3(c, LIT("{"), first, LIT("}"));
+        goto done;
+    }
+    /* More properties: in schema order.  From the end: rest(i) after some
+     * property, first(i) before any. */
     gram_x rest = extras ? gram_b_rep(B, SEQ(LIT(","), extra), 0, -1) : gram_b_empty(B);
     gram_x first = extras ? ALT(SEQ(extra, gram_b_rep(B, SEQ(LIT(","), extra), 0, -1)), gram_b_empty(B))
                           : gram_b_empty(B);
     rest = as_rule(c, "rest", rest);
     first = as_rule(c, "first", first);
     for (int i = n - 1; i >= 0 && !c->rc; i--) {
-        char where[300];
-        snprintf(where, sizeof where, "properties/%s", names[i]);
-        gram_x val = sub(c, schemas[i], where);
-        gram_x prop = as_rule(c, "prop", SEQ(LIT(enc[i]), SEQ(LIT(":"), val)));
-        gram_x r_i = SEQ(LIT(","), SEQ(prop, rest));
-        gram_x f_i = SEQ(prop, rest);
+        gram_x r_i = SEQ(LIT(","), SEQ(prop[i], rest));
+        gram_x f_i = SEQ(prop[i], rest);
         if (!required[i]) {
             r_i = ALT(r_i, rest);
             f_i = ALT(f_i, first);
@@ -721,6 +801,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         rest = as_rule(c, "rest", r_i);
         first = as_rule(c, "first", f_i);
     }
+    free(prop);
     out = seq3(c, LIT("{"), first, LIT("}"));
 done:
     for (int i = 0; i < n; i++) free(enc[i]);
@@ -765,7 +846,7 @@ static gram_x typed(sctx *c, const json_t *s, const char *t)
 /* s without the keys k1, k2 (kept alive). */
 static const json_t *without(sctx *c, const json_t *s, const char *k1, const char *k2)
 {
-    json_t *w = json_deep_copy(s);
+    json_t *w = json_copy((json_t *)s);
     if (!w) return NULL;
     json_object_del(w, k1);
     if (k2) json_object_del(w, k2);
@@ -840,7 +921,8 @@ static gram_x sx_inner(sctx *c, const json_t *s)
                 const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, t) : type);
                 ok |= tn && has_type(val, tn);
             }
-            if (ok) acc = alt_add(c, acc, literal(c, val));
+            if (!ok) continue;
+            acc = alt_add(c, acc, literal(c, val));
             if (acc < 0) return acc;
         }
         if (acc == NONE) return fail(c, QERR_UNSUPPORTED, "no enum value has an allowed type");
@@ -875,6 +957,16 @@ static gram_x sx_inner(sctx *c, const json_t *s)
 }
 
 static gram_x sx(sctx *c, const json_t *s)
+{
+    if (c->rc) return c->rc;
+    /* Schemas that merge (allOf, $ref beside other keywords) go through a
+     * rule of their own: met again through recursion, they reuse it. */
+    if (json_is_object(s) && (json_object_get(s, "allOf") || (json_object_get(s, "$ref") && constrains(s, "$ref", NULL))))
+        return ref_rule(c, s);
+    return sx_body(c, s);
+}
+
+static gram_x sx_body(sctx *c, const json_t *s)
 {
     if (c->rc) return c->rc;
     if (++c->depth > 200) return fail(c, QERR_LIMIT, "schemas nested more than 200 deep");

@@ -1,0 +1,174 @@
+/* test_schema.c - JSON Schema to grammar (grammar/schema.c): for a table of
+ * schemas, compact instances that must be accepted whole and ones that
+ * must be refused; the keywords refused with a message and a JSON
+ * pointer; integer and number ranges checked against brute force. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gram.h"
+#include "qerr.h"
+#include "qtest.h"
+#include "schema.h"
+
+static gram *compile(const char *schema)
+{
+    json_error_t je;
+    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
+    if (!s) {
+        fprintf(stderr, "  bad test schema: %s\n", je.text);
+        return NULL;
+    }
+    gram *g = NULL;
+    char err[800];
+    if (gram_schema_compile(s, &g, err, sizeof err)) fprintf(stderr, "  %s: %s\n", schema, err);
+    json_decref(s);
+    return g;
+}
+
+static int takes(const gram *g, const char *text)
+{
+    gram_m *m = gram_m_new(g);
+    const int ok = m && gram_m_feed(m, (const uint8_t *)text, strlen(text)) == 0 && gram_m_can_end(m);
+    gram_m_free(m);
+    return ok;
+}
+
+typedef struct {
+    const char *schema;
+    const char *yes[8];
+    const char *no[8];
+} kase;
+
+static const kase CASES[] = {
+    { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}",
+      { "{\"b\":\"x\"}", "{\"a\":1,\"b\":\"\"}", "{\"a\":-5,\"b\":\"q\",\"c\":null}", "{\"b\":\"x\",\"zz\":[1,{}]}" },
+      { "{}", "{\"a\":1}", "{\"a\":\"1\",\"b\":\"x\"}", "{\"b\":1}", "{\"b\":\"x\",\"a\":\"no\"}", "{\"b\":\"x\",\"b\":\"y\"}" } },
+    { "{\"type\":\"object\",\"properties\":{\"a\":{}},\"additionalProperties\":false}",
+      { "{}", "{\"a\":[1,\"x\"]}" }, { "{\"b\":1}", "{\"a\":1,\"b\":2}" } },
+    { "{\"properties\":{\"dimensions\":{\"oneOf\":[{\"required\":[\"radius\"]},{\"required\":[\"length\",\"width\"]}],"
+      "\"properties\":{\"length\":{\"type\":\"number\"},\"radius\":{\"type\":\"number\"},\"width\":{\"type\":\"number\"}},"
+      "\"type\":\"object\"}},\"required\":[\"dimensions\"],\"type\":\"object\"}",
+      { "{\"dimensions\":{\"radius\":5}}", "{\"dimensions\":{\"length\":1,\"width\":2.5}}" },
+      { "{\"dimensions\":{}}", "{\"dimensions\":{\"length\":1}}" } },
+    { "{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"minItems\":1,\"maxItems\":3}",
+      { "[true]", "[true,false,true]" }, { "[]", "[true,true,true,true]", "[1]", "[true,]" } },
+    { "{\"type\":\"array\",\"prefixItems\":[{\"const\":\"a\"},{\"type\":\"null\"}],\"items\":false}",
+      { "[]", "[\"a\"]", "[\"a\",null]" }, { "[null]", "[\"a\",null,1]" } },
+    { "{\"type\":\"array\",\"items\":[{\"type\":\"integer\"}],\"additionalItems\":{\"type\":\"string\"},\"minItems\":2}",
+      { "[1,\"x\"]", "[1,\"x\",\"y\"]" }, { "[1]", "[\"x\",1]" } },
+    { "{\"enum\":[\"red\",3,null,{\"k\":[1]}]}", { "\"red\"", "3", "null", "{\"k\":[1]}" }, { "\"blue\"", "4", "{\"k\":[]}" } },
+    { "{\"type\":[\"string\",\"null\"],\"pattern\":\"^[a-z]+$\"}", { "\"abc\"", "null" }, { "\"ABC\"", "\"\"", "1" } },
+    { "{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", { "\"ab\"", "\"a\\\"b\"", "\"日本語\"" }, { "\"a\"", "\"abcd\"" } },
+    { "{\"type\":\"string\",\"format\":\"date\"}", { "\"2024-02-29\"", "\"1999-12-31\"" }, { "\"2024-13-01\"", "\"2024-02-30\"", "\"2024-04-31\"" } },
+    { "{\"type\":\"string\",\"format\":\"uuid\"}", { "\"123e4567-e89b-12d3-a456-426614174000\"" }, { "\"123e4567\"" } },
+    { "{\"type\":\"integer\",\"minimum\":-3,\"exclusiveMaximum\":120}", { "-3", "0", "119", "7" }, { "-4", "120", "1.5", "01" } },
+    { "{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", { "0", "0.5", "1", "1.000" }, { "-0.1", "1.5", "2", "1e5" } },
+    { "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"next\":{\"$ref\":\"#/$defs/node\"}},\"additionalProperties\":false}},"
+      "\"$ref\":\"#/$defs/node\"}",
+      { "{}", "{\"next\":{}}", "{\"next\":{\"next\":{\"next\":{}}}}" }, { "{\"next\":1}", "{\"x\":{}}" } },
+    { "{\"allOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]},"
+      "{\"properties\":{\"b\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}]}",
+      { "{\"a\":\"x\",\"b\":true}" }, { "{\"a\":\"x\"}", "{\"b\":true}" } },
+    { "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}],\"nullable\":true}",
+      { "5", "\"z\"" }, { "\"zz\"", "true" } },
+    { "true", { "1", "{\"a\":[null,true,\"s\"]}", "\"\\u0001\"" }, { "{", "tru", "1 " } },
+    { "{\"type\":\"object\",\"properties\":{\"q\\\"uote\":{\"const\":1}},\"required\":[\"q\\\"uote\"]}",
+      { "{\"q\\\"uote\":1}" }, { "{\"q\\\"uote\":2}" } },
+};
+
+static void test_cases(void)
+{
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        gram *g = compile(CASES[i].schema);
+        CHECK(g != NULL);
+        if (!g) continue;
+        for (int k = 0; k < 8 && CASES[i].yes[k]; k++)
+            if (!takes(g, CASES[i].yes[k])) {
+                fprintf(stderr, "  schema %zu: refused %s\n", i, CASES[i].yes[k]);
+                CHECK(0);
+            }
+        for (int k = 0; k < 8 && CASES[i].no[k]; k++)
+            if (takes(g, CASES[i].no[k])) {
+                fprintf(stderr, "  schema %zu: accepted %s\n", i, CASES[i].no[k]);
+                CHECK(0);
+            }
+        gram_free(g);
+    }
+}
+
+static void test_refused(void)
+{
+    static const struct {
+        const char *schema, *says;
+    } R[] = {
+        { "{\"not\":{\"type\":\"string\"}}", "'not'" },
+        { "{\"type\":\"object\",\"properties\":{\"x\":{\"if\":{}}}}", "/properties/x" },
+        { "{\"patternProperties\":{\"^a\":{}}}", "patternProperties" },
+        { "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems" },
+        { "{\"type\":\"string\",\"format\":\"color\"}", "format 'color'" },
+        { "{\"type\":\"number\",\"multipleOf\":3}", "multipleOf" },
+        { "{\"$ref\":\"#/definitions/missing\"}", "missing" },
+        { "{\"type\":\"string\",\"pattern\":\"(?=x)\"}", "lookaround" },
+        { "false", "false schema" },
+        { "{\"type\":\"strange\"}", "unknown type" },
+    };
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
+        json_t *s = json_loads(R[i].schema, JSON_DECODE_ANY, NULL);
+        REQUIRE(s);
+        gram *g = NULL;
+        char err[800] = "";
+        const int rc = gram_schema_compile(s, &g, err, sizeof err);
+        CHECK(rc < 0 && g == NULL);
+        CHECK_STR_CONTAINS(err, R[i].says);
+        json_decref(s);
+    }
+}
+
+/* Integer ranges against brute force over [-150, 1500]. */
+static void test_ranges(void)
+{
+    static const int bounds[][2] = { { 0, 0 }, { 0, 9 }, { 1, 10 }, { 7, 123 }, { 99, 1000 }, { -100, -3 }, { -12, 45 },
+                                     { 5, 1234 }, { 0, 99 }, { 10, 19 } };
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+        char schema[128];
+        snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"minimum\":%d,\"maximum\":%d}", bounds[i][0], bounds[i][1]);
+        gram *g = compile(schema);
+        REQUIRE(g);
+        int bad = 0;
+        for (int v = -150; v <= 1500; v++) {
+            char t[16];
+            snprintf(t, sizeof t, "%d", v);
+            const int want = v >= bounds[i][0] && v <= bounds[i][1];
+            if (takes(g, t) != want && bad++ < 3) fprintf(stderr, "  [%d, %d]: %d\n", bounds[i][0], bounds[i][1], v);
+        }
+        CHECK_EQ_INT(bad, 0);
+        gram_free(g);
+    }
+    /* Unbounded above. */
+    gram *g = compile("{\"type\":\"integer\",\"minimum\":37}");
+    REQUIRE(g);
+    CHECK(takes(g, "37") && takes(g, "99") && takes(g, "100") && takes(g, "123456789"));
+    CHECK(!takes(g, "36") && !takes(g, "-40") && !takes(g, "9"));
+    gram_free(g);
+    /* Numbers with a fraction, against their values. */
+    g = compile("{\"type\":\"number\",\"exclusiveMinimum\":-2,\"maximum\":3}");
+    REQUIRE(g);
+    static const char *const nums[] = { "-2", "-1.99", "-2.5", "-1", "0", "0.25", "2.999", "3", "3.0", "3.01", "4", "-0.5" };
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        const double v = atof(nums[i]);
+        const int want = v > -2 && v <= 3;
+        if (takes(g, nums[i]) != want) fprintf(stderr, "  (-2, 3]: %s\n", nums[i]);
+        CHECK_EQ_INT(takes(g, nums[i]), want);
+    }
+    gram_free(g);
+}
+
+int main(void)
+{
+    QT_RUN(test_cases);
+    QT_RUN(test_refused);
+    QT_RUN(test_ranges);
+    QT_MAIN_END();
+}
