@@ -175,6 +175,15 @@ gram_x gram_b_regex(gram_b *b, const char *pattern, size_t len, unsigned flags)
     char err[256];
     int rc = gram_re_compile(pattern, len, flags, &re, err, sizeof err);
     if (rc) return b_fail(b, rc, err);
+    return gram_b_regex_take(b, re);
+}
+
+gram_x gram_b_regex_take(gram_b *b, gram_re *re)
+{
+    if (b->err) {
+        gram_re_free(re);
+        return b->err;
+    }
     if (grow((void **)&b->res, b->n_res, &b->cap_res, sizeof *b->res)) {
         gram_re_free(re);
         return b_fail(b, QERR_NOMEM, "out of memory");

@@ -23,6 +23,7 @@
 /* ---- building ---------------------------------------------------------------- */
 
 typedef struct gram_b gram_b;
+typedef struct gram_re gram_re;
 typedef struct gram gram;
 
 /* An expression of a builder: an index, or a negative QERR_* code (an
@@ -50,6 +51,8 @@ gram_x gram_b_byte(gram_b *b, uint8_t lo, uint8_t hi);
 /* A pattern (regex.h, with its flags): compiled now; a bad one fails the
  * builder with the pattern's message. */
 gram_x gram_b_regex(gram_b *b, const char *pattern, size_t len, unsigned flags);
+/* A compiled pattern (taken: the builder frees it, also on error). */
+gram_x gram_b_regex_take(gram_b *b, gram_re *re);
 gram_x gram_b_ref(gram_b *b, int rule);
 /* The content of a JSON string (between its quotes, in the output form of
  * regex.h's JSON-string mode) that is none of names[0..n) (lens[i] bytes

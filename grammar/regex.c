@@ -1030,3 +1030,91 @@ int gram_re_match(const gram_re *re, const char *s, size_t n)
     for (size_t i = 0; i < n && st >= 0; i++) st = gram_re_step(re, st, (uint8_t)s[i]);
     return gram_re_accepts(re, st);
 }
+
+/* ---- intersection ------------------------------------------------------------------------- */
+
+int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    /* Product states by pair, breadth first; 256 columns, compressed after. */
+    const size_t np = (size_t)x->n_states * (size_t)y->n_states;
+    int32_t *id = malloc(np * sizeof *id), *pairs = NULL, *wide = NULL;
+    int n = 0, cap = 0, rc = 0;
+    gram_re *re = calloc(1, sizeof *re);
+    if (!id || !re) rc = QERR_NOMEM;
+    for (size_t i = 0; !rc && i < np; i++) id[i] = -1;
+    if (!rc) {
+        id[0] = 0; /* both start at 0 */
+        cap = 64;
+        pairs = q_mallocn((size_t)cap, 2 * sizeof *pairs);
+        wide = q_mallocn((size_t)cap, 256 * sizeof *wide);
+        if (!pairs || !wide) rc = QERR_NOMEM;
+        else pairs[0] = 0, pairs[1] = 0, n = 1;
+    }
+    for (int s = 0; !rc && s < n; s++) {
+        const int a = pairs[2 * s], b = pairs[2 * s + 1];
+        for (int c = 0; c < 256; c++) {
+            const int na = gram_re_step(x, a, (uint8_t)c), nb = na < 0 ? -1 : gram_re_step(y, b, (uint8_t)c);
+            int t = -1;
+            if (na >= 0 && nb >= 0) {
+                const size_t k = (size_t)na * (size_t)y->n_states + (size_t)nb;
+                if (id[k] < 0) {
+                    if (n >= GRAM_RE_MAX_STATES) {
+                        rc = QERR_LIMIT;
+                        break;
+                    }
+                    if (n == cap) {
+                        cap *= 2;
+                        int32_t *p2 = q_reallocn(pairs, (size_t)cap, 2 * sizeof *p2);
+                        if (p2) pairs = p2;
+                        int32_t *w2 = p2 ? q_reallocn(wide, (size_t)cap, 256 * sizeof *w2) : NULL;
+                        if (!w2) {
+                            rc = QERR_NOMEM;
+                            break;
+                        }
+                        wide = w2;
+                    }
+                    id[k] = n;
+                    pairs[2 * n] = na, pairs[2 * n + 1] = nb;
+                    n++;
+                }
+                t = id[k];
+            }
+            wide[(size_t)s * 256 + (size_t)c] = t;
+        }
+    }
+    if (!rc) {
+        /* Byte classes: bytes whose columns are equal. */
+        int nc = 0;
+        uint8_t rep[256];
+        for (int c = 0; c < 256; c++) {
+            int same = -1;
+            for (int k = 0; k < nc && same < 0; k++) {
+                int eq = 1;
+                for (int s = 0; s < n && eq; s++) eq = wide[(size_t)s * 256 + c] == wide[(size_t)s * 256 + rep[k]];
+                if (eq) same = k;
+            }
+            if (same < 0) rep[nc] = (uint8_t)c, same = nc++;
+            re->cls[c] = (uint8_t)same;
+        }
+        re->n_states = n, re->n_classes = nc;
+        re->next = q_mallocn((size_t)n * (size_t)nc, sizeof *re->next);
+        re->accept = malloc((size_t)n);
+        if (!re->next || !re->accept) rc = QERR_NOMEM;
+        for (int s = 0; !rc && s < n; s++) {
+            re->accept[s] = (uint8_t)(x->accept[pairs[2 * s]] && y->accept[pairs[2 * s + 1]]);
+            for (int k = 0; k < nc; k++) re->next[(size_t)s * (size_t)nc + (size_t)k] = wide[(size_t)s * 256 + rep[k]];
+        }
+    }
+    free(id);
+    free(pairs);
+    free(wide);
+    if (rc) {
+        gram_re_free(re);
+        return rc == QERR_LIMIT ? qerr_set(err, errlen, rc, "pattern: the intersection has more than %d states",
+                                           GRAM_RE_MAX_STATES)
+                                : qerr_set(err, errlen, rc, "pattern: out of memory");
+    }
+    *out = re;
+    return 0;
+}

@@ -40,6 +40,11 @@ int gram_re_compile(const char *pattern, size_t len, unsigned flags, gram_re **o
 /* NULL is a no-op. */
 void gram_re_free(gram_re *re);
 
+/* The automaton of the inputs both x and y match: 0 and *out, or
+ * QERR_LIMIT (more than GRAM_RE_MAX_STATES states), QERR_NOMEM, with a
+ * message. */
+int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen);
+
 /* The start state.  Cannot fail. */
 int gram_re_start(const gram_re *re);
 /* The state after byte b from state s (>= 0), or -1 when no input that

@@ -417,14 +417,24 @@ static gram_x str_x(sctx *c, const json_t *s)
     }
     gram_x body;
     if (pat || p) {
-        if (bounded) return fail(c, QERR_UNSUPPORTED, "pattern or format with minLength / maxLength is not supported");
-        body = pat ? gram_b_regex(B, json_string_value(pat), json_string_length(pat), GRAM_RE_JSON_STRING)
-                   : re(c, p, GRAM_RE_JSON_STRING | GRAM_RE_FULL);
-        if (body < 0) {
-            const char *msg;
-            gram_b_error(B, &msg);
-            return fail(c, body, "%s", msg);
+        /* The pattern (or format), intersected with the length bounds. */
+        gram_re *rx = NULL, *len = NULL, *both = NULL;
+        char err[300];
+        int rc = pat ? gram_re_compile(json_string_value(pat), json_string_length(pat), GRAM_RE_JSON_STRING, &rx, err,
+                                       sizeof err)
+                     : gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err);
+        if (!rc && bounded) {
+            char lp[64];
+            if (max >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", min, max);
+            else snprintf(lp, sizeof lp, "[\\s\\S]{%d,}", min);
+            rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &len, err, sizeof err);
+            if (!rc) rc = gram_re_intersect(rx, len, &both, err, sizeof err);
+            gram_re_free(rx);
+            gram_re_free(len);
+            rx = both;
         }
+        if (rc) return fail(c, rc, "%s", err);
+        body = gram_b_regex_take(B, rx);
     } else if (bounded) {
         body = gram_b_rep(B, re(c, "[\\s\\S]", GRAM_RE_JSON_STRING | GRAM_RE_FULL), min, max);
     } else {

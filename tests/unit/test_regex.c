@@ -184,11 +184,30 @@ static void test_json_mode(void)
     gram_re_free(re);
 }
 
+/* The intersection matches exactly what both match. */
+static void test_intersect(void)
+{
+    char err[256];
+    gram_re *a = NULL, *b = NULL, *ab = NULL;
+    REQUIRE(gram_re_compile("a", 1, 0, &a, err, sizeof err) == 0);          /* holds an a */
+    REQUIRE(gram_re_compile("^.{2,3}$", 8, 0, &b, err, sizeof err) == 0);    /* 2 or 3 characters */
+    REQUIRE(gram_re_intersect(a, b, &ab, err, sizeof err) == 0);
+    for (int i = 0; i < NSTRS; i++) {
+        const size_t n = strlen(STRS[i]);
+        CHECK_EQ_INT(gram_re_match(ab, STRS[i], n), gram_re_match(a, STRS[i], n) && gram_re_match(b, STRS[i], n));
+    }
+    CHECK(gram_re_match(ab, "xa", 2) && !gram_re_match(ab, "xxxa", 4) && !gram_re_match(ab, "bb", 2));
+    gram_re_free(a);
+    gram_re_free(b);
+    gram_re_free(ab);
+}
+
 int main(void)
 {
     QT_RUN(test_table);
     QT_RUN(test_random);
     QT_RUN(test_refused);
     QT_RUN(test_json_mode);
+    QT_RUN(test_intersect);
     QT_MAIN_END();
 }
