@@ -212,15 +212,32 @@ static size_t lit_put(gram_b *b, const void *s, size_t n)
 
 gram_x gram_b_string_except(gram_b *b, const char *const *names, const size_t *lens, int n)
 {
-    if (b->err) return b->err;
-    if (b->any_string < 0) {
-        static const char any[] = "[\\s\\S]*";
-        gram_x r = gram_b_regex(b, any, sizeof any - 1, GRAM_RE_JSON_STRING | GRAM_RE_FULL);
+    return gram_b_key(b, NULL, names, lens, n);
+}
+
+gram_x gram_b_key(gram_b *b, gram_re *base, const char *const *names, const size_t *lens, int n)
+{
+    if (b->err) {
+        gram_re_free(base);
+        return b->err;
+    }
+    int re_idx;
+    if (base) {
+        gram_x r = gram_b_regex_take(b, base);
         if (r < 0) return r;
-        b->any_string = b->x[r].re;
+        re_idx = b->x[r].re;
+    } else {
+        if (b->any_string < 0) {
+            static const char any[] = "[\\s\\S]*";
+            gram_x r = gram_b_regex(b, any, sizeof any - 1, GRAM_RE_JSON_STRING | GRAM_RE_FULL);
+            if (r < 0) return r;
+            b->any_string = b->x[r].re;
+        }
+        re_idx = b->any_string;
     }
     gram_x x = new_x(b, X_EXCEPT);
     if (x < 0) return x;
+    b->x[x].re = re_idx;
     const size_t start = b->n_lits;
     for (int i = 0; i < n; i++)
         if (lit_put(b, &lens[i], sizeof lens[i]) == (size_t)-1 || lit_put(b, names[i], lens[i]) == (size_t)-1)
@@ -317,7 +334,7 @@ static void n_edge(nfa *a, int from, int to, int sym, int lo, int hi)
  * pattern's DFA and a trie of the names, built breadth-first. */
 static void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
 {
-    const gram_re *re = b->res[b->any_string];
+    const gram_re *re = b->res[e->re];
     /* The trie: node 0 the root; child[node * 256 + byte], 0 for none. */
     int cap_t = 1;
     for (size_t p = e->off; p < e->off + e->len;) {

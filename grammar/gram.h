@@ -59,6 +59,9 @@ gram_x gram_b_ref(gram_b *b, int rule);
  * each, in that same form): the keys an object may add beside its listed
  * properties. */
 gram_x gram_b_string_except(gram_b *b, const char *const *names, const size_t *lens, int n);
+/* The same over the strings of base (a pattern in JSON-string mode, taken;
+ * NULL: any string): the keys of patternProperties. */
+gram_x gram_b_key(gram_b *b, gram_re *base, const char *const *names, const size_t *lens, int n);
 gram_x gram_b_seq(gram_b *b, gram_x x, gram_x y);
 gram_x gram_b_alt(gram_b *b, gram_x x, gram_x y);
 /* x repeated min..max times (max -1: no bound). */

@@ -1033,11 +1033,14 @@ int gram_re_match(const gram_re *re, const char *s, size_t n)
 
 /* ---- intersection ------------------------------------------------------------------------- */
 
-int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen)
+/* The product of x and y: with and_not, the inputs x matches and y does
+ * not (y may die: its dead state is index ny). */
+static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **out, char *err, size_t errlen)
 {
     *out = NULL;
+    const int ny = y->n_states + (and_not ? 1 : 0);
     /* Product states by pair, breadth first; 256 columns, compressed after. */
-    const size_t np = (size_t)x->n_states * (size_t)y->n_states;
+    const size_t np = (size_t)x->n_states * (size_t)ny;
     int32_t *id = malloc(np * sizeof *id), *pairs = NULL, *wide = NULL;
     int n = 0, cap = 0, rc = 0;
     gram_re *re = calloc(1, sizeof *re);
@@ -1054,10 +1057,12 @@ int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *e
     for (int s = 0; !rc && s < n; s++) {
         const int a = pairs[2 * s], b = pairs[2 * s + 1];
         for (int c = 0; c < 256; c++) {
-            const int na = gram_re_step(x, a, (uint8_t)c), nb = na < 0 ? -1 : gram_re_step(y, b, (uint8_t)c);
+            const int na = gram_re_step(x, a, (uint8_t)c);
+            int nb = na < 0 || b == y->n_states ? -1 : gram_re_step(y, b, (uint8_t)c);
+            if (and_not && nb < 0) nb = y->n_states; /* y is dead: it never matches */
             int t = -1;
             if (na >= 0 && nb >= 0) {
-                const size_t k = (size_t)na * (size_t)y->n_states + (size_t)nb;
+                const size_t k = (size_t)na * (size_t)ny + (size_t)nb;
                 if (id[k] < 0) {
                     if (n >= GRAM_RE_MAX_STATES) {
                         rc = QERR_LIMIT;
@@ -1102,7 +1107,8 @@ int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *e
         re->accept = malloc((size_t)n);
         if (!re->next || !re->accept) rc = QERR_NOMEM;
         for (int s = 0; !rc && s < n; s++) {
-            re->accept[s] = (uint8_t)(x->accept[pairs[2 * s]] && y->accept[pairs[2 * s + 1]]);
+            const int yb = pairs[2 * s + 1], ya = yb < y->n_states && y->accept[yb];
+            re->accept[s] = (uint8_t)(x->accept[pairs[2 * s]] && (and_not ? !ya : ya));
             for (int k = 0; k < nc; k++) re->next[(size_t)s * (size_t)nc + (size_t)k] = wide[(size_t)s * 256 + rep[k]];
         }
     }
@@ -1117,4 +1123,14 @@ int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *e
     }
     *out = re;
     return 0;
+}
+
+int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen)
+{
+    return combine(x, y, 0, out, err, errlen);
+}
+
+int gram_re_minus(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen)
+{
+    return combine(x, y, 1, out, err, errlen);
 }

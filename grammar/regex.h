@@ -44,6 +44,8 @@ void gram_re_free(gram_re *re);
  * QERR_LIMIT (more than GRAM_RE_MAX_STATES states), QERR_NOMEM, with a
  * message. */
 int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen);
+/* The automaton of the inputs x matches and y does not; as above. */
+int gram_re_minus(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen);
 
 /* The start state.  Cannot fail. */
 int gram_re_start(const gram_re *re);

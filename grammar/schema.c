@@ -104,7 +104,7 @@ static gram_x literal(sctx *c, const json_t *v)
 
 /* Validation keywords quire cannot enforce: an error, never ignored. */
 static const char *const REFUSED[] = { "not", "if", "then", "else", "dependencies", "dependentRequired",
-                                       "dependentSchemas", "patternProperties", "propertyNames", "contains",
+                                       "dependentSchemas", "propertyNames", "contains",
                                        "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
                                        "$dynamicRef", "$recursiveRef" };
 
@@ -118,7 +118,7 @@ static const char *const KNOWN[] = { "type", "properties", "required", "addition
                                      "additionalItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
                                      "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
-                                     "minProperties", "maxProperties", "uniqueItems" };
+                                     "minProperties", "maxProperties", "uniqueItems", "patternProperties" };
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -676,7 +676,10 @@ static gram_x obj_x(sctx *c, const json_t *s)
     if (props && !json_is_object(props)) return fail(c, QERR_INVAL, "properties must be an object");
     if (req && !json_is_array(req)) return fail(c, QERR_INVAL, "required must be an array");
     if (!addl) addl = json_true();
-    const int extras = !json_is_false(addl);
+    const json_t *pp = json_object_get(s, "patternProperties");
+    if (pp && !json_is_object(pp)) return fail(c, QERR_INVAL, "patternProperties must be an object");
+    const int npp = pp ? (int)json_object_size(pp) : 0;
+    const int extras = !json_is_false(addl) || npp > 0;
     /* The properties: listed ones, then required names not listed (which
      * take additionalProperties' schema). */
     const int np0 = props ? (int)json_object_size(props) : 0;
@@ -686,11 +689,26 @@ static gram_x obj_x(sctx *c, const json_t *s)
     char **enc = q_callocn((size_t)(np0 + nreq) + 1, sizeof *enc);
     size_t *lens = q_callocn((size_t)(np0 + nreq) + 1, sizeof *lens);
     uint8_t *required = calloc((size_t)(np0 + nreq) + 1, 1);
+    gram_re **pre = npp ? q_callocn((size_t)npp, sizeof *pre) : NULL; /* patternProperties' patterns */
     int n = 0;
     gram_x out = 0;
-    if (!names || !schemas || !enc || !lens || !required) {
+    char rerr[300];
+    if (!names || !schemas || !enc || !lens || !required || (npp && !pre)) {
         out = fail(c, QERR_NOMEM, "out of memory");
         goto done;
+    }
+    if (npp) {
+        const char *pk;
+        json_t *pv;
+        int i = 0;
+        json_object_foreach((json_t *)pp, pk, pv)
+        {
+            const int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &pre[i++], rerr, sizeof rerr);
+            if (rc) {
+                out = fail(c, rc, "patternProperties: %s", rerr);
+                goto done;
+            }
+        }
     }
     if (props) {
         const char *k;
@@ -738,15 +756,79 @@ static gram_x obj_x(sctx *c, const json_t *s)
             goto done;
         }
     }
-    /* The extra properties: a key none of the names, a value of addl. */
+    /* A listed property whose name matches a pattern takes both schemas. */
+    for (int i = 0; i < n && npp; i++) {
+        const char *pk;
+        json_t *pv;
+        int k = 0;
+        json_object_foreach((json_t *)pp, pk, pv)
+        {
+            if (gram_re_match(pre[k++], enc[i] + 1, strlen(enc[i]) - 2)) {
+                schemas[i] = keep(c, merge(c, schemas[i], pv));
+                if (!schemas[i]) {
+                    out = c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+                    goto done;
+                }
+            }
+        }
+    }
+    /* The extra properties: a key none of the names, its value from the
+     * first pattern it matches, else from additionalProperties. */
     gram_x extra = NONE;
     if (extras) {
         const char **inner = q_callocn((size_t)n + 1, sizeof *inner);
         for (int i = 0; inner && i < n; i++) inner[i] = enc[i] + 1, lens[i] = strlen(enc[i]) - 2;
-        gram_x key = inner ? gram_b_string_except(B, inner, lens, n) : fail(c, QERR_NOMEM, "out of memory");
+        if (!inner) {
+            out = fail(c, QERR_NOMEM, "out of memory");
+            goto done;
+        }
+        gram_x acc = NONE;
+        const char *pk;
+        json_t *pv;
+        int k = 0;
+        json_object_foreach((json_t *)pp, pk, pv)
+        {
+            /* Pattern k's keys, without those of earlier patterns. */
+            gram_re *base = NULL, *t = NULL;
+            int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &base, rerr, sizeof rerr);
+            for (int j = 0; !rc && j < k; j++) {
+                rc = gram_re_minus(base, pre[j], &t, rerr, sizeof rerr);
+                gram_re_free(base);
+                base = t;
+            }
+            if (rc) {
+                free(inner);
+                out = fail(c, rc, "patternProperties: %s", rerr);
+                goto done;
+            }
+            char where[300];
+            snprintf(where, sizeof where, "patternProperties/%s", pk);
+            gram_x key = gram_b_key(B, base, inner, lens, n);
+            acc = alt_add(c, acc, SEQ(seq3(c, LIT("\""), key, LIT("\":")), sub(c, pv, where)));
+            k++;
+        }
+        if (!json_is_false(addl)) {
+            /* Keys no pattern matches. */
+            gram_re *base = NULL, *t = NULL;
+            int rc = 0;
+            if (npp) {
+                rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &base, rerr, sizeof rerr);
+                for (int j = 0; !rc && j < npp; j++) {
+                    rc = gram_re_minus(base, pre[j], &t, rerr, sizeof rerr);
+                    gram_re_free(base);
+                    base = t;
+                }
+            }
+            if (rc) {
+                free(inner);
+                out = fail(c, rc, "patternProperties: %s", rerr);
+                goto done;
+            }
+            gram_x key = gram_b_key(B, base, inner, lens, n);
+            acc = alt_add(c, acc, SEQ(seq3(c, LIT("\""), key, LIT("\":")), sub(c, addl, "additionalProperties")));
+        }
         free(inner);
-        gram_x val = sub(c, addl, "additionalProperties");
-        extra = as_rule(c, "extra", SEQ(seq3(c, LIT("\""), key, LIT("\":")), val));
+        extra = as_rule(c, "extra", acc);
         if (extra < 0) {
             out = extra;
             goto done;
@@ -814,6 +896,8 @@ static gram_x obj_x(sctx *c, const json_t *s)
     free(prop);
     out = seq3(c, LIT("{"), first, LIT("}"));
 done:
+    for (int i = 0; i < npp && pre; i++) gram_re_free(pre[i]);
+    free(pre);
     for (int i = 0; i < n; i++) free(enc[i]);
     free(names);
     free(schemas);

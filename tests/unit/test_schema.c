@@ -74,6 +74,12 @@ static const kase CASES[] = {
       { "{\"a\":\"x\",\"b\":true}" }, { "{\"a\":\"x\"}", "{\"b\":true}" } },
     { "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"maxLength\":1}],\"nullable\":true}",
       { "5", "\"z\"" }, { "\"zz\"", "true" } },
+    { "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"patternProperties\":{\"^x-\":{\"type\":\"string\"},"
+      "\"^x\":{\"type\":\"boolean\"}},\"additionalProperties\":false}",
+      { "{}", "{\"id\":1,\"x-a\":\"s\"}", "{\"xb\":true,\"x-c\":\"t\"}" },
+      { "{\"y\":1}", "{\"x-a\":true}", "{\"xb\":\"s\"}", "{\"id\":\"1\"}" } },
+    { "{\"type\":\"object\",\"patternProperties\":{\"^n\":{\"type\":\"number\"}}}",
+      { "{\"n1\":2,\"other\":\"any\"}", "{\"q\":[true]}" }, { "{\"n1\":\"two\"}" } },
     { "true", { "1", "{\"a\":[null,true,\"s\"]}", "\"\\u0001\"" }, { "{", "tru", "1 " } },
     { "{\"type\":\"object\",\"properties\":{\"q\\\"uote\":{\"const\":1}},\"required\":[\"q\\\"uote\"]}",
       { "{\"q\\\"uote\":1}" }, { "{\"q\\\"uote\":2}" } },
@@ -106,7 +112,6 @@ static void test_refused(void)
     } R[] = {
         { "{\"not\":{\"type\":\"string\"}}", "'not'" },
         { "{\"type\":\"object\",\"properties\":{\"x\":{\"if\":{}}}}", "/properties/x" },
-        { "{\"patternProperties\":{\"^a\":{}}}", "patternProperties" },
         { "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems" },
         { "{\"type\":\"string\",\"format\":\"color\"}", "format 'color'" },
         { "{\"type\":\"number\",\"multipleOf\":3}", "multipleOf" },
