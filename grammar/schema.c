@@ -103,7 +103,7 @@ static gram_x literal(sctx *c, const json_t *v)
 /* ---- keywords --------------------------------------------------------------------- */
 
 /* Validation keywords quire cannot enforce: an error, never ignored. */
-static const char *const REFUSED[] = { "not", "if", "then", "else", "dependencies", "dependentRequired",
+static const char *const REFUSED[] = { "if", "then", "else", "dependencies", "dependentRequired",
                                        "dependentSchemas", "propertyNames", "contains",
                                        "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
                                        "$dynamicRef", "$recursiveRef" };
@@ -118,7 +118,7 @@ static const char *const KNOWN[] = { "type", "properties", "required", "addition
                                      "additionalItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
                                      "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
-                                     "minProperties", "maxProperties", "uniqueItems", "patternProperties" };
+                                     "minProperties", "maxProperties", "uniqueItems", "patternProperties", "not" };
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -715,7 +715,15 @@ static gram_x obj_x(sctx *c, const json_t *s)
         json_t *v;
         json_object_foreach((json_t *)props, k, v)
         {
-            names[n] = k, schemas[n] = v, required[n] = req && in_array(req, k);
+            /* A property that no value satisfies (false, {"not": {}}) may
+             * not appear: listed (so no extra takes its name), never given. */
+            const json_t *nt = json_object_get(v, "not");
+            const int never = json_is_false(v) || (json_is_object(v) && (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt))));
+            if (never && req && in_array(req, k)) {
+                out = fail(c, QERR_INVAL, "required property '%s' can have no value", k);
+                goto done;
+            }
+            names[n] = k, schemas[n] = never ? NULL : v, required[n] = req && in_array(req, k);
             n++;
         }
     }
@@ -758,6 +766,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     }
     /* A listed property whose name matches a pattern takes both schemas. */
     for (int i = 0; i < n && npp; i++) {
+        if (!schemas[i]) continue;
         const char *pk;
         json_t *pv;
         int k = 0;
@@ -841,6 +850,10 @@ static gram_x obj_x(sctx *c, const json_t *s)
         goto done;
     }
     for (int i = 0; i < n && !c->rc; i++) {
+        if (!schemas[i]) { /* never given */
+            prop[i] = NONE;
+            continue;
+        }
         char where[300];
         snprintf(where, sizeof where, "properties/%s", names[i]);
         gram_x val = sub(c, schemas[i], where);
@@ -862,14 +875,15 @@ static gram_x obj_x(sctx *c, const json_t *s)
         for (int mk = 0; mk < nm && !c->rc; mk++) {
             gram_x acc = (req_mask & ~(unsigned)mk) ? NONE : gram_b_empty(B);
             for (int i = 0; i < n; i++)
-                if (!(mk >> i & 1))
+                if (!(mk >> i & 1) && prop[i] != NONE)
                     acc = alt_add(c, acc, seq3(c, LIT(","), prop[i], gram_b_ref(B, rest_rule[mk | 1 << i])));
             if (extras) acc = alt_add(c, acc, seq3(c, LIT(","), extra, gram_b_ref(B, rest_rule[mk])));
             if (acc == NONE) acc = gram_b_empty(B); /* all given: nothing can follow (not reached: req_mask covers) */
             if (acc < 0 || gram_b_define(B, rest_rule[mk], acc)) fail(c, QERR_NOMEM, "out of memory");
         }
         gram_x first = req_mask ? NONE : gram_b_empty(B);
-        for (int i = 0; i < n; i++) first = alt_add(c, first, SEQ(prop[i], gram_b_ref(B, rest_rule[1 << i])));
+        for (int i = 0; i < n; i++)
+            if (prop[i] != NONE) first = alt_add(c, first, SEQ(prop[i], gram_b_ref(B, rest_rule[1 << i])));
         if (extras) first = alt_add(c, first, SEQ(extra, gram_b_ref(B, rest_rule[0])));
         if (first == NONE) first = gram_b_empty(B);
         free(prop);
@@ -884,6 +898,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     rest = as_rule(c, "rest", rest);
     first = as_rule(c, "first", first);
     for (int i = n - 1; i >= 0 && !c->rc; i--) {
+        if (prop[i] == NONE) continue;
         gram_x r_i = SEQ(LIT(","), SEQ(prop[i], rest));
         gram_x f_i = SEQ(prop[i], rest);
         if (!required[i]) {
@@ -955,6 +970,34 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v) if (IN(k, REFUSED)) return fail(c, QERR_UNSUPPORTED, "keyword '%s' is not supported", k);
+    /* not: only {} (nothing: an error here; a property's is handled by
+     * its object) and a list of types taken out of the allowed ones. */
+    const json_t *nt = json_object_get(s, "not");
+    if (nt) {
+        const json_t *nty = json_object_get(nt, "type");
+        if (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt)))
+            return fail(c, QERR_UNSUPPORTED, "a schema no instance satisfies (not {})");
+        if (!json_is_object(nt) || !nty || constrains(nt, "type", NULL))
+            return fail(c, QERR_UNSUPPORTED, "keyword 'not' is supported only with {} or a type");
+        json_t *w = json_copy((json_t *)s), *left = json_array();
+        const json_t *have = json_object_get(s, "type");
+        for (int t = 0; t < 6; t++) { /* number covers integer */
+            int allowed = !have;
+            for (size_t i = 0; have && i < (json_is_array(have) ? json_array_size(have) : 1); i++) {
+                const char *hn = json_string_value(json_is_array(have) ? json_array_get(have, i) : have);
+                allowed |= hn && (!strcmp(hn, TYPES[t]) || (t == 5 && !strcmp(hn, "integer")));
+            }
+            int banned = 0;
+            for (size_t i = 0; i < (json_is_array(nty) ? json_array_size(nty) : 1); i++) {
+                const char *bn = json_string_value(json_is_array(nty) ? json_array_get(nty, i) : nty);
+                banned |= bn && !strcmp(bn, TYPES[t]);
+            }
+            if (allowed && !banned) json_array_append_new(left, json_string(TYPES[t]));
+        }
+        json_object_del(w, "not");
+        json_object_set_new(w, "type", left);
+        return sx(c, keep(c, w));
+    }
     /* $ref (its siblings, if any, must hold too). */
     const json_t *ref = json_object_get(s, "$ref");
     if (ref) {

@@ -80,6 +80,9 @@ static const kase CASES[] = {
       { "{\"y\":1}", "{\"x-a\":true}", "{\"xb\":\"s\"}", "{\"id\":\"1\"}" } },
     { "{\"type\":\"object\",\"patternProperties\":{\"^n\":{\"type\":\"number\"}}}",
       { "{\"n1\":2,\"other\":\"any\"}", "{\"q\":[true]}" }, { "{\"n1\":\"two\"}" } },
+    { "{\"not\":{\"type\":[\"string\",\"object\"]}}", { "1", "null", "[\"s\"]", "true" }, { "\"s\"", "{}" } },
+    { "{\"type\":\"object\",\"properties\":{\"gone\":{\"not\":{}},\"ok\":{\"type\":\"null\"}}}",
+      { "{}", "{\"ok\":null}", "{\"other\":1}" }, { "{\"gone\":1}", "{\"ok\":null,\"gone\":null}" } },
     { "true", { "1", "{\"a\":[null,true,\"s\"]}", "\"\\u0001\"" }, { "{", "tru", "1 " } },
     { "{\"type\":\"object\",\"properties\":{\"q\\\"uote\":{\"const\":1}},\"required\":[\"q\\\"uote\"]}",
       { "{\"q\\\"uote\":1}" }, { "{\"q\\\"uote\":2}" } },
@@ -110,7 +113,7 @@ static void test_refused(void)
     static const struct {
         const char *schema, *says;
     } R[] = {
-        { "{\"not\":{\"type\":\"string\"}}", "'not'" },
+        { "{\"not\":{\"enum\":[1]}}", "'not'" },
         { "{\"type\":\"object\",\"properties\":{\"x\":{\"if\":{}}}}", "/properties/x" },
         { "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems" },
         { "{\"type\":\"string\",\"format\":\"color\"}", "format 'color'" },
