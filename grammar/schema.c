@@ -398,15 +398,25 @@ static const char *format_pattern(const char *f)
     return NULL;
 }
 
+/* A count keyword (minLength, maxItems...) as an int: dflt when absent,
+ * clamped to [-1, 1e9] (a negative or fractional one is refused by the
+ * caller's range checks). */
+static int count_of(const json_t *v, int dflt)
+{
+    if (!json_is_number(v)) return dflt;
+    const double d = json_number_value(v);
+    if (!(d >= 0)) return -2; /* negative or NaN */
+    return d > 1e9 ? 1000000000 : (int)d;
+}
+
 static gram_x str_x(sctx *c, const json_t *s)
 {
     const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
-    const int min = json_is_number(mn) ? (int)json_number_value(mn) : 0;
-    const int max = json_is_number(mx) ? (int)json_number_value(mx) : -1;
+    const int min = count_of(mn, 0), max = count_of(mx, -1);
     const int bounded = min > 0 || max >= 0;
     if ((pat && !json_is_string(pat)) || (fmt && !json_is_string(fmt)) || (mn && !json_is_number(mn)) ||
-        (mx && !json_is_number(mx)) || min < 0 || (max >= 0 && max < min))
+        (mx && !json_is_number(mx)) || min < 0 || max < -1 || (max >= 0 && max < min))
         return fail(c, QERR_INVAL, "a string keyword with a bad value");
     if (max > 10000 || min > 10000) return fail(c, QERR_UNSUPPORTED, "string lengths above 10000");
     const char *p = NULL;
@@ -604,9 +614,8 @@ static gram_x arr_x(sctx *c, const json_t *s)
     const json_t *addl = json_object_get(s, "additionalItems");
     const json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
     const json_t *uniq = json_object_get(s, "uniqueItems");
-    const int min = json_is_number(mn) ? (int)json_number_value(mn) : 0;
-    const int max = json_is_number(mx) ? (int)json_number_value(mx) : -1;
-    if (min < 0 || (max >= 0 && max < min)) return fail(c, QERR_INVAL, "minItems / maxItems out of order");
+    const int min = count_of(mn, 0), max = count_of(mx, -1);
+    if (min < 0 || max < -1 || (max >= 0 && max < min)) return fail(c, QERR_INVAL, "minItems / maxItems out of order");
     if (min > 1000 || max > 1000) return fail(c, QERR_UNSUPPORTED, "minItems / maxItems above 1000");
     if (json_is_true(uniq) && !(max >= 0 && max <= 1))
         return fail(c, QERR_UNSUPPORTED, "uniqueItems cannot be enforced");
