@@ -507,3 +507,73 @@ int qtok_decode(const qtok *t, const int32_t *ids, int n, unsigned flags, char *
     qdetok_free(d);
     return 0;
 }
+
+/* ---- one token's bytes ------------------------------------------------------------------------- */
+
+int qtok_token_bytes(const qtok *t, int id, char *buf, size_t cap)
+{
+    if (id < 0 || id >= t->n_ids || !t->id_str[id]) return QERR_RANGE;
+    tok_buf cur = { 0 }, nxt = { 0 };
+    int rc = tok_buf_put(&cur, t->id_str[id], t->id_len[id]);
+    /* The per-token stages as they act on a token in the middle of a text:
+     * Metaspace never drops its replacement, Strip on the fused text (the
+     * text's ends) does nothing, a byte token is its byte. */
+    for (int k = 0; !rc && k < t->n_decs; k++) {
+        const tok_dec *dc = &t->decs[k];
+        nxt.len = 0;
+        if (dc->kind == TD_BYTEFALLBACK) {
+            const int b = byte_token(cur.p, cur.len);
+            if (b >= 0) {
+                cur.len = 0;
+                rc = tok_buf_putc(&cur, (char)b);
+                break; /* a raw byte: nothing after changes it */
+            }
+            continue;
+        }
+        if (dc->kind == TD_BYTELEVEL) {
+            /* Every character through the byte table, else the token as it is. */
+            int ok = 1;
+            for (size_t i = 0; i < cur.len && !rc && ok;) {
+                uint32_t cp;
+                i += (size_t)tok_u8dec(cur.p + i, &cp);
+                const int b = tok_cp_to_byte(cp);
+                if (b < 0) ok = 0;
+                else rc = tok_buf_putc(&nxt, (char)b);
+            }
+            if (!ok) continue;
+        } else if (dc->kind == TD_REPLACE && !dc->re && dc->pat_len) {
+            for (size_t i = 0; i < cur.len && !rc;) {
+                const char *f = i + dc->pat_len <= cur.len ? tok_memmem(cur.p + i, cur.len - i, dc->pat, dc->pat_len) : NULL;
+                const size_t at = f ? (size_t)(f - cur.p) : cur.len;
+                rc = tok_buf_put(&nxt, cur.p + i, at - i);
+                if (!f || rc) break;
+                rc = tok_buf_put(&nxt, dc->rep, dc->rep_len);
+                i = at + dc->pat_len;
+            }
+        } else if (dc->kind == TD_METASPACE) {
+            char rep[4];
+            const int rl = tok_u8enc(dc->ch, rep);
+            for (size_t i = 0; i < cur.len && !rc;) {
+                if (cur.len - i >= (size_t)rl && !memcmp(cur.p + i, rep, (size_t)rl)) {
+                    rc = tok_buf_putc(&nxt, ' ');
+                    i += (size_t)rl;
+                } else {
+                    const size_t cl = (size_t)tok_u8len((unsigned char)cur.p[i]);
+                    rc = tok_buf_put(&nxt, cur.p + i, cl);
+                    i += cl;
+                }
+            }
+        } else {
+            continue; /* Fuse, Strip, regex Replace: no change to one token mid-text */
+        }
+        tok_buf sw = cur;
+        cur = nxt;
+        nxt = sw;
+    }
+    int n = rc ? rc : (int)cur.len;
+    if (!rc && cur.len > cap) n = QERR_RANGE;
+    else if (!rc && cur.len) memcpy(buf, cur.p, cur.len);
+    free(cur.p);
+    free(nxt.p);
+    return n;
+}

@@ -132,6 +132,13 @@ int qtok_token_to_id(const qtok *t, const char *token, size_t len);
  * id without a token.  *len (if len) gets its length. */
 const char *qtok_id_to_token(const qtok *t, int id, size_t *len);
 
+/* The bytes token id adds to a text when it comes in the middle of one
+ * (raw bytes: a byte-level or byte-fallback token may hold part of a UTF-8
+ * character; SentencePiece's word marker is a space), at most cap of them
+ * into buf.  Returns their count, or QERR_RANGE (no such id, or more than
+ * cap bytes), QERR_NOMEM.  For grammars that mask tokens by their bytes. */
+int qtok_token_bytes(const qtok *t, int id, char *buf, size_t cap);
+
 /* 1 if id is a special added token (control token), else 0. */
 int qtok_is_special(const qtok *t, int id);
 

@@ -1199,3 +1199,170 @@ void gram_m_reset(gram_m *m)
 {
     if (m->n_h > 0) gram_m_rollback(m, m->n_h - 1);
 }
+
+/* ---- token masks ------------------------------------------------------------------------ */
+
+/* A vocabulary as byte strings, sorted so that tokens sharing a prefix are
+ * neighbours: a mask walks them in that order and steps the frontier only
+ * over the bytes a token does not share with the one before. */
+struct gram_vocab {
+    int n;
+    uint8_t *bytes;     /* all tokens' bytes back to back */
+    size_t *off;        /* (n + 1) */
+    int32_t *order;     /* (n_usable) token ids, their bytes in increasing order */
+    int32_t *lcp;       /* (n_usable) bytes shared with the previous in order */
+    int n_usable;
+    size_t max_len;
+};
+
+static const gram_vocab *g_sort_vocab; /* qsort has no context argument */
+
+static int cmp_tok(const void *x, const void *y)
+{
+    const gram_vocab *v = g_sort_vocab;
+    const int a = *(const int32_t *)x, b = *(const int32_t *)y;
+    const size_t la = v->off[a + 1] - v->off[a], lb = v->off[b + 1] - v->off[b];
+    const int c = memcmp(v->bytes + v->off[a], v->bytes + v->off[b], la < lb ? la : lb);
+    return c ? c : (la > lb) - (la < lb);
+}
+
+int gram_vocab_new(int n, const uint8_t *const *bytes, const size_t *lens, const uint8_t *skip, gram_vocab **out)
+{
+    *out = NULL;
+    gram_vocab *v = calloc(1, sizeof *v);
+    if (!v) return QERR_NOMEM;
+    v->n = n;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += lens[i];
+    v->bytes = malloc(total + 1);
+    v->off = q_mallocn((size_t)n + 1, sizeof *v->off);
+    v->order = q_mallocn((size_t)n + 1, sizeof *v->order);
+    v->lcp = q_mallocn((size_t)n + 1, sizeof *v->lcp);
+    if (!v->bytes || !v->off || !v->order || !v->lcp) {
+        gram_vocab_free(v);
+        return QERR_NOMEM;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        v->off[i] = at;
+        if (lens[i]) memcpy(v->bytes + at, bytes[i], lens[i]);
+        at += lens[i];
+        if (lens[i] > v->max_len) v->max_len = lens[i];
+        /* Tokens with no bytes, or marked (special tokens), the grammar never takes. */
+        if (lens[i] && !(skip && skip[i])) v->order[v->n_usable++] = i;
+    }
+    v->off[n] = at;
+    g_sort_vocab = v;
+    qsort(v->order, (size_t)v->n_usable, sizeof *v->order, cmp_tok);
+    g_sort_vocab = NULL;
+    for (int k = 0; k < v->n_usable; k++) {
+        int l = 0;
+        if (k) {
+            const int a = v->order[k - 1], b = v->order[k];
+            const size_t la = v->off[a + 1] - v->off[a], lb = v->off[b + 1] - v->off[b];
+            while ((size_t)l < la && (size_t)l < lb && v->bytes[v->off[a] + (size_t)l] == v->bytes[v->off[b] + (size_t)l]) l++;
+        }
+        v->lcp[k] = l;
+    }
+    *out = v;
+    return 0;
+}
+
+void gram_vocab_free(gram_vocab *v)
+{
+    if (!v) return;
+    free(v->bytes);
+    free(v->off);
+    free(v->order);
+    free(v->lcp);
+    free(v);
+}
+
+int gram_vocab_size(const gram_vocab *v) { return v->n; }
+
+int gram_m_feed_token(gram_m *m, const gram_vocab *v, int token)
+{
+    if (token < 0 || token >= v->n) return QERR_RANGE;
+    const size_t l = v->off[token + 1] - v->off[token];
+    if (!l) return QERR_INVAL;
+    int rc = gram_m_feed(m, v->bytes + v->off[token], l);
+    if (!rc) rc = gram_m_commit(m);
+    return rc;
+}
+
+int gram_m_mask(gram_m *m, const gram_vocab *v, uint32_t *mask)
+{
+    memset(mask, 0, sizeof *mask * (((size_t)v->n + 31) / 32));
+    /* Frontiers by depth: depth d is the frontier after d bytes of the
+     * current token; fr[d] in pool[off[d] .. off[d] + len[d]). */
+    const size_t D = v->max_len + 1;
+    size_t *off = q_mallocn(D + 1, sizeof *off);
+    int *len = q_mallocn(D + 1, sizeof *len), *end = q_mallocn(D + 1, sizeof *end);
+    int32_t *pool = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    if (!off || !len || !end) rc = QERR_NOMEM;
+    if (!rc) {
+        cap = (size_t)m->n_front * 4 + 1024;
+        pool = q_mallocn(cap, sizeof *pool);
+        if (!pool) rc = QERR_NOMEM;
+    }
+    if (!rc) {
+        memcpy(pool, m->front, sizeof *pool * (size_t)m->n_front);
+        off[0] = 0, len[0] = m->n_front, end[0] = m->can_end;
+    }
+    int depth = 0;     /* frontiers valid for depths 0..depth */
+    int dead = -1;     /* the frontier at this depth is dead (prefix refused), or -1 */
+    for (int k = 0; !rc && k < v->n_usable; k++) {
+        const int tok = v->order[k];
+        const uint8_t *b = v->bytes + v->off[tok];
+        const int l = (int)(v->off[tok + 1] - v->off[tok]);
+        if (dead >= 0) {
+            if (v->lcp[k] >= dead) continue; /* it shares the refused prefix */
+            dead = -1;
+        }
+        if (v->lcp[k] < depth) depth = v->lcp[k];
+        int ok = 1;
+        while (depth < l) {
+            const int32_t *f = pool + off[depth];
+            /* Complete and nothing more: no byte can follow. */
+            if (!len[depth]) {
+                ok = 0;
+                break;
+            }
+            int nn, e;
+            rc = step(m, f, len[depth], b[depth], &nn, &e);
+            if (rc) break;
+            if (!nn && !e) {
+                ok = 0;
+                break;
+            }
+            const size_t need = off[depth] + (size_t)len[depth] + (size_t)nn;
+            if (need > cap) {
+                size_t c2 = cap * 2;
+                while (c2 < need) c2 *= 2;
+                int32_t *p2 = q_reallocn(pool, c2, sizeof *p2);
+                if (!p2) {
+                    rc = QERR_NOMEM;
+                    break;
+                }
+                pool = p2, cap = c2;
+            }
+            off[depth + 1] = off[depth] + (size_t)len[depth];
+            memcpy(pool + off[depth + 1], m->nfront, sizeof *pool * (size_t)nn);
+            len[depth + 1] = nn, end[depth + 1] = e;
+            depth++;
+        }
+        if (rc) break;
+        if (!ok) {
+            dead = depth + 1; /* tokens that share depth + 1 bytes with this one die too */
+            continue;
+        }
+        mask[tok / 32] |= 1u << (tok % 32);
+    }
+    free(off);
+    free(len);
+    free(end);
+    free(pool);
+    return rc;
+}

@@ -111,4 +111,24 @@ int gram_m_rollback(gram_m *m, int k);
 /* Back to the start.  Cannot fail. */
 void gram_m_reset(gram_m *m);
 
+/* ---- token masks -------------------------------------------------------------------- */
+
+typedef struct gram_vocab gram_vocab;
+
+/* A vocabulary of n tokens, token i being the bytes bytes[i][0..lens[i])
+ * it adds to a text (copied); tokens with skip[i] set (special tokens) or
+ * no bytes are never allowed by a grammar (EOS is the caller's: allowed
+ * where gram_m_can_end).  0 or QERR_NOMEM. */
+int gram_vocab_new(int n, const uint8_t *const *bytes, const size_t *lens, const uint8_t *skip, gram_vocab **out);
+void gram_vocab_free(gram_vocab *v);
+int gram_vocab_size(const gram_vocab *v);
+
+/* Sets in mask ((n + 31) / 32 words, bit i of word i / 32) the tokens whose
+ * bytes the grammar allows next, and clears the others.  0, or QERR_NOMEM /
+ * QERR_LIMIT (the mask is then incomplete: treat as an error). */
+int gram_m_mask(gram_m *m, const gram_vocab *v, uint32_t *mask);
+/* Advances by token's bytes and commits (a token boundary for rollback).
+ * 0, QERR_INVAL (refused: nothing changes), QERR_RANGE (no such token). */
+int gram_m_feed_token(gram_m *m, const gram_vocab *v, int token);
+
 #endif
