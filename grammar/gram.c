@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "qerr.h"
-#include "regex.h"
+#include "gram_re.h"
 #include "util.h"
 
 #define MAX_STATES 300000

@@ -2,7 +2,7 @@
  * Schemas, regexes and choice lists compile to, and that masks tokens.
  *
  * A grammar is a set of rules.  A rule's body is an expression over bytes,
- * literal strings, regex terminals (regex.h) and references to rules
+ * literal strings, regex terminals (gram_re.h) and references to rules
  * (recursion allowed, left recursion refused), built with gram_b_* and
  * compiled (gram_b_build) into one deterministic automaton a rule, whose
  * edges read a byte or call a rule.  A compiled grammar is immutable and
@@ -48,14 +48,14 @@ gram_x gram_b_lit(gram_b *b, const char *s, size_t n);
 #define gram_b_str(b, s) gram_b_lit(b, s, strlen(s))
 /* One byte in [lo, hi]. */
 gram_x gram_b_byte(gram_b *b, uint8_t lo, uint8_t hi);
-/* A pattern (regex.h, with its flags): compiled now; a bad one fails the
+/* A pattern (gram_re.h, with its flags): compiled now; a bad one fails the
  * builder with the pattern's message. */
 gram_x gram_b_regex(gram_b *b, const char *pattern, size_t len, unsigned flags);
 /* A compiled pattern (taken: the builder frees it, also on error). */
 gram_x gram_b_regex_take(gram_b *b, gram_re *re);
 gram_x gram_b_ref(gram_b *b, int rule);
 /* The content of a JSON string (between its quotes, in the output form of
- * regex.h's JSON-string mode) that is none of names[0..n) (lens[i] bytes
+ * gram_re.h's JSON-string mode) that is none of names[0..n) (lens[i] bytes
  * each, in that same form): the keys an object may add beside its listed
  * properties. */
 gram_x gram_b_string_except(gram_b *b, const char *const *names, const size_t *lens, int n);

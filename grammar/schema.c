@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "qerr.h"
-#include "regex.h"
+#include "gram_re.h"
 #include "util.h"
 
 typedef struct {

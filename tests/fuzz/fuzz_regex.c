@@ -1,5 +1,5 @@
 /* fuzz_regex.c - libFuzzer target for the pattern compiler
- * (grammar/regex.c): the first byte picks the flags (JSON-string mode,
+ * (grammar/gram_re.c): the first byte picks the flags (JSON-string mode,
  * full match), the rest is the pattern.  Any input must compile or fail
  * with a message, within the state limit; a compiled automaton is then run
  * over the pattern's own bytes and every state it reaches must be in range
@@ -10,7 +10,7 @@
  *   cp -r tests/fuzz/corpus/regex /tmp/corpus && ./build-fuzz/fuzz_regex /tmp/corpus
  */
 #include "qerr.h"
-#include "regex.h"
+#include "gram_re.h"
 #include "util.h"
 
 #include <stddef.h>

@@ -11,7 +11,7 @@
 #include "gram.h"
 #include "qerr.h"
 #include "qtest.h"
-#include "regex.h"
+#include "gram_re.h"
 
 /* Compact JSON: value, object, array, string, number, literals. */
 static gram *json_grammar(void)

@@ -1,4 +1,4 @@
-/* test_regex.c - JSON Schema patterns to a byte DFA (grammar/regex.c),
+/* test_regex.c - JSON Schema patterns to a byte DFA (grammar/gram_re.c),
  * with PCRE2 as the oracle: for a table of patterns and for random ones,
  * every string of a set (and random strings) matches exactly when PCRE2
  * finds a match, both on raw UTF-8 and on the JSON-string encoding; anchors,
@@ -12,7 +12,7 @@
 
 #include "qerr.h"
 #include "qtest.h"
-#include "regex.h"
+#include "gram_re.h"
 
 /* PCRE2's verdict: the pattern found in s (ECMA-262-like options). */
 static int oracle(const char *pat, const char *s, size_t n, int full)

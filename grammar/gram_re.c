@@ -1,4 +1,4 @@
-/* regex.c - JSON Schema regular expressions to a byte DFA (regex.h).
+/* gram_re.c - JSON Schema regular expressions to a byte DFA (gram_re.h).
  *
  * Three stages, each over the last one's output:
  *
@@ -13,7 +13,7 @@
  *
  * Unanchored alternatives get "any string" before and after them, so the
  * DFA answers whole-input questions only. */
-#include "regex.h"
+#include "gram_re.h"
 
 #include <stdio.h>
 #include <stdlib.h>

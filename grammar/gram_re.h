@@ -1,4 +1,4 @@
-/* regex.h - JSON Schema regular expressions (ECMA-262's syntax, the subset
+/* gram_re.h - JSON Schema regular expressions (ECMA-262's syntax, the subset
  * without lookaround and backreferences) compiled to a deterministic
  * automaton over bytes, for `pattern`, `format` and the API's regex
  * constraint.
@@ -17,8 +17,8 @@
  * line terminators, '.' any code point but line terminators.  Refused with a
  * message naming the construct: lookaround, backreferences, \b \B, named
  * classes (\p), possessive forms; repetition counts above 1000. */
-#ifndef QUIRE_GRAM_REGEX_H
-#define QUIRE_GRAM_REGEX_H
+#ifndef QUIRE_GRAM_RE_H
+#define QUIRE_GRAM_RE_H
 
 #include <stddef.h>
 #include <stdint.h>
