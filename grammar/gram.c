@@ -30,8 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qerr.h"
 #include "gram_re.h"
+#include "gram_sets.h"
+#include "qerr.h"
 #include "util.h"
 
 #define MAX_STATES 300000
@@ -543,12 +544,6 @@ void gram_free(gram *g)
 
 int gram_states(const gram *g) { return g->n_st; }
 
-static int cmp_i32(const void *x, const void *y)
-{
-    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-    return (a > b) - (a < b);
-}
-
 /* Epsilon closure of set[0..n) in place, sorted; its size. */
 static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack)
 {
@@ -561,77 +556,8 @@ static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t s
         for (int32_t e = a->head[s]; e >= 0; e = a->next[e])
             if (a->e[e].sym == -2 && mark[a->e[e].to] != stamp) mark[a->e[e].to] = stamp, stack[sp++] = a->e[e].to;
     }
-    qsort(set, (size_t)out, sizeof *set, cmp_i32);
+    qsort(set, (size_t)out, sizeof *set, gram_cmp_i32);
     return out;
-}
-
-/* Subset sets of one rule's DFA: a list and a linear-probing index. */
-typedef struct {
-    int32_t *items;
-    size_t n_items, cap_items;
-    int32_t *off, *len;
-    int n, cap;
-    int32_t *tab;
-    size_t tcap;
-} sets;
-
-static uint64_t hash_set(const int32_t *s, int n)
-{
-    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
-    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ULL;
-    return h;
-}
-
-static int sets_get(sets *m, const int32_t *s, int n)
-{
-    if ((size_t)(m->n + 1) * 2 > m->tcap) {
-        size_t cap = m->tcap ? m->tcap * 2 : 256;
-        int32_t *t = calloc(cap, sizeof *t);
-        if (!t) return -1;
-        for (int i = 0; i < m->n; i++) {
-            size_t j = hash_set(m->items + m->off[i], m->len[i]) & (cap - 1);
-            while (t[j]) j = (j + 1) & (cap - 1);
-            t[j] = i + 1;
-        }
-        free(m->tab);
-        m->tab = t, m->tcap = cap;
-    }
-    size_t j = hash_set(s, n) & (m->tcap - 1);
-    while (m->tab[j]) {
-        const int id = m->tab[j] - 1;
-        if (m->len[id] == n && !memcmp(m->items + m->off[id], s, sizeof *s * (size_t)n)) return id;
-        j = (j + 1) & (m->tcap - 1);
-    }
-    if (m->n == m->cap) {
-        int cap = m->cap ? m->cap * 2 : 64;
-        int32_t *o = q_reallocn(m->off, (size_t)cap, sizeof *o);
-        if (o) m->off = o;
-        int32_t *l = o ? q_reallocn(m->len, (size_t)cap, sizeof *l) : NULL;
-        if (!l) return -1;
-        m->len = l, m->cap = cap;
-    }
-    if (m->n_items + (size_t)n > m->cap_items) {
-        size_t cap = m->cap_items ? m->cap_items * 2 : 1024;
-        while (cap < m->n_items + (size_t)n) cap *= 2;
-        int32_t *it = q_reallocn(m->items, cap, sizeof *it);
-        if (!it) return -1;
-        m->items = it, m->cap_items = cap;
-    }
-    memcpy(m->items + m->n_items, s, sizeof *s * (size_t)n);
-    m->off[m->n] = (int32_t)m->n_items;
-    m->len[m->n] = n;
-    m->n_items += (size_t)n;
-    m->tab[j] = m->n + 1;
-    return m->n++;
-}
-
-static void sets_free(sets *m)
-{
-    free(m->items);
-    free(m->off);
-    free(m->len);
-    free(m->tab);
-    memset(m, 0, sizeof *m);
 }
 
 static int g_push_state(gram *g)
@@ -665,13 +591,13 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     int n_callees = 0;
     for (int i = 0; callees && i < a->n_e; i++)
         if (a->e[i].sym >= 0) callees[n_callees++] = a->e[i].sym;
-    if (callees) qsort(callees, (size_t)n_callees, sizeof *callees, cmp_i32);
+    if (callees) qsort(callees, (size_t)n_callees, sizeof *callees, gram_cmp_i32);
     int k = 0;
     for (int i = 0; i < n_callees; i++)
         if (!k || callees[k - 1] != callees[i]) callees[k++] = callees[i];
     n_callees = k;
 
-    sets m = { 0 };
+    gram_sets m = { 0 };
     int32_t *set = q_mallocn((size_t)a->n_s, sizeof *set), *stack = q_mallocn((size_t)a->n_s, sizeof *stack);
     uint32_t *mark = calloc((size_t)a->n_s, sizeof *mark);
     int32_t *gid = NULL; /* per subset: the global state */
@@ -681,7 +607,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     if (!rc) {
         set[0] = in;
         const int n = closure(a, set, 1, mark, ++stamp, stack);
-        if (sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
+        if (gram_sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
     }
     /* Byte edges and calls of a state are gathered here, then appended. */
     gbyte *bytes = q_mallocn((size_t)nc, sizeof *bytes);
@@ -717,7 +643,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
                         mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
             if (!n) continue;
             n = closure(a, set, n, mark, ++stamp, stack);
-            const int id = sets_get(&m, set, n);
+            const int id = gram_sets_get(&m, set, n);
             if (id < 0) rc = QERR_NOMEM;
             /* Subset id: its global state is base + id (assigned in order). */
             else bytes[nb++] = (gbyte){ g->start[r] + id, lo_of[c], hi_of[c] };
@@ -731,7 +657,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
                         mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
             if (!n) continue;
             n = closure(a, set, n, mark, ++stamp, stack);
-            const int id = sets_get(&m, set, n);
+            const int id = gram_sets_get(&m, set, n);
             if (id < 0) rc = QERR_NOMEM;
             else calls[ncall++] = (gcall){ callees[c], g->start[r] + id };
         }
@@ -756,7 +682,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
             else g->ce[g->n_ce++] = calls[i];
         }
     }
-    sets_free(&m);
+    gram_sets_free(&m);
     free(set);
     free(stack);
     free(mark);
@@ -1028,7 +954,7 @@ static int take_closure(gram_m *m, int sp, int *n_out, int *end)
         }
     }
     /* A stable order: the frontier as a sorted set. */
-    if (nf > 1) qsort(m->nfront, (size_t)nf, sizeof *m->nfront, cmp_i32);
+    if (nf > 1) qsort(m->nfront, (size_t)nf, sizeof *m->nfront, gram_cmp_i32);
     *n_out = nf;
     return 0;
 }

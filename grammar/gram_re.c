@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gram_sets.h"
 #include "qerr.h"
 #include "util.h"
 
@@ -794,73 +795,6 @@ struct gram_re {
     uint8_t *accept;    /* (n_states) */
 };
 
-typedef struct {
-    int32_t *items;     /* all sets, back to back */
-    int32_t *off, *len; /* per DFA state */
-    size_t n_items, cap_items;
-    int n, cap;
-    int32_t *table;     /* open addressing: DFA state + 1, 0 empty */
-    size_t tcap;
-} setmap;
-
-static uint64_t set_hash(const int32_t *s, int n)
-{
-    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
-    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 1099511628211ULL;
-    return h;
-}
-
-/* The DFA state of the sorted set s (added when new); -1 on no memory. */
-static int setmap_get(setmap *m, const int32_t *s, int n, int *added)
-{
-    *added = 0;
-    if ((size_t)(m->n + 1) * 2 > m->tcap) {
-        size_t cap = m->tcap ? m->tcap * 2 : 1024;
-        int32_t *t = calloc(cap, sizeof *t);
-        if (!t) return -1;
-        for (int i = 0; i < m->n; i++) {
-            size_t j = set_hash(m->items + m->off[i], m->len[i]) & (cap - 1);
-            while (t[j]) j = (j + 1) & (cap - 1);
-            t[j] = i + 1;
-        }
-        free(m->table);
-        m->table = t, m->tcap = cap;
-    }
-    size_t j = set_hash(s, n) & (m->tcap - 1);
-    while (m->table[j]) {
-        const int id = m->table[j] - 1;
-        if (m->len[id] == n && !memcmp(m->items + m->off[id], s, sizeof *s * (size_t)n)) return id;
-        j = (j + 1) & (m->tcap - 1);
-    }
-    if (m->n == m->cap) {
-        int cap = m->cap ? m->cap * 2 : 256;
-        int32_t *o = q_reallocn(m->off, (size_t)cap, sizeof *o), *l = o ? q_reallocn(m->len, (size_t)cap, sizeof *l) : NULL;
-        if (o) m->off = o;
-        if (!l) return -1;
-        m->len = l, m->cap = cap;
-    }
-    if (m->n_items + (size_t)n > m->cap_items) {
-        size_t cap = m->cap_items ? m->cap_items * 2 : 4096;
-        while (cap < m->n_items + (size_t)n) cap *= 2;
-        int32_t *it = q_reallocn(m->items, cap, sizeof *it);
-        if (!it) return -1;
-        m->items = it, m->cap_items = cap;
-    }
-    memcpy(m->items + m->n_items, s, sizeof *s * (size_t)n);
-    m->off[m->n] = (int32_t)m->n_items;
-    m->len[m->n] = n;
-    m->n_items += (size_t)n;
-    m->table[j] = m->n + 1;
-    *added = 1;
-    return m->n++;
-}
-
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* The epsilon closure of set[0..n) in place (room for every state), sorted;
  * its size.  mark: scratch of n_s entries, stamp a fresh value. */
 static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack)
@@ -877,7 +811,7 @@ static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t s
                 stack[sp++] = a->e[e].to;
             }
     }
-    qsort(set, (size_t)out, sizeof *set, cmp_i32);
+    qsort(set, (size_t)out, sizeof *set, gram_cmp_i32);
     return out;
 }
 
@@ -895,17 +829,17 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
         re->cls[b] = (uint8_t)(nc - 1);
     }
     re->n_classes = nc;
-    setmap m = { 0 };
+    gram_sets m = { 0 };
     int32_t *set = q_mallocn((size_t)a->n_s, sizeof *set), *stack = q_mallocn((size_t)a->n_s, sizeof *stack);
     uint32_t *mark = calloc((size_t)a->n_s, sizeof *mark);
-    int rc = 0, cap_next = 0, added;
+    int rc = 0, cap_next = 0;
     uint32_t stamp = 0;
     long long work = 0;
     if (!set || !stack || !mark) rc = QERR_NOMEM;
     if (!rc) {
         set[0] = start;
         int n = closure(a, set, 1, mark, ++stamp, stack);
-        if (setmap_get(&m, set, n, &added) < 0) rc = QERR_NOMEM;
+        if (gram_sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
     }
     for (int d = 0; !rc && d < m.n; d++) {
         if (m.n > cap_next) {
@@ -944,17 +878,14 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
             }
             n = closure(a, set, n, mark, ++stamp, stack);
             work += n;
-            const int id = setmap_get(&m, set, n, &added);
+            const int id = gram_sets_get(&m, set, n);
             if (id < 0) rc = QERR_NOMEM;
             else if (m.n > GRAM_RE_MAX_STATES) rc = QERR_LIMIT;
             else re->next[(size_t)d * (size_t)nc + (size_t)c] = id;
         }
     }
     re->n_states = m.n;
-    free(m.items);
-    free(m.off);
-    free(m.len);
-    free(m.table);
+    gram_sets_free(&m);
     free(set);
     free(stack);
     free(mark);
