@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "gram_re.h"
-#include "gram_sets.h"
+#include "gram_nfa.h"
 #include "qerr.h"
 #include "util.h"
 
@@ -280,56 +280,13 @@ gram_x gram_b_rep(gram_b *b, gram_x x, int min, int max)
 
 /* ---- a rule's NFA --------------------------------------------------------------------- */
 
-typedef struct {
-    int32_t to;
-    int32_t sym;        /* >= 0: a call of that rule; -1: a byte range; -2: nothing */
-    uint8_t lo, hi;
-} nedge;
+typedef gram_nfa nfa;
 
-typedef struct {
-    nedge *e;
-    int32_t *next;      /* next edge of the same state */
-    int n_e, cap_e;
-    int32_t *head;
-    int n_s, cap_s;
-    int rc;
-} nfa;
+static int n_state(nfa *a) { return gram_nfa_state(a); }
 
-static int n_state(nfa *a)
-{
-    if (a->rc) return -1;
-    if (a->n_s >= MAX_STATES) {
-        a->rc = QERR_LIMIT;
-        return -1;
-    }
-    if (grow((void **)&a->head, a->n_s, &a->cap_s, sizeof *a->head)) {
-        a->rc = QERR_NOMEM;
-        return -1;
-    }
-    a->head[a->n_s] = -1;
-    return a->n_s++;
-}
+static void n_edge(nfa *a, int from, int to, int sym, int lo, int hi) { gram_nfa_edge(a, from, to, sym, lo, hi); }
 
-static void n_edge(nfa *a, int from, int to, int sym, int lo, int hi)
-{
-    if (a->rc || from < 0 || to < 0) return;
-    if (a->n_e == a->cap_e) {
-        int cap = a->cap_e ? a->cap_e * 2 : 256;
-        nedge *e = q_reallocn(a->e, (size_t)cap, sizeof *e);
-        if (e) a->e = e;
-        int32_t *nx = e ? q_reallocn(a->next, (size_t)cap, sizeof *nx) : NULL;
-        if (!nx) {
-            a->rc = QERR_NOMEM;
-            return;
-        }
-        a->next = nx, a->cap_e = cap;
-    }
-    a->e[a->n_e] = (nedge){ to, sym, (uint8_t)lo, (uint8_t)hi };
-    a->next[a->n_e] = a->head[from];
-    a->head[from] = a->n_e++;
-}
-
-#define EPS(a, f, t) n_edge(a, f, t, -2, 0, 0)
+#define EPS(a, f, t) GRAM_EPS_EDGE(a, f, t)
 
 /* Any JSON string content but the names of e: the product of the any-string
  * pattern's DFA and a trie of the names, built breadth-first. */
@@ -387,7 +344,7 @@ static void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
                 map[q] = n_state(a);
                 queue[qt++] = (int32_t)q;
             }
-            n_edge(a, map[ps], map[q], -1, c, c);
+            n_edge(a, map[ps], map[q], GRAM_BYTES, c, c);
         }
     }
     free(child);
@@ -420,14 +377,14 @@ static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
         EPS(a, *in, *out);
         break;
     case X_BYTE:
-        n_edge(a, *in, *out, -1, e->lo, e->hi);
+        n_edge(a, *in, *out, GRAM_BYTES, e->lo, e->hi);
         break;
     case X_LIT: {
         int cur = *in;
         for (size_t i = 0; i < e->len; i++) {
             int nx = i + 1 == e->len ? *out : n_state(a);
             const uint8_t c = (uint8_t)b->lits[e->off + i];
-            n_edge(a, cur, nx, -1, c, c);
+            n_edge(a, cur, nx, GRAM_BYTES, c, c);
             cur = nx;
         }
         if (!e->len) EPS(a, *in, *out);
@@ -450,7 +407,7 @@ static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
                 const int t = gram_re_step(re, s, (uint8_t)c);
                 int d = c + 1;
                 while (d < 256 && gram_re_step(re, s, (uint8_t)d) == t) d++;
-                if (t >= 0) n_edge(a, map[s], map[t], -1, c, d - 1);
+                if (t >= 0) n_edge(a, map[s], map[t], GRAM_BYTES, c, d - 1);
                 c = d;
             }
         }
@@ -544,22 +501,6 @@ void gram_free(gram *g)
 
 int gram_states(const gram *g) { return g->n_st; }
 
-/* Epsilon closure of set[0..n) in place, sorted; its size. */
-static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack)
-{
-    int sp = 0, out = 0;
-    for (int i = 0; i < n; i++)
-        if (mark[set[i]] != stamp) mark[set[i]] = stamp, stack[sp++] = set[i];
-    while (sp) {
-        const int32_t s = stack[--sp];
-        set[out++] = s;
-        for (int32_t e = a->head[s]; e >= 0; e = a->next[e])
-            if (a->e[e].sym == -2 && mark[a->e[e].to] != stamp) mark[a->e[e].to] = stamp, stack[sp++] = a->e[e].to;
-    }
-    qsort(set, (size_t)out, sizeof *set, gram_cmp_i32);
-    return out;
-}
-
 static int g_push_state(gram *g)
 {
     if (g->n_st >= MAX_STATES) return QERR_LIMIT;
@@ -576,7 +517,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     uint8_t cut[257] = { 0 };
     cut[0] = 1;
     for (int i = 0; i < a->n_e; i++)
-        if (a->e[i].sym == -1) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
+        if (a->e[i].sym == GRAM_BYTES) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
     int nc = 0;
     uint8_t lo_of[256], hi_of[256];
     for (int c = 0; c < 256; c++) {
@@ -606,7 +547,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     if (!set || !stack || !mark || !callees) rc = QERR_NOMEM;
     if (!rc) {
         set[0] = in;
-        const int n = closure(a, set, 1, mark, ++stamp, stack);
+        const int n = gram_nfa_closure(a, set, 1, mark, ++stamp, stack);
         if (gram_sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
     }
     /* Byte edges and calls of a state are gathered here, then appended. */
@@ -638,11 +579,11 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
             ++stamp;
             for (int i = 0; i < len; i++)
                 for (int32_t e = a->head[m.items[m.off[d] + i]]; e >= 0; e = a->next[e])
-                    if (a->e[e].sym == -1 && a->e[e].lo <= lo_of[c] && lo_of[c] <= a->e[e].hi &&
+                    if (a->e[e].sym == GRAM_BYTES && a->e[e].lo <= lo_of[c] && lo_of[c] <= a->e[e].hi &&
                         mark[a->e[e].to] != stamp)
                         mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
             if (!n) continue;
-            n = closure(a, set, n, mark, ++stamp, stack);
+            n = gram_nfa_closure(a, set, n, mark, ++stamp, stack);
             const int id = gram_sets_get(&m, set, n);
             if (id < 0) rc = QERR_NOMEM;
             /* Subset id: its global state is base + id (assigned in order). */
@@ -656,7 +597,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
                     if (a->e[e].sym == callees[c] && mark[a->e[e].to] != stamp)
                         mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
             if (!n) continue;
-            n = closure(a, set, n, mark, ++stamp, stack);
+            n = gram_nfa_closure(a, set, n, mark, ++stamp, stack);
             const int id = gram_sets_get(&m, set, n);
             if (id < 0) rc = QERR_NOMEM;
             else calls[ncall++] = (gcall){ callees[c], g->start[r] + id };
@@ -818,13 +759,12 @@ int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
     int rc = 0;
     for (int r = 0; r < b->n_rules && !rc; r++) {
         nfa a = { 0 };
+        a.max_s = MAX_STATES;
         int in, fin;
         n_expr(&a, b, b->body[r], &in, &fin, 0);
         g->start[r] = g->n_st; /* the rule's states follow, its start first */
         rc = a.rc ? a.rc : compile_rule(g, &a, in, fin, r);
-        free(a.e);
-        free(a.next);
-        free(a.head);
+        gram_nfa_free(&a);
         if (rc) qerr_set(err, errlen, rc, rc == QERR_LIMIT ? "rule '%s': too many states" : "rule '%s': out of memory",
                          b->names[r]);
     }

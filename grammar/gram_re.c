@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gram_sets.h"
+#include "gram_nfa.h"
 #include "qerr.h"
 #include "util.h"
 
@@ -577,60 +577,13 @@ static int parse_top(parser *ps)
 
 /* ---- the NFA ----------------------------------------------------------------------- */
 
-typedef struct {
-    int32_t to;
-    uint8_t lo, hi;     /* a byte range; lo > hi for an epsilon edge */
-} edge;
+typedef gram_nfa nfa;
 
-typedef struct {
-    edge *e;
-    int32_t *next_e;    /* next edge of the same state */
-    int n_e, cap_e;
-    int32_t *head;      /* per state: first edge */
-    int n_s, cap_s;
-    int rc;
-} nfa;
+static int nfa_state(nfa *a) { return gram_nfa_state(a); }
 
-static int nfa_state(nfa *a)
-{
-    if (a->rc) return -1;
-    if (a->n_s >= MAX_NFA) {
-        a->rc = QERR_LIMIT;
-        return -1;
-    }
-    if (a->n_s == a->cap_s) {
-        int cap = a->cap_s ? a->cap_s * 2 : 256;
-        int32_t *h = q_reallocn(a->head, (size_t)cap, sizeof *h);
-        if (!h) {
-            a->rc = QERR_NOMEM;
-            return -1;
-        }
-        a->head = h, a->cap_s = cap;
-    }
-    a->head[a->n_s] = -1;
-    return a->n_s++;
-}
+static void nfa_edge(nfa *a, int from, int to, int lo, int hi) { gram_nfa_edge(a, from, to, GRAM_BYTES, lo, hi); }
 
-static void nfa_edge(nfa *a, int from, int to, int lo, int hi)
-{
-    if (a->rc || from < 0 || to < 0) return;
-    if (a->n_e == a->cap_e) {
-        int cap = a->cap_e ? a->cap_e * 2 : 1024;
-        edge *e = q_reallocn(a->e, (size_t)cap, sizeof *e);
-        int32_t *ne = e ? q_reallocn(a->next_e, (size_t)cap, sizeof *ne) : NULL;
-        if (e) a->e = e;
-        if (!ne) {
-            a->rc = QERR_NOMEM;
-            return;
-        }
-        a->next_e = ne, a->cap_e = cap;
-    }
-    a->e[a->n_e] = (edge){ to, (uint8_t)(lo < 0 ? 1 : lo), (uint8_t)(lo < 0 ? 0 : hi) };
-    a->next_e[a->n_e] = a->head[from];
-    a->head[from] = a->n_e++;
-}
-
-#define EPS(a, f, t) nfa_edge(a, f, t, -1, -1)
+#define EPS(a, f, t) GRAM_EPS_EDGE(a, f, t)
 
 /* A path of n byte ranges from s to t. */
 static void nfa_path(nfa *a, int s, int t, const uint8_t *lo, const uint8_t *hi, int n)
@@ -795,33 +748,13 @@ struct gram_re {
     uint8_t *accept;    /* (n_states) */
 };
 
-/* The epsilon closure of set[0..n) in place (room for every state), sorted;
- * its size.  mark: scratch of n_s entries, stamp a fresh value. */
-static int closure(const nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack)
-{
-    int sp = 0, out = 0;
-    for (int i = 0; i < n; i++)
-        if (mark[set[i]] != stamp) mark[set[i]] = stamp, stack[sp++] = set[i];
-    while (sp) {
-        const int32_t s = stack[--sp];
-        set[out++] = s;
-        for (int32_t e = a->head[s]; e >= 0; e = a->next_e[e])
-            if (a->e[e].lo > a->e[e].hi && mark[a->e[e].to] != stamp) {
-                mark[a->e[e].to] = stamp;
-                stack[sp++] = a->e[e].to;
-            }
-    }
-    qsort(set, (size_t)out, sizeof *set, gram_cmp_i32);
-    return out;
-}
-
 static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err, size_t errlen)
 {
     /* Byte classes: bytes that start a range, or follow one, begin a class. */
     uint8_t cut[257] = { 0 };
     cut[0] = 1;
     for (int i = 0; i < a->n_e; i++)
-        if (a->e[i].lo <= a->e[i].hi) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
+        if (a->e[i].sym == GRAM_BYTES) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
     int nc = 0;
     uint8_t rep[256];
     for (int b = 0; b < 256; b++) {
@@ -838,7 +771,7 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
     if (!set || !stack || !mark) rc = QERR_NOMEM;
     if (!rc) {
         set[0] = start;
-        int n = closure(a, set, 1, mark, ++stamp, stack);
+        int n = gram_nfa_closure(a, set, 1, mark, ++stamp, stack);
         if (gram_sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
     }
     for (int d = 0; !rc && d < m.n; d++) {
@@ -869,14 +802,14 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
             ++stamp;
             cur = m.items + m.off[d]; /* the items may have moved */
             for (int i = 0; i < len; i++)
-                for (int32_t e = a->head[cur[i]]; e >= 0; e = a->next_e[e])
-                    if (a->e[e].lo <= b && b <= a->e[e].hi && mark[a->e[e].to] != stamp)
+                for (int32_t e = a->head[cur[i]]; e >= 0; e = a->next[e])
+                    if (a->e[e].sym == GRAM_BYTES && a->e[e].lo <= b && b <= a->e[e].hi && mark[a->e[e].to] != stamp)
                         mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
             if (!n) {
                 re->next[(size_t)d * (size_t)nc + (size_t)c] = -1;
                 continue;
             }
-            n = closure(a, set, n, mark, ++stamp, stack);
+            n = gram_nfa_closure(a, set, n, mark, ++stamp, stack);
             work += n;
             const int id = gram_sets_get(&m, set, n);
             if (id < 0) rc = QERR_NOMEM;
@@ -902,6 +835,7 @@ int gram_re_compile(const char *pattern, size_t len, unsigned flags, gram_re **o
     parser ps = { pattern, pattern + len, pattern, flags, NULL, 0, 0, 0, err, errlen, 0 };
     int top = parse_top(&ps);
     nfa a = { 0 };
+    a.max_s = MAX_NFA;
     gram_re *re = NULL;
     int rc = ps.rc;
     if (!rc && top >= 0) {
@@ -921,9 +855,7 @@ int gram_re_compile(const char *pattern, size_t len, unsigned flags, gram_re **o
     for (int i = 0; i < ps.n_nodes; i++)
         if (ps.nodes[i].t == N_SET) free(ps.nodes[i].set.r);
     free(ps.nodes);
-    free(a.e);
-    free(a.next_e);
-    free(a.head);
+    gram_nfa_free(&a);
     if (rc) {
         gram_re_free(re);
         return rc;

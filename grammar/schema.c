@@ -677,6 +677,22 @@ static int in_array(const json_t *a, const char *s)
     return 0;
 }
 
+/* *base without the strings of pre[0..n) (each step a new automaton). */
+static int minus_all(gram_re **base, gram_re *const *pre, int n, char *err, size_t errlen)
+{
+    for (int j = 0; j < n; j++) {
+        gram_re *t = NULL;
+        const int rc = gram_re_minus(*base, pre[j], &t, err, errlen);
+        gram_re_free(*base);
+        *base = t;
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* "key": value, with key the content of a string. */
+static gram_x member(sctx *c, gram_x key, gram_x value) { return SEQ(seq3(c, LIT("\""), key, LIT("\":")), value); }
+
 static gram_x obj_x(sctx *c, const json_t *s)
 {
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
@@ -807,13 +823,9 @@ static gram_x obj_x(sctx *c, const json_t *s)
         json_object_foreach((json_t *)pp, pk, pv)
         {
             /* Pattern k's keys, without those of earlier patterns. */
-            gram_re *base = NULL, *t = NULL;
+            gram_re *base = NULL;
             int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &base, rerr, sizeof rerr);
-            for (int j = 0; !rc && j < k; j++) {
-                rc = gram_re_minus(base, pre[j], &t, rerr, sizeof rerr);
-                gram_re_free(base);
-                base = t;
-            }
+            if (!rc) rc = minus_all(&base, pre, k, rerr, sizeof rerr);
             if (rc) {
                 free(inner);
                 out = fail(c, rc, "patternProperties: %s", rerr);
@@ -821,29 +833,23 @@ static gram_x obj_x(sctx *c, const json_t *s)
             }
             char where[300];
             snprintf(where, sizeof where, "patternProperties/%s", pk);
-            gram_x key = gram_b_key(B, base, inner, lens, n);
-            acc = alt_add(c, acc, SEQ(seq3(c, LIT("\""), key, LIT("\":")), sub(c, pv, where)));
+            acc = alt_add(c, acc, member(c, gram_b_key(B, base, inner, lens, n), sub(c, pv, where)));
             k++;
         }
         if (!json_is_false(addl)) {
             /* Keys no pattern matches. */
-            gram_re *base = NULL, *t = NULL;
+            gram_re *base = NULL;
             int rc = 0;
             if (npp) {
                 rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &base, rerr, sizeof rerr);
-                for (int j = 0; !rc && j < npp; j++) {
-                    rc = gram_re_minus(base, pre[j], &t, rerr, sizeof rerr);
-                    gram_re_free(base);
-                    base = t;
-                }
+                if (!rc) rc = minus_all(&base, pre, npp, rerr, sizeof rerr);
             }
             if (rc) {
                 free(inner);
                 out = fail(c, rc, "patternProperties: %s", rerr);
                 goto done;
             }
-            gram_x key = gram_b_key(B, base, inner, lens, n);
-            acc = alt_add(c, acc, SEQ(seq3(c, LIT("\""), key, LIT("\":")), sub(c, addl, "additionalProperties")));
+            acc = alt_add(c, acc, member(c, gram_b_key(B, base, inner, lens, n), sub(c, addl, "additionalProperties")));
         }
         free(inner);
         extra = as_rule(c, "extra", acc);

@@ -1,9 +1,10 @@
-/* gram_sets.c - interned sets of automaton states (gram_sets.h). */
-#include "gram_sets.h"
+/* gram_nfa.c - NFAs, closures and interned state sets (gram_nfa.h). */
+#include "gram_nfa.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "qerr.h"
 #include "util.h"
 
 int gram_cmp_i32(const void *a, const void *b)
@@ -69,4 +70,66 @@ void gram_sets_free(gram_sets *m)
     free(m->len);
     free(m->tab);
     memset(m, 0, sizeof *m);
+}
+
+int gram_nfa_state(gram_nfa *a)
+{
+    if (a->rc) return -1;
+    if (a->n_s >= a->max_s) {
+        a->rc = QERR_LIMIT;
+        return -1;
+    }
+    if (a->n_s == a->cap_s) {
+        const int cap = a->cap_s ? a->cap_s * 2 : 256;
+        int32_t *h = q_reallocn(a->head, (size_t)cap, sizeof *h);
+        if (!h) {
+            a->rc = QERR_NOMEM;
+            return -1;
+        }
+        a->head = h, a->cap_s = cap;
+    }
+    a->head[a->n_s] = -1;
+    return a->n_s++;
+}
+
+void gram_nfa_edge(gram_nfa *a, int from, int to, int sym, int lo, int hi)
+{
+    if (a->rc || from < 0 || to < 0) return;
+    if (a->n_e == a->cap_e) {
+        const int cap = a->cap_e ? a->cap_e * 2 : 1024;
+        gram_nedge *e = q_reallocn(a->e, (size_t)cap, sizeof *e);
+        if (e) a->e = e;
+        int32_t *nx = e ? q_reallocn(a->next, (size_t)cap, sizeof *nx) : NULL;
+        if (!nx) {
+            a->rc = QERR_NOMEM;
+            return;
+        }
+        a->next = nx, a->cap_e = cap;
+    }
+    a->e[a->n_e] = (gram_nedge){ to, sym, (uint8_t)lo, (uint8_t)hi };
+    a->next[a->n_e] = a->head[from];
+    a->head[from] = a->n_e++;
+}
+
+int gram_nfa_closure(const gram_nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack)
+{
+    int sp = 0, out = 0;
+    for (int i = 0; i < n; i++)
+        if (mark[set[i]] != stamp) mark[set[i]] = stamp, stack[sp++] = set[i];
+    while (sp) {
+        const int32_t s = stack[--sp];
+        set[out++] = s;
+        for (int32_t e = a->head[s]; e >= 0; e = a->next[e])
+            if (a->e[e].sym == GRAM_EPS && mark[a->e[e].to] != stamp) mark[a->e[e].to] = stamp, stack[sp++] = a->e[e].to;
+    }
+    qsort(set, (size_t)out, sizeof *set, gram_cmp_i32);
+    return out;
+}
+
+void gram_nfa_free(gram_nfa *a)
+{
+    free(a->e);
+    free(a->next);
+    free(a->head);
+    memset(a, 0, sizeof *a);
 }
