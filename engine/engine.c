@@ -65,6 +65,7 @@
 #include <string.h>
 
 #include "cpu/pool.h"
+#include "gram.h"
 #include "kv.h"
 #include "model.h"
 #include "stop.h"
@@ -97,6 +98,11 @@ typedef struct req {
     int index;              /* sample index within the request (n > 1) */
     struct req **forks;     /* samples 1..n-1, waiting for this one's prompt */
     int n_forks;
+    gram_m *gm;             /* guided decoding: where the output is in the grammar, or NULL */
+    const gram_vocab *gv;
+    uint32_t *gmask;        /* (n_vocab + 31) / 32: the tokens the grammar allows now */
+    int gm_failed;          /* the mask could not be made: the request ends in error */
+    int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
     int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
     int n_slots;
     double t_submit, t_first;
@@ -267,6 +273,8 @@ static void req_free(req *r)
     free(r->tokens);
     free(r->stop_ids);
     qsampler_destroy(r->smp);
+    gram_m_free(r->gm);
+    free(r->gmask);
     qdetok_free(r->detok);
     qstop_free(r->stop);
     free(r);
@@ -300,8 +308,9 @@ static void finish(qengine *e, req *r, qfinish why)
     r->n_forks = 0;
     qevent ev = { .id = r->id, .index = r->index, .token = -1, .finish = why, .prompt_tokens = r->n_prompt,
                   .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens };
-    /* Text still held (an incomplete character, a possible stop prefix). */
-    if (why != QFINISH_STOP && why != QFINISH_CANCELLED && why != QFINISH_ERROR) {
+    /* Text still held (an incomplete character, a byte-fallback run, a
+     * possible stop prefix) goes out, unless a stop string ended the text. */
+    if (!(why == QFINISH_STOP && r->stop_string) && why != QFINISH_CANCELLED && why != QFINISH_ERROR) {
         const char *t = "";
         size_t tl = 0;
         if (r->detok) qdetok_flush(r->detok, &t, &tl);
@@ -393,6 +402,15 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
         req_free(r);
         return rc;
     }
+    if (p->grammar) {
+        r->gm = gram_m_new(p->grammar);
+        r->gv = p->grammar_vocab;
+        r->gmask = calloc(((size_t)V + 31) / 32, sizeof *r->gmask);
+        if (!r->gm || !r->gmask) {
+            req_free(r);
+            return qerr_set(err, errlen, QERR_NOMEM, "out of memory for the grammar");
+        }
+    }
     *out = r;
     return 0;
 }
@@ -415,6 +433,8 @@ int qengine_submit(qengine *e, const qreq_params *p, uint64_t *id, char *err, si
     for (int i = 0; i < p->n_stop_ids; i++)
         if (p->stop_ids[i] < 0 || p->stop_ids[i] >= V)
             return qerr_set(err, errlen, QERR_RANGE, "stop token id %d is outside the vocabulary", p->stop_ids[i]);
+    if (p->grammar && (!p->grammar_vocab || gram_vocab_size(p->grammar_vocab) > V))
+        return qerr_set(err, errlen, QERR_INVAL, "a grammar needs the model's vocabulary (no larger than %d tokens)", V);
     int n = p->n <= 0 ? 1 : p->n;
     if (n > QENGINE_MAX_N) return qerr_set(err, errlen, QERR_RANGE, "n must be at most %d", QENGINE_MAX_N);
     req *r = NULL;
@@ -785,6 +805,29 @@ typedef struct sdraw {
     qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
 } sdraw;
 
+/* Sets the logits of the tokens r's grammar refuses to -inf; EOS stays only
+ * where the output is complete.  0, or an error (out of memory, or no token
+ * at all is allowed). */
+static int apply_mask(qengine *e, req *r, float *lg)
+{
+    const int V = e->m->hp.n_vocab, nv = gram_vocab_size(r->gv);
+    const int rc = gram_m_mask(r->gm, r->gv, r->gmask);
+    if (rc) return rc;
+    int any = 0;
+    for (int i = 0; i < V; i++) {
+        const int ok = i < nv && ((r->gmask[i / 32] >> (i % 32)) & 1);
+        if (!ok) lg[i] = -INFINITY;
+        any |= ok;
+    }
+    const int end = gram_m_can_end(r->gm);
+    for (int k = 0; k < e->m->n_eos; k++) {
+        const int eos = e->m->eos_ids[k];
+        if (eos >= 0 && eos < V && !end) lg[eos] = -INFINITY;
+        any |= end;
+    }
+    return any ? 0 : QERR_INTERNAL;
+}
+
 static void draw_one(qengine *e, sdraw *d)
 {
     if (d->tok < 0) d->tok = d->u ? qsample_with_uniform(d->r->smp, d->lg, *d->u) : qsample(d->r->smp, d->lg);
@@ -818,8 +861,16 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
         memcpy(ev.top, d->lp + 1, sizeof(qlogprob) * (size_t)ev.n_top);
     }
     if (r->t_first == 0) r->t_first = q_now();
+    if (r->gm_failed) return QFINISH_ERROR;
     e->st.generated++;
     if (is_stop_token(e, r, tok)) return QFINISH_STOP;
+    /* The grammar takes the token (the mask allowed it); EOS, which the
+     * mask allows only where the output is complete, ends it. */
+    if (r->gm) {
+        for (int k = 0; k < e->m->n_eos; k++)
+            if (tok == e->m->eos_ids[k]) return QFINISH_STOP;
+        if (gram_m_feed_token(r->gm, r->gv, tok)) return QFINISH_ERROR;
+    }
     qsampler_accept(r->smp, tok);
     if (grow_tokens(r)) return QFINISH_ERROR;
     r->tokens[r->n_tokens++] = tok;
@@ -840,7 +891,11 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
         }
     }
     if (push_event(e, &ev)) free(ev.text);
-    if (stopped) return QFINISH_STOP;
+    if (stopped) {
+        r->stop_string = 1;
+        return QFINISH_STOP;
+    }
+    if (r->gm && gram_m_done(r->gm)) return QFINISH_STOP; /* complete: nothing can follow */
     if (r->n_gen >= r->max_tokens || r->n_tokens >= e->m->hp.max_ctx) return QFINISH_LENGTH;
     return QFINISH_NONE;
 }
@@ -1028,7 +1083,7 @@ int qengine_step(qengine *e)
         e->b_rlp[n_logits].n = -1;
         const unsigned caps = e->be->ops->caps;
         /* Log-probabilities too, where the backend computes them. */
-        if (q->n_forks == 0 && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
+        if (q->n_forks == 0 && !q->gm && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
             if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
             else if ((caps & QBE_CAP_ROW_SAMPLE) &&
                      qsampler_row_params(q->smp, &rs->temperature, &rs->top_k, &rs->top_p, &rs->min_p)) {
@@ -1091,7 +1146,10 @@ int qengine_step(qengine *e)
         if (!e->b_sample[i]) continue;
         req *q = e->b_reqs[i];
         const int row = li++;
-        const float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
+        float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
+        /* Guided decoding: what the grammar refuses gets no probability.
+         * (Forks start where their parent does: one mask for the row.) */
+        if (q->gm && apply_mask(e, q, lg)) q->gm_failed = 1;
         for (int f = 0; f < q->n_forks; f++) e->draws[dk++] = (sdraw){ .r = q->forks[f], .lg = lg, .tok = -1 };
         const int drawn = e->b_rowmode[row] == QROW_SAMPLE;
         e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_rowmode[row] ? e->b_rowtok[row] : -1,

@@ -17,6 +17,8 @@
 #include "backend.h"
 #include "sample.h"
 
+struct gram;
+struct gram_vocab;
 struct qmodel;
 struct qstore;
 struct qtok;
@@ -110,6 +112,12 @@ typedef struct {
     int n_stop_ids;
     int n;                  /* parallel samples (0 or 1: one).  They share the
                              * prompt's KV blocks; sample i draws with seed + i */
+    /* Guided decoding (grammar/gram.h): every token is one the grammar
+     * allows after the output so far, EOS only where the output is complete,
+     * and the request ends (stop) once nothing can follow.  Both borrowed,
+     * alive until the request's finish event; NULL: free text. */
+    const struct gram *grammar;
+    const struct gram_vocab *grammar_vocab;
 } qreq_params;
 
 #define QENGINE_MAX_N 64
@@ -168,6 +176,11 @@ typedef struct {
     double prefill_rate;            /* tokens/s prefill computes (moving average) */
     double util_sum;        /* internal: sum of per-step utilisation */
 } qengine_stats;
+
+/* The grammar vocabulary of tok (grammar/gram.h): each token's bytes mid-text
+ * (qtok_token_bytes); special tokens and tokens with no bytes never allowed
+ * by a grammar.  0 and *out (gram_vocab_free), or QERR_NOMEM. */
+int qengine_grammar_vocab(const struct qtok *tok, struct gram_vocab **out);
 
 /* Creates an engine for m (which must outlive it); tok (may be NULL: no
  * text, no stop strings) is borrowed too.  0 or a QERR_* code with a message. */

@@ -1,0 +1,166 @@
+/* test_guided.c - guided decoding in the engine (engine.c with
+ * grammar/): on the bundled stories260K model, greedy and sampled requests
+ * (temperature 1, several seeds, n = 3) under JSON schemas finish with
+ * output that the schema's grammar takes whole and that parses as JSON
+ * whenever they finish with "stop"; max_tokens that runs out mid-structure
+ * finishes with "length"; requests with and without a grammar run in one
+ * batch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "gram.h"
+#include "model.h"
+#include "qtest.h"
+#include "schema.h"
+#include "tokenizer.h"
+
+static qmodel *g_model;
+static qtok *g_tok;
+static gram_vocab *g_vocab;
+
+typedef struct {
+    char text[4096];
+    size_t len;
+    qfinish fin;
+    int n_tok;
+} out_t;
+
+/* Runs requests (one per params) to the end; outputs by request and sample. */
+static void run(qengine *e, qreq_params *ps, int n, out_t (*out)[3])
+{
+    uint64_t ids[16];
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        memset(out[i], 0, sizeof out[i]);
+        REQUIRE(qengine_submit(e, &ps[i], &ids[i], err, sizeof err) == 0);
+    }
+    for (int live = 1, steps = 0; live > 0 && steps < 20000; steps++) {
+        live = qengine_step(e);
+        qevent ev;
+        while (qengine_poll(e, &ev)) {
+            for (int i = 0; i < n; i++) {
+                if (ids[i] != ev.id || ev.index < 0 || ev.index > 2) continue;
+                out_t *o = &out[i][ev.index];
+                if (ev.text_len && o->len + ev.text_len < sizeof o->text) {
+                    memcpy(o->text + o->len, ev.text, ev.text_len);
+                    o->len += ev.text_len;
+                }
+                if (ev.finish == QFINISH_NONE) o->n_tok++;
+                else o->fin = ev.finish;
+            }
+            qevent_free(&ev);
+        }
+    }
+}
+
+static gram *schema(const char *text)
+{
+    json_t *s = json_loads(text, JSON_DECODE_ANY, NULL);
+    gram *g = NULL;
+    char err[800];
+    if (!s || gram_schema_compile(s, &g, err, sizeof err)) fprintf(stderr, "  schema: %s\n", s ? err : "bad JSON");
+    json_decref(s);
+    return g;
+}
+
+/* 1 when text is a sentence of g and parses as JSON. */
+static int valid(const gram *g, const out_t *o)
+{
+    gram_m *m = gram_m_new(g);
+    const int ok = m && gram_m_feed(m, (const uint8_t *)o->text, o->len) == 0 && gram_m_can_end(m);
+    gram_m_free(m);
+    json_t *j = json_loadb(o->text, o->len, JSON_DECODE_ANY, NULL);
+    json_decref(j);
+    return ok && j != NULL;
+}
+
+static void test_schemas(void)
+{
+    static const char *const S[] = {
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\","
+        "\"minimum\":0,\"maximum\":120},\"happy\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"happy\"],"
+        "\"additionalProperties\":false}",
+        "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"minItems\":1,\"maxItems\":4}",
+        "{\"type\":\"object\",\"properties\":{\"when\":{\"type\":\"string\",\"format\":\"date\"},\"tags\":{\"type\":\"array\","
+        "\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z]{1,5}$\"},\"maxItems\":3}},\"required\":[\"when\",\"tags\"],"
+        "\"additionalProperties\":false}",
+    };
+    qengine_opts o;
+    qengine_opts_default(&o);
+    o.device = QDEVICE_CPU;
+    o.n_threads = 2;
+    o.num_blocks = 256;
+    qengine *e = NULL;
+    char err[256];
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    int32_t prompt[8];
+    int np = 0;
+    int32_t *ids = NULL;
+    REQUIRE(qtok_encode(g_tok, "Once", 4, 1, &ids, &np) == 0);
+    memcpy(prompt, ids, sizeof *prompt * (size_t)np);
+    free(ids);
+    int stops = 0, total = 0;
+    for (size_t si = 0; si < sizeof S / sizeof S[0]; si++) {
+        gram *g = schema(S[si]);
+        REQUIRE(g);
+        /* Greedy, three seeds at temperature 1 with n = 3, and free text. */
+        qreq_params ps[5];
+        for (int i = 0; i < 5; i++) {
+            ps[i] = (qreq_params){ .prompt = prompt, .n_prompt = np, .sp = qsample_defaults(), .max_tokens = 300 };
+            ps[i].grammar = i < 4 ? g : NULL;
+            ps[i].grammar_vocab = i < 4 ? g_vocab : NULL;
+            if (i > 0) ps[i].sp.temperature = 1.0f, ps[i].sp.seed = 100 + (uint64_t)i, ps[i].n = 3;
+        }
+        out_t out[5][3];
+        run(e, ps, 5, out);
+        for (int i = 0; i < 4; i++)
+            for (int k = 0; k < (i ? 3 : 1); k++) {
+                const out_t *r = &out[i][k];
+                total++;
+                CHECK(r->fin == QFINISH_STOP || r->fin == QFINISH_LENGTH);
+                if (r->fin != QFINISH_STOP) continue;
+                stops++;
+                if (!valid(g, r)) fprintf(stderr, "  schema %zu: not valid: %.*s\n", si, (int)r->len, r->text);
+                CHECK(valid(g, r));
+            }
+        CHECK(out[4][0].n_tok > 0); /* free text ran beside them */
+        if (si == 0) fprintf(stderr, "  e.g. %.*s\n", (int)out[0][0].len, out[0][0].text);
+        gram_free(g);
+    }
+    fprintf(stderr, "  %d of %d finished with stop, all valid\n", stops, total);
+    CHECK(stops >= total / 2);
+    /* max_tokens runs out inside the structure: "length", not "stop". */
+    gram *g = schema(S[0]);
+    qreq_params p = { .prompt = prompt, .n_prompt = np, .sp = qsample_defaults(), .max_tokens = 3, .grammar = g,
+                      .grammar_vocab = g_vocab };
+    out_t out[1][3];
+    run(e, &p, 1, out);
+    CHECK(out[0][0].fin == QFINISH_LENGTH);
+    CHECK(out[0][0].len > 0 && out[0][0].text[0] == '{');
+    /* A grammar without its vocabulary is refused. */
+    p.grammar_vocab = NULL;
+    uint64_t id;
+    CHECK(qengine_submit(e, &p, &id, err, sizeof err) == QERR_INVAL);
+    gram_free(g);
+    char check[256];
+    CHECK(qengine_check(e, check, sizeof check) == 0);
+    qengine_destroy(e);
+}
+
+int main(void)
+{
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", qt_root());
+    if (qmodel_load(path, &g_model, err, sizeof err) || qtok_for_model(g_model, &g_tok, err, sizeof err) ||
+        qengine_grammar_vocab(g_tok, &g_vocab)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return 1;
+    }
+    QT_RUN(test_schemas);
+    gram_vocab_free(g_vocab);
+    qtok_free(g_tok);
+    qmodel_destroy(g_model);
+    QT_MAIN_END();
+}
