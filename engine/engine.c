@@ -398,6 +398,7 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
             return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
         }
     }
+    if (r->detok) qdetok_drop_held(r->detok); /* the prompt's tail is not output */
     if (e->tok && (rc = qstop_new(p->stop, NULL, p->n_stop, 0, &r->stop, err, errlen))) {
         req_free(r);
         return rc;

@@ -391,6 +391,17 @@ static int flush_all(qdetok *d)
 
 /* ---- public ------------------------------------------------------------------------------------- */
 
+void qdetok_drop_held(qdetok *d)
+{
+    /* A byte-fallback run held whole (complete characters) belongs to what
+     * was pushed so far; a run that ends mid-character may still complete. */
+    for (int k = 0; k < d->t->n_decs; k++) {
+        dstate *st = &d->st[k];
+        if (d->t->decs[k].kind == TD_BYTEFALLBACK && !st->bad && tok_u8valid(st->hold.p, st->hold.len) == st->hold.len)
+            st->hold.len = 0;
+    }
+}
+
 void qdetok_reset(qdetok *d)
 {
     const qtok *t = d->t;

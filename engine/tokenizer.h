@@ -171,6 +171,12 @@ int qdetok_push(qdetok *d, int32_t id, const char **text, size_t *len);
  * reused for a new sequence.  Fails only with QERR_NOMEM. */
 int qdetok_flush(qdetok *d, const char **text, size_t *len);
 
+/* Drops the text held back that is made of complete characters (a
+ * byte-fallback run not yet ended) and keeps the rest of the state: after
+ * priming d with a prompt, so that the prompt's tail never shows up in the
+ * output.  Cannot fail. */
+void qdetok_drop_held(qdetok *d);
+
 /* Starts a new sequence, dropping anything held.  Cannot fail. */
 void qdetok_reset(qdetok *d);
 

@@ -1202,3 +1202,39 @@ int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errl
 }
 
 int gram_json_any(gram **out, char *err, size_t errlen) { return compile(json_true(), 1, out, err, errlen); }
+
+/* ---- other constraints: a pattern, a list of choices ---------------------------------- */
+
+/* A grammar of one rule, body x (built by f), root. */
+static int one_rule(gram_b *b, gram_x x, gram **out, char *err, size_t errlen)
+{
+    const int r = gram_b_rule(b, "root");
+    int rc = r < 0 ? r : gram_b_define(b, r, x);
+    if (!rc) rc = gram_b_build(b, r, out, err, errlen);
+    else {
+        const char *msg = "";
+        gram_b_error(b, &msg);
+        qerr_set(err, errlen, rc, "%s", msg);
+    }
+    gram_b_free(b);
+    return rc;
+}
+
+int gram_regex_grammar(const char *pattern, size_t len, gram **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    gram_b *b = gram_b_new();
+    if (!b) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    return one_rule(b, gram_b_regex(b, pattern, len, GRAM_RE_FULL), out, err, errlen);
+}
+
+int gram_choice_grammar(const char *const *s, const size_t *lens, int n, gram **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (n < 1) return qerr_set(err, errlen, QERR_INVAL, "no choices");
+    gram_b *b = gram_b_new();
+    if (!b) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    gram_x x = gram_b_lit(b, s[0], lens[0]);
+    for (int i = 1; i < n; i++) x = gram_b_alt(b, x, gram_b_lit(b, s[i], lens[i]));
+    return one_rule(b, x, out, err, errlen);
+}

@@ -36,4 +36,11 @@ int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errl
 /* The grammar of any compact JSON value (json_object mode): 0 or as above. */
 int gram_json_any(gram **out, char *err, size_t errlen);
 
+/* Free text that the whole of which matches pattern (gram_re.h's syntax,
+ * anchored at both ends): 0 or QERR_INVAL / QERR_LIMIT / QERR_NOMEM with a
+ * message. */
+int gram_regex_grammar(const char *pattern, size_t len, gram **out, char *err, size_t errlen);
+/* Exactly one of the n strings s[i] (lens[i] bytes): 0 or as above. */
+int gram_choice_grammar(const char *const *s, const size_t *lens, int n, gram **out, char *err, size_t errlen);
+
 #endif

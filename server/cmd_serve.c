@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "gram.h"
 #include "serve.h"
 #include "engine.h"
 #include "metrics.h"
@@ -275,15 +276,20 @@ static int load(void)
     qmodel *m = NULL;
     qtok *tok = NULL;
     qengine *e = NULL;
+    gram_vocab *gv = NULL;
     if (qmodel_load(S.o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err) ||
-        qengine_create(m, tok, &S.eo, &e, err, sizeof err)) {
+        qengine_create(m, tok, &S.eo, &e, err, sizeof err) ||
+        (qengine_grammar_vocab(tok, &gv) && snprintf(err, sizeof err, "out of memory for the grammar vocabulary"))) {
         fprintf(stderr, "quire serve: %s\n", err);
+        qengine_destroy(e);
         qtok_free(tok);
         qmodel_destroy(m);
         return 1;
     }
     pthread_mutex_lock(&S.mu);
     S.model = m, S.tok = tok, S.eng = e, S.ready = 1;
+    S.gvocab = gv;
+    S.lim.gvocab = gv;
     pthread_mutex_unlock(&S.mu);
     fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
     return 0;
@@ -1111,6 +1117,7 @@ int cmd_serve(int argc, char **argv)
         serve_sreq_free(r);
     }
     qengine_destroy(S.eng);
+    gram_vocab_free(S.gvocab);
     qstore_stop(S.store);
     qmetrics_free(S.metrics);
     free(S.web_root);

@@ -2,6 +2,9 @@
  * (oai.h says which fields and how they are checked). */
 #include "oai.h"
 
+#include "gram.h"
+#include "schema.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,6 +74,84 @@ static int flag(json_t *o, const char *k, int *out, qoai_error *e)
     do {                                                                                                               \
         if ((rc = (x)) < 0) return rc;                                                                                 \
     } while (0)
+
+/* The output's grammar from response_format or guided_json / guided_regex /
+ * guided_choice, into r->grammar and r->p. */
+static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
+{
+    json_t *rf = field(o, "response_format"), *gj = field(o, "guided_json"), *gr = field(o, "guided_regex"),
+           *gc = field(o, "guided_choice");
+    const json_t *schema = NULL;
+    const char *param = NULL;
+    int any_object = 0;
+    if (rf) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(t))
+            return qoai_fail(e, 400, INVALID, "response_format", "'response_format' must be an object with a 'type'");
+        const char *ty = json_string_value(t);
+        if (!strcmp(ty, "json_object")) {
+            any_object = 1;
+            param = "response_format";
+        } else if (!strcmp(ty, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema");
+            schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+            param = "response_format.json_schema.schema";
+            if (!schema)
+                return qoai_fail(e, 400, INVALID, "response_format",
+                                 "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+        } else if (strcmp(ty, "text")) {
+            return qoai_fail(e, 400, INVALID, "response_format",
+                             "response_format type '%s' is not one of text, json_object, json_schema", ty);
+        }
+    }
+    const int n_set = (param != NULL) + (gj != NULL) + (gr != NULL) + (gc != NULL);
+    if (!n_set) return 0;
+    if (n_set > 1)
+        return qoai_fail(e, 400, INVALID, "response_format",
+                         "one of response_format (json), guided_json, guided_regex and guided_choice at a time");
+    if (!lim || !lim->gvocab)
+        return qoai_fail(e, 400, INVALID, param ? param : gj ? "guided_json" : gr ? "guided_regex" : "guided_choice",
+                         "structured output needs the model's tokenizer");
+    char err[800];
+    int rc;
+    if (gr) {
+        if (!json_is_string(gr)) return qoai_fail(e, 400, INVALID, "guided_regex", "'guided_regex' must be a string");
+        param = "guided_regex";
+        rc = gram_regex_grammar(json_string_value(gr), json_string_length(gr), &r->grammar, err, sizeof err);
+    } else if (gc) {
+        const size_t n = json_is_array(gc) ? json_array_size(gc) : 0;
+        param = "guided_choice";
+        if (!n || n > 4096) return qoai_fail(e, 400, INVALID, param, "'guided_choice' must be a list of 1 to 4096 strings");
+        const char **s = calloc(n, sizeof *s);
+        size_t *l = calloc(n, sizeof *l);
+        rc = s && l ? 0 : QERR_NOMEM;
+        for (size_t i = 0; !rc && i < n; i++) {
+            json_t *x = json_array_get(gc, i);
+            if (!json_is_string(x) || !json_string_length(x)) {
+                free(s);
+                free(l);
+                return qoai_fail(e, 400, INVALID, param, "'guided_choice' must be a list of non-empty strings");
+            }
+            s[i] = json_string_value(x), l[i] = json_string_length(x);
+        }
+        if (!rc) rc = gram_choice_grammar(s, l, (int)n, &r->grammar, err, sizeof err);
+        else snprintf(err, sizeof err, "out of memory");
+        free(s);
+        free(l);
+    } else if (gj || schema || any_object) {
+        if (gj) param = "guided_json";
+        json_t *obj = any_object ? json_pack("{s:s}", "type", "object") : NULL;
+        rc = gram_schema_compile(gj ? gj : obj ? obj : schema, &r->grammar, err, sizeof err);
+        json_decref(obj);
+    } else {
+        return 0;
+    }
+    if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    if (rc) return qoai_fail(e, 400, INVALID, param, "%s", err);
+    r->p.grammar = r->grammar;
+    r->p.grammar_vocab = lim->gvocab;
+    return 0;
+}
 
 int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, qoai_error *e)
 {
@@ -160,16 +241,7 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     }
     json_t *user = field(o, "user");
     if (user && !json_is_string(user)) return qoai_fail(e, 400, INVALID, "user", "'user' must be a string");
-    json_t *rf = field(o, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t))
-            return qoai_fail(e, 400, INVALID, "response_format", "'response_format' must be an object with a 'type'");
-        if (strcmp(json_string_value(t), "text"))
-            return qoai_fail(e, 400, INVALID, "response_format",
-                             "response_format type '%s' is not supported yet (only 'text')", json_string_value(t));
-    }
-    return 0;
+    return guided(o, lim, r, e);
 }
 
 /* The chat's messages as the template takes them: roles checked
@@ -358,6 +430,7 @@ void qoai_req_free(qoai_req *r)
     if (!r) return;
     json_decref(r->body);
     free(r->ids);
+    gram_free(r->grammar);
     memset(r, 0, sizeof *r);
     r->model = "";
 }

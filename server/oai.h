@@ -18,7 +18,11 @@
  * completions: integer [0, 20]), stream (boolean), stream_options
  * ({"include_usage": boolean}, only with stream), user (string),
  * ignore_eos (boolean), tools (chat: passed to the template),
- * response_format (only {"type": "text"} for now).  Fields not named here
+ * response_format ({"type": "text"}, {"type": "json_object"}, or {"type":
+ * "json_schema", "json_schema": {"name", "schema", "strict"}}: the output
+ * is a JSON object, or an instance of the schema, by guided decoding), and
+ * vLLM's extensions guided_json (a schema), guided_regex (the whole output
+ * matches) and guided_choice (one of a list of strings).  Fields not named here
  * are ignored, as OpenAI's API and vLLM do; a named field of the wrong type
  * or out of range is an error, null is the same as absent. */
 #ifndef QUIRE_OAI_H
@@ -43,8 +47,14 @@ typedef struct {
     char message[320];
 } qoai_error;
 
+struct gram;
+struct gram_vocab;
+
 typedef struct {
     int max_tokens_cap; /* larger max_tokens are refused (0: only the context bounds them) */
+    /* The model's grammar vocabulary (engine.h qengine_grammar_vocab), or
+     * NULL: requests for structured output are refused. */
+    const struct gram_vocab *gvocab;
 } qoai_limits;
 
 typedef struct {
@@ -57,6 +67,7 @@ typedef struct {
     int include_usage;  /* stream_options.include_usage */
     int logprobs;       /* the reply carries logprobs (p.sp.logprobs) */
     const char *model;  /* the body's model, "" when absent (points into body) */
+    struct gram *grammar; /* response_format / guided_*: the output's grammar (owned), or NULL */
 } qoai_req;
 
 /* Parses body (len bytes, not NUL-terminated) as a request of kind for

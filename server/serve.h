@@ -97,6 +97,7 @@ typedef struct {
     const char *keys[64]; /* the API keys (n_keys of them; none: no auth) */
     int n_keys;
     qstore *store;      /* the database (NULL with --no-persist) */
+    struct gram_vocab *gvocab; /* the tokenizer as the grammars see it (guided decoding) */
     sjob *sjobs;        /* jobs in the store for the lws thread */
     qengine_opts eo;
     int ready;          /* the model is loaded and the engine runs (under mu) */

@@ -8,15 +8,17 @@
 #include "model.h"
 #include "oai.h"
 #include "qerr.h"
+#include "gram.h"
 #include "qtest.h"
 #include "tokenizer.h"
 
 static qmodel *g_model;
 static qtok *g_tok;
+static gram_vocab *g_vocab;
 
 static int parse(const char *body, qoai_kind kind, int cap, qoai_req *r, qoai_error *e)
 {
-    const qoai_limits lim = { cap };
+    const qoai_limits lim = { cap, g_vocab };
     return qoai_parse(body, strlen(body), kind, &lim, g_model, g_tok, r, e);
 }
 
@@ -155,8 +157,19 @@ static void test_bad_bodies(void)
         { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools",
           "an array" },
         { QOAI_CHAT,
-          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_object\"}}",
-          "response_format", "not supported yet" },
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"xml\"}}",
+          "response_format", "not one of text, json_object, json_schema" },
+        { QOAI_CHAT,
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\"}}",
+          "response_format", "needs {\"json_schema\"" },
+        { QOAI_CHAT,
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", "
+          "\"json_schema\": {\"name\": \"n\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"not\": {\"enum\": [1]}}}}}}}",
+          "response_format.json_schema.schema", "/properties/a" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_regex\": \"(?=a)\"}", "guided_regex", "lookaround" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": []}", "guided_choice", "list of 1 to 4096" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"], \"guided_regex\": \"a\"}", "response_format",
+          "one of" },
         { QOAI_COMPLETION, "{}", "prompt", "'prompt' must be" },
         { QOAI_COMPLETION, "{\"prompt\": 5}", "prompt", "'prompt' must be" },
         { QOAI_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt", "one prompt a request" },
@@ -336,6 +349,42 @@ static void test_replies(void)
     free(t1);
 }
 
+/* response_format and the guided_* fields become the request's grammar. */
+static void test_guided(void)
+{
+    static const char *const ok[] = {
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}",
+        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"p\", "
+        "\"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}, \"strict\": true}}}",
+        "{\"prompt\": \"x\", \"guided_json\": {\"enum\": [1, 2]}}",
+        "{\"prompt\": \"x\", \"guided_regex\": \"[a-c]{3}\"}",
+        "{\"prompt\": \"x\", \"guided_choice\": [\"yes\", \"no\"]}",
+    };
+    static const char *const takes[] = { "{}", "{\"a\":7}", "2", "abc", "no" };
+    static const char *const refuses[] = { "[]", "{\"a\":\"7\"}", "3", "abcd", "maybe" };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        qoai_req r;
+        qoai_error e;
+        REQUIRE(parse(ok[i], QOAI_COMPLETION, 0, &r, &e) == 0);
+        CHECK(r.grammar != NULL && r.p.grammar == r.grammar && r.p.grammar_vocab == g_vocab);
+        gram_m *m = gram_m_new(r.grammar);
+        CHECK(gram_m_feed(m, (const uint8_t *)takes[i], strlen(takes[i])) == 0 && gram_m_can_end(m));
+        gram_m_reset(m);
+        CHECK(gram_m_feed(m, (const uint8_t *)refuses[i], strlen(refuses[i])) != 0 || !gram_m_can_end(m));
+        gram_m_free(m);
+        qoai_req_free(&r);
+    }
+    /* text is free text; and without a vocabulary, structured output is refused. */
+    qoai_req r;
+    qoai_error e;
+    REQUIRE(parse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", QOAI_COMPLETION, 0, &r, &e) == 0);
+    CHECK(r.grammar == NULL);
+    qoai_req_free(&r);
+    const qoai_limits bare = { 0, NULL };
+    CHECK(qoai_parse(ok[0], strlen(ok[0]), QOAI_COMPLETION, &bare, g_model, g_tok, &r, &e) != 0);
+    CHECK_STR_CONTAINS(e.message, "tokenizer");
+}
+
 int main(void)
 {
     char path[1024], err[256];
@@ -344,12 +393,18 @@ int main(void)
         fprintf(stderr, "cannot load %s: %s\n", path, err);
         return 1;
     }
+    if (qengine_grammar_vocab(g_tok, &g_vocab)) {
+        fprintf(stderr, "cannot build the grammar vocabulary\n");
+        return 1;
+    }
+    QT_RUN(test_guided);
     QT_RUN(test_chat_valid);
     QT_RUN(test_completion_valid);
     QT_RUN(test_bad_bodies);
     QT_RUN(test_context_length);
     QT_RUN(test_error_json);
     QT_RUN(test_replies);
+    gram_vocab_free(g_vocab);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
     QT_MAIN_END();
