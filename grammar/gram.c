@@ -26,6 +26,7 @@
  *      frontiers (commits) stay valid. */
 #include "gram.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,7 +479,29 @@ typedef struct {
     uint8_t accept;
 } gstate;
 
+/* Token classes of a state, for one vocabulary (filled on first use): from
+ * the state with an unknown stack below it, the tokens taken without
+ * returning below (accept: whatever the stack), and those that return below
+ * it (uncertain: the real stack decides); the rest are refused whatever
+ * the stack. */
+typedef struct {
+    uint32_t *accept;       /* bits; NULL until made */
+    int32_t *uncertain;     /* token ids, increasing */
+    int n_uncertain;
+} gclass;
+
+#define GCACHE_VOCABS 4
+
+typedef struct {
+    pthread_mutex_t mu;
+    struct {
+        const struct gram_vocab *v;   /* the vocabulary the classes are for */
+        gclass *cls;                  /* (n_st) */
+    } by[GCACHE_VOCABS];
+} gcache;
+
 struct gram {
+    gcache *cache;
     int n_rules, root;
     int32_t *start;     /* per rule: its start state */
     gstate *st;
@@ -492,6 +515,15 @@ struct gram {
 void gram_free(gram *g)
 {
     if (!g) return;
+    if (g->cache) {
+        for (int b = 0; b < GCACHE_VOCABS; b++) {
+            gclass *cls = g->cache->by[b].cls;
+            for (int i = 0; cls && i < g->n_st; i++) free(cls[i].accept), free(cls[i].uncertain);
+            free(cls);
+        }
+        pthread_mutex_destroy(&g->cache->mu);
+        free(g->cache);
+    }
     free(g->start);
     free(g->st);
     free(g->be);
@@ -776,6 +808,10 @@ int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
             rc = qerr_set(err, errlen, QERR_INVAL, "rule '%s' calls itself before reading anything (left recursion)",
                           b->names[lr]);
     }
+    if (!rc) {
+        if (!(g->cache = calloc(1, sizeof *g->cache))) rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        else pthread_mutex_init(&g->cache->mu, NULL);
+    }
     if (rc) {
         gram_free(g);
         return rc;
@@ -789,6 +825,9 @@ int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
 typedef struct {
     int32_t state, parent;
 } mnode;
+
+/* The parent of a node whose stack below is not known (token classes). */
+#define UNKNOWN (-2)
 
 struct gram_m {
     const gram *g;
@@ -805,6 +844,17 @@ struct gram_m {
     uint32_t *mark;
     int cap_mark;
     uint32_t stamp;
+    /* masks of recent frontiers (a frontier met again - inside a string, a
+     * repeated array item - gives the same mask): MASK_CACHE entries */
+    struct mcache {
+        uint64_t hash;
+        int32_t *nodes;
+        int n, end, used;
+        uint32_t *mask;
+    } mc[8];
+    const gram_vocab *mc_vocab;
+    int mc_next;
+    int unknown;            /* a closure returned into UNKNOWN (classifying a state) */
     /* commits: frontiers back to back in h_items, one hent each */
     int32_t *h_items;
     size_t h_n, h_cap;
@@ -889,7 +939,8 @@ static int take_closure(gram_m *m, int sp, int *n_out, int *end)
             m->stk[sp++] = child;
         }
         if (st->accept) {
-            if (nd.parent < 0) *end = 1;
+            if (nd.parent == UNKNOWN) m->unknown = 1; /* returns into a stack not known here */
+            else if (nd.parent < 0) *end = 1;
             else m->stk[sp++] = nd.parent;
         }
     }
@@ -966,6 +1017,7 @@ void gram_m_free(gram_m *m)
     free(m->mark);
     free(m->h_items);
     free(m->h);
+    for (int i = 0; i < 8; i++) free(m->mc[i].nodes), free(m->mc[i].mask);
     free(m);
 }
 
@@ -1156,50 +1208,174 @@ int gram_m_feed_token(gram_m *m, const gram_vocab *v, int token)
     return rc;
 }
 
+static uint64_t front_hash(const int32_t *f, int n, int end)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)(n * 2 + end);
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)f[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int end0, const uint32_t *only,
+                uint32_t *acc, uint32_t *unk);
+
+#define BIT(w, i) (((w)[(i) / 32] >> ((i) % 32)) & 1u)
+#define SET(w, i) ((w)[(i) / 32] |= 1u << ((i) % 32))
+
+/* The token classes of state s for v (made on first use, kept in the
+ * grammar), or NULL when the grammar's classes are for another vocabulary
+ * or memory is short. */
+static const gclass *class_of(gram_m *m, const gram_vocab *v, int32_t s)
+{
+    gcache *c = m->g->cache;
+    const gclass *out = NULL;
+    pthread_mutex_lock(&c->mu);
+    int b = 0;
+    while (b < GCACHE_VOCABS && c->by[b].v && c->by[b].v != v) b++;
+    if (b < GCACHE_VOCABS && !c->by[b].v && (c->by[b].cls = q_callocn((size_t)m->g->n_st, sizeof *c->by[b].cls)))
+        c->by[b].v = v;
+    if (b < GCACHE_VOCABS && c->by[b].v == v) {
+        gclass *k = &c->by[b].cls[s];
+        if (!k->accept) {
+            const size_t words = ((size_t)v->n + 31) / 32;
+            uint32_t *acc = q_callocn(words, sizeof *acc), *unk = q_callocn(words, sizeof *unk);
+            const int32_t node = intern(m, s, UNKNOWN);
+            if (acc && unk && node >= 0 && walk(m, v, &node, 1, 0, NULL, acc, unk) == 0) {
+                int n = 0;
+                for (int i = 0; i < v->n; i++) n += (int)BIT(unk, i);
+                k->uncertain = q_mallocn((size_t)n + 1, sizeof *k->uncertain);
+                if (k->uncertain) {
+                    for (int i = 0; i < v->n; i++)
+                        if (BIT(unk, i)) k->uncertain[k->n_uncertain++] = i;
+                    k->accept = acc, acc = NULL;
+                }
+            }
+            free(acc);
+            free(unk);
+        }
+        if (k->accept) out = k;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return out;
+}
+
+/* The mask from the token classes of the frontier's states, with the
+ * uncertain tokens decided by a walk of the whole frontier over them only;
+ * 1 when some class was missing (the caller walks everything). */
+static int mask_by_classes(gram_m *m, const gram_vocab *v, uint32_t *mask, int *rc)
+{
+    const size_t words = ((size_t)v->n + 31) / 32;
+    memset(mask, 0, sizeof *mask * words);
+    uint32_t *u = q_callocn(words, sizeof *u);
+    if (!u) return 1;
+    for (int i = 0; i < m->n_front; i++) {
+        const gclass *k = class_of(m, v, m->nodes[m->front[i]].state);
+        if (!k) {
+            free(u);
+            return 1;
+        }
+        for (size_t w = 0; w < words; w++) mask[w] |= k->accept[w];
+        for (int j = 0; j < k->n_uncertain; j++) SET(u, k->uncertain[j]);
+    }
+    int any = 0;
+    for (size_t w = 0; w < words; w++) any |= (u[w] &= ~mask[w]) != 0;
+    *rc = any ? walk(m, v, m->front, m->n_front, m->can_end, u, mask, NULL) : 0;
+    free(u);
+    return 0;
+}
+
 int gram_m_mask(gram_m *m, const gram_vocab *v, uint32_t *mask)
 {
-    memset(mask, 0, sizeof *mask * (((size_t)v->n + 31) / 32));
+    const size_t words = ((size_t)v->n + 31) / 32;
+    if (m->mc_vocab != v) { /* another vocabulary: the cache starts over */
+        for (int i = 0; i < 8; i++) m->mc[i].used = 0;
+        m->mc_vocab = v;
+    }
+    const uint64_t h = front_hash(m->front, m->n_front, m->can_end);
+    for (int i = 0; i < 8; i++) {
+        const struct mcache *c = &m->mc[i];
+        if (c->used && c->hash == h && c->n == m->n_front && c->end == m->can_end &&
+            !memcmp(c->nodes, m->front, sizeof *c->nodes * (size_t)c->n)) {
+            memcpy(mask, c->mask, sizeof *mask * words);
+            return 0;
+        }
+    }
+    int rc = 0;
+    if (!m->g->cache || mask_by_classes(m, v, mask, &rc)) {
+        memset(mask, 0, sizeof *mask * words);
+        rc = walk(m, v, m->front, m->n_front, m->can_end, NULL, mask, NULL);
+    }
+    if (rc) return rc;
+    struct mcache *c = &m->mc[m->mc_next];
+    m->mc_next = (m->mc_next + 1) % 8;
+    int32_t *nodes = q_reallocn(c->nodes, (size_t)m->n_front + 1, sizeof *nodes);
+    if (nodes) c->nodes = nodes;
+    uint32_t *mk = nodes && !c->mask ? q_mallocn(words, sizeof *mk) : c->mask;
+    if (!nodes || !mk) { /* no cache entry: the mask is right all the same */
+        c->used = 0;
+        return 0;
+    }
+    c->mask = mk;
+    memcpy(c->nodes, m->front, sizeof *nodes * (size_t)m->n_front);
+    memcpy(c->mask, mask, sizeof *mask * words);
+    c->hash = h, c->n = m->n_front, c->end = m->can_end, c->used = 1;
+    return 0;
+}
+
+/* Walks the vocabulary (the tokens in only, when not NULL) from frontier
+ * f0 (end0: complete there): sets in acc the tokens the frontier takes.
+ * With unk (classifying a state whose stack below is UNKNOWN), sets in unk
+ * the tokens not taken on whose way some path returned into UNKNOWN. */
+static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int end0, const uint32_t *only,
+                uint32_t *acc, uint32_t *unk)
+{
     /* Frontiers by depth: depth d is the frontier after d bytes of the
-     * current token; fr[d] in pool[off[d] .. off[d] + len[d]). */
+     * current token, in pool[off[d] .. off[d] + len[d]); un[d]: a path went
+     * into UNKNOWN on the way there. */
     const size_t D = v->max_len + 1;
     size_t *off = q_mallocn(D + 1, sizeof *off);
-    int *len = q_mallocn(D + 1, sizeof *len), *end = q_mallocn(D + 1, sizeof *end);
-    int32_t *pool = NULL;
-    size_t cap = 0;
-    int rc = 0;
-    if (!off || !len || !end) rc = QERR_NOMEM;
+    int *len = q_mallocn(D + 1, sizeof *len), *un = q_callocn(D + 1, sizeof *un);
+    size_t cap = (size_t)n0 * 4 + 1024;
+    int32_t *pool = q_mallocn(cap, sizeof *pool);
+    int rc = off && len && un && pool ? 0 : QERR_NOMEM;
     if (!rc) {
-        cap = (size_t)m->n_front * 4 + 1024;
-        pool = q_mallocn(cap, sizeof *pool);
-        if (!pool) rc = QERR_NOMEM;
+        if (n0) memcpy(pool, f0, sizeof *pool * (size_t)n0);
+        off[0] = 0, len[0] = n0;
     }
-    if (!rc) {
-        memcpy(pool, m->front, sizeof *pool * (size_t)m->n_front);
-        off[0] = 0, len[0] = m->n_front, end[0] = m->can_end;
-    }
+    (void)end0;
     int depth = 0;     /* frontiers valid for depths 0..depth */
-    int dead = -1;     /* the frontier at this depth is dead (prefix refused), or -1 */
+    int dead = -1;     /* tokens sharing this many bytes with the last refused one are refused */
+    int dead_un = 0;   /* ... and that one met UNKNOWN */
+    int eff = 1 << 30; /* bytes shared with the last token walked */
     for (int k = 0; !rc && k < v->n_usable; k++) {
+        if (v->lcp[k] < eff) eff = v->lcp[k];
         const int tok = v->order[k];
-        const uint8_t *b = v->bytes + v->off[tok];
-        const int l = (int)(v->off[tok + 1] - v->off[tok]);
+        if (only && !BIT(only, tok)) continue;
+        const int shared = eff;
+        eff = 1 << 30;
         if (dead >= 0) {
-            if (v->lcp[k] >= dead) continue; /* it shares the refused prefix */
+            if (shared >= dead) {
+                if (unk && dead_un) SET(unk, tok);
+                continue;
+            }
             dead = -1;
         }
-        if (v->lcp[k] < depth) depth = v->lcp[k];
+        if (shared < depth) depth = shared;
+        const uint8_t *b = v->bytes + v->off[tok];
+        const int l = (int)(v->off[tok + 1] - v->off[tok]);
         int ok = 1;
         while (depth < l) {
-            const int32_t *f = pool + off[depth];
-            /* Complete and nothing more: no byte can follow. */
+            /* Complete with nothing after it: no byte can follow. */
             if (!len[depth]) {
                 ok = 0;
                 break;
             }
             int nn, e;
-            rc = step(m, f, len[depth], b[depth], &nn, &e);
+            m->unknown = 0;
+            rc = step(m, pool + off[depth], len[depth], b[depth], &nn, &e);
             if (rc) break;
+            const int went = un[depth] || m->unknown;
             if (!nn && !e) {
+                un[depth + 1] = went;
                 ok = 0;
                 break;
             }
@@ -1215,20 +1391,23 @@ int gram_m_mask(gram_m *m, const gram_vocab *v, uint32_t *mask)
                 pool = p2, cap = c2;
             }
             off[depth + 1] = off[depth] + (size_t)len[depth];
-            memcpy(pool + off[depth + 1], m->nfront, sizeof *pool * (size_t)nn);
-            len[depth + 1] = nn, end[depth + 1] = e;
+            if (nn) memcpy(pool + off[depth + 1], m->nfront, sizeof *pool * (size_t)nn);
+            len[depth + 1] = nn;
+            un[depth + 1] = went;
             depth++;
         }
         if (rc) break;
         if (!ok) {
-            dead = depth + 1; /* tokens that share depth + 1 bytes with this one die too */
+            dead = depth + 1;
+            dead_un = un[depth + 1 <= (int)D ? depth + 1 : depth];
+            if (unk && dead_un) SET(unk, tok);
             continue;
         }
-        mask[tok / 32] |= 1u << (tok % 32);
+        SET(acc, tok);
     }
     free(off);
     free(len);
-    free(end);
+    free(un);
     free(pool);
     return rc;
 }
