@@ -27,6 +27,7 @@
 #include "gram.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,6 +502,7 @@ typedef struct {
 } gcache;
 
 struct gram {
+    atomic_int refs;    /* gram_free drops one; the last frees */
     gcache *cache;
     int n_rules, root;
     int32_t *start;     /* per rule: its start state */
@@ -512,9 +514,15 @@ struct gram {
     int n_ce, cap_ce;
 };
 
+gram *gram_retain(gram *g)
+{
+    if (g) atomic_fetch_add(&g->refs, 1);
+    return g;
+}
+
 void gram_free(gram *g)
 {
-    if (!g) return;
+    if (!g || atomic_fetch_sub(&g->refs, 1) > 1) return;
     if (g->cache) {
         for (int b = 0; b < GCACHE_VOCABS; b++) {
             gclass *cls = g->cache->by[b].cls;
@@ -788,6 +796,7 @@ int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
     }
     g->n_rules = b->n_rules;
     g->root = root;
+    atomic_init(&g->refs, 1);
     int rc = 0;
     for (int r = 0; r < b->n_rules && !rc; r++) {
         nfa a = { 0 };

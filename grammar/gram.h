@@ -76,7 +76,28 @@ int gram_b_error(const gram_b *b, const char **msg);
  * caller's. */
 int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen);
 
+/* A compiled grammar is reference-counted: gram_retain adds a reference
+ * (returns g), gram_free drops one and frees with the last.  Both
+ * thread-safe; NULL is a no-op. */
+gram *gram_retain(gram *g);
 void gram_free(gram *g);
+
+/* ---- a cache of compiled grammars ------------------------------------------------- */
+
+/* Compiled grammars by key (a canonical text of what was compiled), the
+ * least recently used dropped past a capacity: requests that repeat a
+ * schema share its grammar and the token classes it has learnt.
+ * Thread-safe. */
+typedef struct gram_cache gram_cache;
+
+/* A cache of cap grammars; NULL when out of memory. */
+gram_cache *gram_cache_new(int cap);
+void gram_cache_free(gram_cache *c);
+/* The grammar under key (retained: the caller frees it), or NULL. */
+gram *gram_cache_get(gram_cache *c, const char *key, size_t len);
+/* Keeps g under key (the cache retains it; the caller keeps its own
+ * reference).  Out of memory: not kept. */
+void gram_cache_put(gram_cache *c, const char *key, size_t len, gram *g);
 /* Automaton states over all rules (a size measure).  Cannot fail. */
 int gram_states(const gram *g);
 

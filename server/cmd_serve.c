@@ -290,6 +290,7 @@ static int load(void)
     S.model = m, S.tok = tok, S.eng = e, S.ready = 1;
     S.gvocab = gv;
     S.lim.gvocab = gv;
+    S.lim.gcache = S.gcache;
     pthread_mutex_unlock(&S.mu);
     fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
     return 0;
@@ -1047,6 +1048,7 @@ int cmd_serve(int argc, char **argv)
         if (!S.web_root) S.web_root = realpath("web", NULL);
     }
     S.metrics = qmetrics_new();
+    S.gcache = gram_cache_new(64);
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
 
@@ -1118,6 +1120,7 @@ int cmd_serve(int argc, char **argv)
     }
     qengine_destroy(S.eng);
     gram_vocab_free(S.gvocab);
+    gram_cache_free(S.gcache);
     qstore_stop(S.store);
     qmetrics_free(S.metrics);
     free(S.web_root);

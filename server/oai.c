@@ -114,6 +114,19 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
                          "structured output needs the model's tokenizer");
     char err[800];
     int rc;
+    /* The same request for structure again: the grammar compiled before. */
+    char *key = NULL;
+    {
+        json_t *k = json_pack("[s, O?, O?, O?, O?]", any_object ? "object" : "", (json_t *)schema, gj, gr, gc);
+        key = k ? json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(k);
+    }
+    if (key && lim->gcache && (r->grammar = gram_cache_get(lim->gcache, key, strlen(key)))) {
+        free(key);
+        r->p.grammar = r->grammar;
+        r->p.grammar_vocab = lim->gvocab;
+        return 0;
+    }
     if (gr) {
         if (!json_is_string(gr)) return qoai_fail(e, 400, INVALID, "guided_regex", "'guided_regex' must be a string");
         param = "guided_regex";
@@ -144,8 +157,11 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         rc = gram_schema_compile(gj ? gj : obj ? obj : schema, &r->grammar, err, sizeof err);
         json_decref(obj);
     } else {
+        free(key);
         return 0;
     }
+    if (!rc && key && lim->gcache) gram_cache_put(lim->gcache, key, strlen(key), r->grammar);
+    free(key);
     if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
     if (rc) return qoai_fail(e, 400, INVALID, param, "%s", err);
     r->p.grammar = r->grammar;

@@ -55,6 +55,8 @@ typedef struct {
     /* The model's grammar vocabulary (engine.h qengine_grammar_vocab), or
      * NULL: requests for structured output are refused. */
     const struct gram_vocab *gvocab;
+    /* Compiled grammars shared by requests that ask for the same one, or NULL. */
+    struct gram_cache *gcache;
 } qoai_limits;
 
 typedef struct {

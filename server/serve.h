@@ -98,6 +98,7 @@ typedef struct {
     int n_keys;
     qstore *store;      /* the database (NULL with --no-persist) */
     struct gram_vocab *gvocab; /* the tokenizer as the grammars see it (guided decoding) */
+    struct gram_cache *gcache; /* compiled grammars, shared by requests that repeat one */
     sjob *sjobs;        /* jobs in the store for the lws thread */
     qengine_opts eo;
     int ready;          /* the model is loaded and the engine runs (under mu) */

@@ -209,11 +209,43 @@ static void test_errors(void)
     gram_free(g);
 }
 
+/* The cache: the same key gives the same grammar, retained; the least
+ * recently used goes past the capacity; a grammar outlives its eviction
+ * while someone holds it. */
+static void test_cache(void)
+{
+    gram_cache *c = gram_cache_new(2);
+    REQUIRE(c);
+    gram *g[3];
+    for (int i = 0; i < 3; i++) g[i] = json_grammar();
+    REQUIRE(g[0] && g[1] && g[2]);
+    CHECK(gram_cache_get(c, "a", 1) == NULL);
+    gram_cache_put(c, "a", 1, g[0]);
+    gram_cache_put(c, "b", 1, g[1]);
+    gram *x = gram_cache_get(c, "a", 1); /* a is now the most recently used */
+    CHECK(x == g[0]);
+    gram_free(x);
+    gram_cache_put(c, "c", 1, g[2]); /* b goes */
+    CHECK(gram_cache_get(c, "b", 1) == NULL);
+    x = gram_cache_get(c, "c", 1);
+    CHECK(x == g[2]);
+    gram_free(x);
+    /* Ours are still alive after the cache is gone. */
+    gram_cache_free(c);
+    for (int i = 0; i < 3; i++) {
+        gram_m *m = gram_m_new(g[i]);
+        CHECK(m && gram_m_feed(m, (const uint8_t *)"[1]", 3) == 0);
+        gram_m_free(m);
+        gram_free(g[i]);
+    }
+}
+
 int main(void)
 {
     QT_RUN(test_json);
     QT_RUN(test_state_and_rollback);
     QT_RUN(test_ambiguity);
     QT_RUN(test_errors);
+    QT_RUN(test_cache);
     QT_MAIN_END();
 }

@@ -15,10 +15,11 @@
 static qmodel *g_model;
 static qtok *g_tok;
 static gram_vocab *g_vocab;
+static gram_cache *g_cache;
 
 static int parse(const char *body, qoai_kind kind, int cap, qoai_req *r, qoai_error *e)
 {
-    const qoai_limits lim = { cap, g_vocab };
+    const qoai_limits lim = { cap, g_vocab, g_cache };
     return qoai_parse(body, strlen(body), kind, &lim, g_model, g_tok, r, e);
 }
 
@@ -374,13 +375,25 @@ static void test_guided(void)
         gram_m_free(m);
         qoai_req_free(&r);
     }
+    /* The same schema again shares the grammar compiled first; another
+     * does not. */
+    qoai_req r1, r2, r3;
+    qoai_error e1;
+    REQUIRE(parse(ok[1], QOAI_COMPLETION, 0, &r1, &e1) == 0);
+    REQUIRE(parse(ok[1], QOAI_COMPLETION, 0, &r2, &e1) == 0);
+    REQUIRE(parse(ok[2], QOAI_COMPLETION, 0, &r3, &e1) == 0);
+    CHECK(r1.grammar == r2.grammar && r1.grammar != r3.grammar);
+    qoai_req_free(&r1);
+    CHECK(r2.grammar != NULL && gram_states(r2.grammar) > 0); /* still alive */
+    qoai_req_free(&r2);
+    qoai_req_free(&r3);
     /* text is free text; and without a vocabulary, structured output is refused. */
     qoai_req r;
     qoai_error e;
     REQUIRE(parse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", QOAI_COMPLETION, 0, &r, &e) == 0);
     CHECK(r.grammar == NULL);
     qoai_req_free(&r);
-    const qoai_limits bare = { 0, NULL };
+    const qoai_limits bare = { 0, NULL, NULL };
     CHECK(qoai_parse(ok[0], strlen(ok[0]), QOAI_COMPLETION, &bare, g_model, g_tok, &r, &e) != 0);
     CHECK_STR_CONTAINS(e.message, "tokenizer");
 }
@@ -393,7 +406,8 @@ int main(void)
         fprintf(stderr, "cannot load %s: %s\n", path, err);
         return 1;
     }
-    if (qengine_grammar_vocab(g_tok, &g_vocab)) {
+    g_cache = gram_cache_new(8);
+    if (!g_cache || qengine_grammar_vocab(g_tok, &g_vocab)) {
         fprintf(stderr, "cannot build the grammar vocabulary\n");
         return 1;
     }
@@ -405,6 +419,7 @@ int main(void)
     QT_RUN(test_error_json);
     QT_RUN(test_replies);
     gram_vocab_free(g_vocab);
+    gram_cache_free(g_cache);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
     QT_MAIN_END();
