@@ -103,7 +103,7 @@ static gram_x literal(sctx *c, const json_t *v)
 /* ---- keywords --------------------------------------------------------------------- */
 
 /* Validation keywords quire cannot enforce: an error, never ignored. */
-static const char *const REFUSED[] = { "if", "then", "else", "dependencies", "dependentRequired",
+static const char *const REFUSED[] = { "if", "then", "else",
                                        "dependentSchemas", "propertyNames", "contains",
                                        "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
                                        "$dynamicRef", "$recursiveRef" };
@@ -118,7 +118,8 @@ static const char *const KNOWN[] = { "type", "properties", "required", "addition
                                      "additionalItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
                                      "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
-                                     "minProperties", "maxProperties", "uniqueItems", "patternProperties", "not" };
+                                     "minProperties", "maxProperties", "uniqueItems", "patternProperties", "not",
+                                     "dependencies", "dependentRequired" };
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -771,8 +772,47 @@ static gram_x obj_x(sctx *c, const json_t *s)
     }
     int n_req = 0;
     for (int i = 0; i < n; i++) n_req += required[i];
-    if (json_is_number(mnp) && json_number_value(mnp) > n_req) {
-        out = fail(c, QERR_UNSUPPORTED, "minProperties above the required properties");
+    /* minProperties beyond the required ones, and dependencies (a listed
+     * property that needs others), hold in objects taken in any order:
+     * the set of properties given decides whether the object may end. */
+    const int min_props = json_is_number(mnp) ? count_of(mnp, 0) : 0;
+    const json_t *deps = json_object_get(s, "dependentRequired");
+    if (!deps) deps = json_object_get(s, "dependencies");
+    if ((min_props > n_req || deps) && n > ANY_ORDER_MAX) {
+        out = fail(c, QERR_UNSUPPORTED, "minProperties / dependencies on an object of more than %d properties",
+                   ANY_ORDER_MAX);
+        goto done;
+    }
+    unsigned need_of[ANY_ORDER_MAX + 1] = { 0 }; /* property i given: these must be too */
+    if (deps) {
+        const char *dk;
+        json_t *dv;
+        json_object_foreach((json_t *)deps, dk, dv)
+        {
+            if (!json_is_array(dv)) {
+                out = fail(c, QERR_UNSUPPORTED, "dependencies with a schema ('%s') are not supported", dk);
+                goto done;
+            }
+            int a = -1;
+            for (int i = 0; i < n; i++)
+                if (!strcmp(names[i], dk)) a = i;
+            size_t j;
+            json_t *x;
+            json_array_foreach(dv, j, x)
+            {
+                int bi = -1;
+                for (int i = 0; i < n && json_is_string(x); i++)
+                    if (!strcmp(names[i], json_string_value(x))) bi = i;
+                if (bi < 0 || a < 0) {
+                    out = fail(c, QERR_UNSUPPORTED, "dependencies between properties that are not listed");
+                    goto done;
+                }
+                need_of[a] |= 1u << bi;
+            }
+        }
+    }
+    if (min_props > n) {
+        out = fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed");
         goto done;
     }
     if (json_is_number(mxp) && (extras || json_number_value(mxp) < n)) {
@@ -888,7 +928,10 @@ static gram_x obj_x(sctx *c, const json_t *s)
         int rest_rule[1 << ANY_ORDER_MAX];
         for (int mk = 0; mk < nm; mk++) rest_rule[mk] = gram_b_rule(B, "props");
         for (int mk = 0; mk < nm && !c->rc; mk++) {
-            gram_x acc = (req_mask & ~(unsigned)mk) ? NONE : gram_b_empty(B);
+            int may_end = !(req_mask & ~(unsigned)mk) && __builtin_popcount((unsigned)mk) >= min_props;
+            for (int i = 0; i < n; i++)
+                if ((mk >> i & 1) && (need_of[i] & ~(unsigned)mk)) may_end = 0;
+            gram_x acc = may_end ? gram_b_empty(B) : NONE;
             for (int i = 0; i < n; i++)
                 if (!(mk >> i & 1) && prop[i] != NONE)
                     acc = alt_add(c, acc, seq3(c, LIT(","), prop[i], gram_b_ref(B, rest_rule[mk | 1 << i])));
@@ -896,7 +939,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
             if (acc == NONE) acc = gram_b_empty(B); /* all given: nothing can follow (not reached: req_mask covers) */
             if (acc < 0 || gram_b_define(B, rest_rule[mk], acc)) fail(c, QERR_NOMEM, "out of memory");
         }
-        gram_x first = req_mask ? NONE : gram_b_empty(B);
+        gram_x first = req_mask || min_props > 0 ? NONE : gram_b_empty(B);
         for (int i = 0; i < n; i++)
             if (prop[i] != NONE) first = alt_add(c, first, SEQ(prop[i], gram_b_ref(B, rest_rule[1 << i])));
         if (extras) first = alt_add(c, first, SEQ(extra, gram_b_ref(B, rest_rule[0])));

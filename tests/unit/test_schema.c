@@ -83,6 +83,11 @@ static const kase CASES[] = {
     { "{\"not\":{\"type\":[\"string\",\"object\"]}}", { "1", "null", "[\"s\"]", "true" }, { "\"s\"", "{}" } },
     { "{\"type\":\"object\",\"properties\":{\"gone\":{\"not\":{}},\"ok\":{\"type\":\"null\"}}}",
       { "{}", "{\"ok\":null}", "{\"other\":1}" }, { "{\"gone\":1}", "{\"ok\":null,\"gone\":null}" } },
+    { "{\"type\":\"object\",\"properties\":{\"card\":{\"type\":\"integer\"},\"billing\":{\"type\":\"string\"},"
+      "\"note\":{\"type\":\"string\"}},\"dependencies\":{\"card\":[\"billing\"]},\"minProperties\":1,"
+      "\"additionalProperties\":false}",
+      { "{\"note\":\"x\"}", "{\"card\":1,\"billing\":\"b\"}", "{\"billing\":\"b\",\"card\":1}" },
+      { "{}", "{\"card\":1}", "{\"note\":\"x\",\"card\":2}" } },
     { "true", { "1", "{\"a\":[null,true,\"s\"]}", "\"\\u0001\"" }, { "{", "tru", "1 " } },
     { "{\"type\":\"object\",\"properties\":{\"q\\\"uote\":{\"const\":1}},\"required\":[\"q\\\"uote\"]}",
       { "{\"q\\\"uote\":1}" }, { "{\"q\\\"uote\":2}" } },
