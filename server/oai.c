@@ -128,13 +128,19 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         return 0;
     }
     if (gr) {
-        if (!json_is_string(gr)) return qoai_fail(e, 400, INVALID, "guided_regex", "'guided_regex' must be a string");
+        if (!json_is_string(gr)) {
+            free(key);
+            return qoai_fail(e, 400, INVALID, "guided_regex", "'guided_regex' must be a string");
+        }
         param = "guided_regex";
         rc = gram_regex_grammar(json_string_value(gr), json_string_length(gr), &r->grammar, err, sizeof err);
     } else if (gc) {
         const size_t n = json_is_array(gc) ? json_array_size(gc) : 0;
         param = "guided_choice";
-        if (!n || n > 4096) return qoai_fail(e, 400, INVALID, param, "'guided_choice' must be a list of 1 to 4096 strings");
+        if (!n || n > 4096) {
+            free(key);
+            return qoai_fail(e, 400, INVALID, param, "'guided_choice' must be a list of 1 to 4096 strings");
+        }
         const char **s = calloc(n, sizeof *s);
         size_t *l = calloc(n, sizeof *l);
         rc = s && l ? 0 : QERR_NOMEM;
@@ -143,6 +149,7 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
             if (!json_is_string(x) || !json_string_length(x)) {
                 free(s);
                 free(l);
+                free(key);
                 return qoai_fail(e, 400, INVALID, param, "'guided_choice' must be a list of non-empty strings");
             }
             s[i] = json_string_value(x), l[i] = json_string_length(x);
