@@ -2,7 +2,8 @@
  * MaskBench's format ({"schema", "tests": [{"data", "valid"}]}, one file
  * each; JSONSchemaBench's files or ../shared/schemas/maskbench):
  *
- *   bench_grammar [DIR]      (default ../shared/schemas/maskbench)
+ *   bench_grammar [DIR] [--tokenizer tokenizer.json]
+ *                        (DIR default ../shared/schemas/maskbench)
  *
  * For every schema: compiled or refused (the reasons are counted); for each
  * test instance, its compact JSON text (integral numbers written as
@@ -10,7 +11,10 @@
  * complete, an invalid one refused before it ends.  Prints a table per
  * subset (the file name up to its last '_' or "---"), the reasons, the
  * instances that went wrong (first 20), and the compile time (median,
- * p99). */
+ * p99).  With a tokenizer, each instance is also produced token by token
+ * from the masks alone (at each step the longest token the mask allows that
+ * continues the text): valid ones must come out whole, invalid ones must
+ * get stuck; every mask is timed (median, p99). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <jansson.h>
@@ -19,8 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "gram.h"
 #include "schema.h"
+#include "tokenizer.h"
 #include "util.h"
 
 typedef struct {
@@ -105,6 +111,93 @@ static int accepts(const gram *g, const char *text)
     return ok;
 }
 
+/* ---- token by token ----------------------------------------------------------- */
+
+static qtok *g_tok;
+static gram_vocab *g_gv;
+static int g_nv, g_maxlen;
+static char **g_tb;         /* token bytes by id */
+static int *g_tl;
+static struct {
+    uint64_t h;
+    int id;
+} *g_map;                   /* bytes -> id, open addressing */
+static size_t g_mcap;
+static double *g_mt;        /* mask times */
+static size_t g_nmt, g_cmt;
+
+static uint64_t bytes_hash(const char *s, int n)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ULL;
+    return h | 1;
+}
+
+static int lookup(const char *s, int n)
+{
+    const uint64_t h = bytes_hash(s, n);
+    for (size_t j = h & (g_mcap - 1); g_map[j].h; j = (j + 1) & (g_mcap - 1))
+        if (g_map[j].h == h && g_tl[g_map[j].id] == n && !memcmp(g_tb[g_map[j].id], s, (size_t)n)) return g_map[j].id;
+    return -1;
+}
+
+static int load_tokenizer(const char *path)
+{
+    char err[256], buf[1024];
+    if (qtok_load_json(path, &g_tok, err, sizeof err) || qengine_grammar_vocab(g_tok, &g_gv)) {
+        fprintf(stderr, "bench_grammar: %s: %s\n", path, err);
+        return 1;
+    }
+    g_nv = qtok_vocab_size(g_tok);
+    g_tb = calloc((size_t)g_nv, sizeof *g_tb);
+    g_tl = calloc((size_t)g_nv, sizeof *g_tl);
+    for (g_mcap = 1024; g_mcap < (size_t)g_nv * 2; g_mcap *= 2) {
+    }
+    g_map = calloc(g_mcap, sizeof *g_map);
+    for (int i = 0; i < g_nv; i++) {
+        const int l = qtok_token_bytes(g_tok, i, buf, sizeof buf);
+        if (l <= 0 || qtok_is_special(g_tok, i)) continue;
+        g_tb[i] = malloc((size_t)l);
+        memcpy(g_tb[i], buf, (size_t)l);
+        g_tl[i] = l;
+        if (l > g_maxlen) g_maxlen = l;
+        if (lookup(buf, l) >= 0) continue; /* two ids, one string: the first */
+        const uint64_t h = bytes_hash(buf, l);
+        size_t j = h & (g_mcap - 1);
+        while (g_map[j].h) j = (j + 1) & (g_mcap - 1);
+        g_map[j].h = h, g_map[j].id = i;
+    }
+    return 0;
+}
+
+/* 1 when text comes out whole, token by token, from g's masks. */
+static int by_tokens(const gram *g, const char *text, uint32_t *mask)
+{
+    gram_m *m = gram_m_new(g);
+    if (!m) return 0;
+    const int n = (int)strlen(text);
+    int at = 0, ok = 1;
+    while (ok && at < n) {
+        const double t0 = q_now();
+        if (gram_m_mask(m, g_gv, mask)) {
+            ok = 0;
+            break;
+        }
+        if (g_nmt == g_cmt) g_mt = realloc(g_mt, sizeof *g_mt * (g_cmt = g_cmt ? g_cmt * 2 : 65536));
+        g_mt[g_nmt++] = q_now() - t0;
+        int pick = -1, l = n - at < g_maxlen ? n - at : g_maxlen;
+        for (; l > 0 && pick < 0; l--) {
+            const int id = lookup(text + at, l);
+            if (id >= 0 && ((mask[id / 32] >> (id % 32)) & 1)) pick = id;
+        }
+        if (pick < 0 || gram_m_feed_token(m, g_gv, pick)) ok = 0;
+        else at += g_tl[pick];
+    }
+    ok = ok && gram_m_can_end(m);
+    gram_m_free(m);
+    return ok;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -113,7 +206,14 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    const char *dir = argc > 1 ? argv[1] : "../shared/schemas/maskbench";
+    const char *dir = "../shared/schemas/maskbench", *tokp = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokp = argv[++i];
+        else dir = argv[i];
+    }
+    if (tokp && load_tokenizer(tokp)) return 1;
+    uint32_t *mask = tokp ? calloc(((size_t)g_nv + 31) / 32, sizeof *mask) : NULL;
+    int tv = 0, tv_ok = 0, ti = 0, ti_ok = 0;
     DIR *d = opendir(dir);
     if (!d) {
         fprintf(stderr, "bench_grammar: cannot open %s\n", dir);
@@ -158,6 +258,11 @@ int main(int argc, char **argv)
                 const int valid = json_is_true(json_object_get(t, "valid")), ok = accepts(g, text);
                 if (valid) s->valid++, s->valid_ok += ok;
                 else s->invalid++, s->invalid_ok += !ok;
+                if (mask) {
+                    const int tok_ok = by_tokens(g, text, mask);
+                    if (valid) tv++, tv_ok += tok_ok;
+                    else ti++, ti_ok += !tok_ok;
+                }
                 if (ok != valid && shown < 20) {
                     printf("%s: %s instance %s: %.200s\n", files[i], valid ? "valid" : "invalid",
                            valid ? "refused" : "accepted", text);
@@ -195,6 +300,17 @@ int main(int argc, char **argv)
     if (nct)
         printf("\ncompile time: median %.2f ms, p99 %.2f ms, max %.2f ms (%d schemas)\n", 1e3 * ct[nct / 2],
                1e3 * ct[(int)(nct * 0.99)], 1e3 * ct[nct - 1], nct);
+    if (mask) {
+        qsort(g_mt, g_nmt, sizeof *g_mt, cmp_d);
+        printf("\ntoken by token (%s, %d tokens): valid produced %d / %d (%.2f%%), invalid stuck %d / %d (%.2f%%)\n",
+               tokp, g_nv, tv_ok, tv, 100.0 * tv_ok / (tv ? tv : 1), ti_ok, ti, 100.0 * ti_ok / (ti ? ti : 1));
+        double sum = 0;
+        for (size_t i = 0; i < g_nmt; i++) sum += g_mt[i];
+        if (g_nmt)
+            printf("mask time: median %.1f us, p99 %.1f us, mean %.1f us (%zu masks; a grammar's token classes are "
+                   "made the first time a state is met)\n",
+                   1e6 * g_mt[g_nmt / 2], 1e6 * g_mt[(size_t)((double)g_nmt * 0.99)], 1e6 * sum / (double)g_nmt, g_nmt);
+    }
     for (int i = 0; i < nf; i++) free(files[i]);
     free(files);
     free(ct);
