@@ -100,8 +100,11 @@ static void lookup_done(qstore_job *j)
 
 int qtier_lookup(qtier *t, uint64_t tag, const int32_t *prompt, int n, int first)
 {
-    int eligible = 0;
-    if (kv_prefix_probe(t->pool, prompt, n, &eligible) < 0 || first >= eligible) return 0;
+    /* The blocks match_prefix may reuse: before the one holding the last
+     * token, at most the pool's size. */
+    int eligible = n > 0 ? (n - 1) / t->bs : 0;
+    if (eligible > t->num_blocks) eligible = t->num_blocks;
+    if (!prompt || first >= eligible) return 0;
     qstore_job *j = qstore_job_new(QSTORE_BLOCKS);
     uint8_t (*all)[16] = q_mallocn((size_t)eligible, 16);
     if (!j || !all) {

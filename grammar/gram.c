@@ -362,6 +362,20 @@ oom:
     free(queue);
 }
 
+static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth);
+
+/* The repeated expression of an X_REP (gram_nfa_repeat's part). */
+typedef struct {
+    const gram_b *b;
+    int x, depth;
+} rep_ctx;
+
+static void rep_part(gram_nfa *a, void *ctx, int *in, int *out)
+{
+    const rep_ctx *r = ctx;
+    n_expr(a, r->b, r->x, in, out, r->depth);
+}
+
 /* Expression x between fresh states *in and *out. */
 static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
 {
@@ -438,26 +452,8 @@ static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
         EPS(a, o2, *out);
         break;
     case X_REP: {
-        int cur = *in;
-        for (int k = 0; k < e->min && !a->rc; k++) {
-            n_expr(a, b, e->a, &i1, &o1, depth + 1);
-            EPS(a, cur, i1);
-            cur = o1;
-        }
-        if (e->max < 0) {
-            n_expr(a, b, e->a, &i1, &o1, depth + 1);
-            EPS(a, cur, i1);
-            EPS(a, o1, cur);
-            EPS(a, cur, *out);
-        } else {
-            EPS(a, cur, *out);
-            for (int k = e->min; k < e->max && !a->rc; k++) {
-                n_expr(a, b, e->a, &i1, &o1, depth + 1);
-                EPS(a, cur, i1);
-                EPS(a, o1, *out);
-                cur = o1;
-            }
-        }
+        rep_ctx rc_ = { b, e->a, depth + 1 };
+        gram_nfa_repeat(a, *in, *out, e->min, e->max, rep_part, &rc_);
         break;
     }
     }

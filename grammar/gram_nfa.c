@@ -133,3 +133,27 @@ void gram_nfa_free(gram_nfa *a)
     free(a->head);
     memset(a, 0, sizeof *a);
 }
+
+void gram_nfa_repeat(gram_nfa *a, int in, int out, int min, int max, gram_nfa_part part, void *ctx)
+{
+    int cur = in, i1, o1;
+    for (int k = 0; k < min && !a->rc; k++) {
+        part(a, ctx, &i1, &o1);
+        GRAM_EPS_EDGE(a, cur, i1);
+        cur = o1;
+    }
+    if (max < 0) {
+        part(a, ctx, &i1, &o1);
+        GRAM_EPS_EDGE(a, cur, i1);
+        GRAM_EPS_EDGE(a, o1, cur);
+        GRAM_EPS_EDGE(a, cur, out);
+        return;
+    }
+    GRAM_EPS_EDGE(a, cur, out);
+    for (int k = min; k < max && !a->rc; k++) {
+        part(a, ctx, &i1, &o1);
+        GRAM_EPS_EDGE(a, cur, i1);
+        GRAM_EPS_EDGE(a, o1, out);
+        cur = o1;
+    }
+}

@@ -56,6 +56,11 @@ void gram_nfa_edge(gram_nfa *a, int from, int to, int sym, int lo, int hi);
  * before in it; stack: room for every state. */
 int gram_nfa_closure(const gram_nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack);
 void gram_nfa_free(gram_nfa *a);
+/* Builds one copy of a part between fresh states *in and *out. */
+typedef void (*gram_nfa_part)(gram_nfa *a, void *ctx, int *in, int *out);
+/* From in to out: min copies of part, then (max - min) optional ones, or
+ * (max < 0) a loop over one more. */
+void gram_nfa_repeat(gram_nfa *a, int in, int out, int min, int max, gram_nfa_part part, void *ctx);
 
 /* qsort's comparison of int32_t. */
 int gram_cmp_i32(const void *a, const void *b);

@@ -678,6 +678,20 @@ static void nfa_set(nfa *a, int s, int t, const cset *set, int json)
     }
 }
 
+static void nfa_node(nfa *a, const node *nodes, int n, int json, int *in, int *out, int depth);
+
+/* The repeated node of an N_REP (gram_nfa_repeat's part). */
+typedef struct {
+    const node *nodes;
+    int n, json, depth;
+} rep_ctx;
+
+static void rep_part(gram_nfa *a, void *ctx, int *in, int *out)
+{
+    const rep_ctx *r = ctx;
+    nfa_node(a, r->nodes, r->n, r->json, in, out, r->depth);
+}
+
 /* Node n between fresh states: its start to *in, end to *out. */
 static void nfa_node(nfa *a, const node *nodes, int n, int json, int *in, int *out, int depth)
 {
@@ -713,27 +727,8 @@ static void nfa_node(nfa *a, const node *nodes, int n, int json, int *in, int *o
         EPS(a, o2, *out);
         break;
     case N_REP: {
-        /* min copies, then (max - min) optional ones, or a loop. */
-        int cur = *in;
-        for (int k = 0; k < x->min && !a->rc; k++) {
-            nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
-            EPS(a, cur, i1);
-            cur = o1;
-        }
-        if (x->max < 0) {
-            nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
-            EPS(a, cur, i1);
-            EPS(a, o1, cur);
-            EPS(a, cur, *out);
-        } else {
-            EPS(a, cur, *out);
-            for (int k = x->min; k < x->max && !a->rc; k++) {
-                nfa_node(a, nodes, x->a, json, &i1, &o1, depth + 1);
-                EPS(a, cur, i1);
-                EPS(a, o1, *out);
-                cur = o1;
-            }
-        }
+        rep_ctx rc_ = { nodes, x->a, json, depth + 1 };
+        gram_nfa_repeat(a, *in, *out, x->min, x->max, rep_part, &rc_);
         break;
     }
     }

@@ -12,7 +12,7 @@ import openai
 import pytest
 import websockets
 
-from test_serve_openai import Server
+from test_serve_openai import client, server  # noqa: F401 (the module's fixtures)
 
 PERSON = {
     "type": "object",
@@ -35,18 +35,6 @@ def check_person(p):
     for t in p.get("tags", []):
         assert re.fullmatch(r"[a-z]{1,6}", t)
     assert len(p.get("tags", [])) <= 3
-
-
-@pytest.fixture(scope="module")
-def server(quire):
-    s = Server(quire)
-    yield s
-    assert s.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
 RF = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
