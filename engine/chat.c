@@ -24,10 +24,19 @@ struct qchat_tmpl {
     int64_t now;
 };
 
-/* HF transformers' former default_chat_template (ChatML). */
+/* ChatML (HF transformers' former default_chat_template), with tools as
+ * Hermes and Qwen models take them (chat.h). */
 const char QCHAT_DEFAULT_TEMPLATE[] =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    "{%- if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0].role == 'system' %}{{ messages[0].content }}{{ '\\n\\n' }}{% endif %}{{ '# Tools\\n\\nThese functions are available, each described by a JSON object within <tools></tools>:\\n<tools>' }}{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}{{ '\\n</tools>\\n\\nTo call functions, write each call as a JSON object with the function\\'s name and arguments within <tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}{% endif %}\n"
+    "{%- for message in messages %}\n"
+    "{%- if message.role == 'system' and tools and loop.first %}\n"
+    "{%- elif message.role == 'assistant' and message.tool_calls %}{{ '<|im_start|>assistant\\n' }}{% if message.content %}{{ message.content + '\\n' }}{% endif %}\n"
+    "{%- for tc in message.tool_calls %}{% if not loop.first %}{{ '\\n' }}{% endif %}{{ '<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' }}{% if tc.function.arguments is string %}{{ tc.function.arguments }}{% else %}{{ tc.function.arguments | tojson }}{% endif %}{{ '}\\n</tool_call>' }}{% endfor %}{{ '<|im_end|>\\n' }}\n"
+    "{%- elif message.role == 'tool' %}{{ '<|im_start|>user\\n<tool_response>\\n' + (message.content or '') + '\\n</tool_response><|im_end|>\\n' }}\n"
+    "{%- else %}{{ '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 #define COMPILE_BUDGET ((size_t)256 << 20)
 #define EVAL_DEPTH 600 /* eval/exec frames: about 150 KiB of stack at -O2, 600 KiB under ASan */

@@ -56,7 +56,11 @@ typedef struct {
 
 /* The template used for models that ship none: ChatML, as HF transformers'
  * former default_chat_template and llama.cpp/vLLM's fallback:
- *   <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n] */
+ *   <|im_start|>{role}\n{content}<|im_end|>\n ... [<|im_start|>assistant\n]
+ * and with tools as Hermes and Qwen models take them: the functions listed
+ * in the system message within <tools></tools>, an assistant's tool_calls
+ * as <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>, a tool's
+ * result as a user message within <tool_response></tool_response>. */
 extern const char QCHAT_DEFAULT_TEMPLATE[];
 
 /* Fills *l with the defaults listed above.  Cannot fail. */

@@ -291,3 +291,20 @@ int q_ncpus(void)
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
+
+/* Appends n bytes (and keeps a NUL after them): 0, or QERR_NOMEM with the
+ * buffer unchanged. */
+int q_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap * 2 : 4096;
+        while (c < *len + n + 1) c *= 2;
+        char *nb = realloc(*b, c);
+        if (!nb) return QERR_NOMEM;
+        *b = nb, *cap = c;
+    }
+    memcpy(*b + *len, s, n);
+    *len += n;
+    (*b)[*len] = 0;
+    return 0;
+}

@@ -35,6 +35,9 @@ void *q_callocn(size_t n, size_t size);
 void *q_reallocn(void *p, size_t n, size_t size);
 char *q_strdup(const char *s);
 char *q_strndup(const char *s, size_t n);
+/* Appends s[0..n) to the buffer *b (*len bytes used of *cap) and keeps a
+ * NUL after them: 0, or QERR_NOMEM with the buffer unchanged. */
+int q_append(char **b, size_t *len, size_t *cap, const char *s, size_t n);
 void q_set_alloc_limit(size_t bytes);
 /* Allocates size bytes aligned to 64 (for SIMD); free with q_free_aligned. */
 void *q_malloc_aligned(size_t size);

@@ -1209,21 +1209,24 @@ static int shared_rules(sctx *c)
     return rc ? fail(c, rc, "%s", msg) : 0;
 }
 
-static int compile(const json_t *schema, int any, gram **out, char *err, size_t errlen)
+/* The grammar whose root is what top(c, arg) builds, with the shared rules
+ * made first: 0 or an error with its message in err. */
+static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, const json_t *root, gram **out,
+                        char *err, size_t errlen)
 {
     *out = NULL;
     sctx c = { 0 };
     c.b = gram_b_new();
     c.keep = json_array();
-    c.root = schema;
+    c.root = root;
     int rc = 0;
     if (!c.b || !c.keep) rc = fail(&c, QERR_NOMEM, "out of memory");
     if (!rc) rc = shared_rules(&c);
     if (!rc) {
-        gram_x top = any ? gram_b_ref(c.b, c.r_value) : sx(&c, schema);
-        const int root = top >= 0 ? gram_b_rule(c.b, "root") : top;
-        if (root >= 0 && !gram_b_define(c.b, root, top)) rc = gram_b_build(c.b, root, out, c.err, sizeof c.err);
-        else rc = c.rc ? c.rc : root < 0 ? root : QERR_INTERNAL;
+        gram_x x = top(&c, arg);
+        const int r = x >= 0 ? gram_b_rule(c.b, "root") : x;
+        if (r >= 0 && !gram_b_define(c.b, r, x)) rc = gram_b_build(c.b, r, out, c.err, sizeof c.err);
+        else rc = c.rc ? c.rc : r < 0 ? r : QERR_INTERNAL;
     }
     if (rc) {
         if (!c.err[0]) {
@@ -1239,12 +1242,82 @@ static int compile(const json_t *schema, int any, gram **out, char *err, size_t 
     return rc;
 }
 
-int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errlen)
+static gram_x top_schema(sctx *c, const void *s) { return sx(c, s); }
+static gram_x top_any(sctx *c, const void *unused)
 {
-    return compile(schema, 0, out, err, errlen);
+    (void)unused;
+    return gram_b_ref(B, c->r_value);
 }
 
-int gram_json_any(gram **out, char *err, size_t errlen) { return compile(json_true(), 1, out, err, errlen); }
+int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errlen)
+{
+    return compile_with(top_schema, schema, schema, out, err, errlen);
+}
+
+int gram_json_any(gram **out, char *err, size_t errlen) { return compile_with(top_any, NULL, json_true(), out, err, errlen); }
+
+/* ---- tool calls ---------------------------------------------------------------------- */
+
+typedef struct {
+    const gram_tool *t;
+    int n, text_first, max_calls;
+    int *bad;
+} tools_arg;
+
+/* {"name":NAME,"arguments":ARGS} for each tool, as alternatives. */
+static gram_x one_call(sctx *c, const tools_arg *a)
+{
+    gram_x any = NONE;
+    for (int i = 0; i < a->n && !c->rc; i++) {
+        *a->bad = i;
+        json_t *nm = json_stringn(a->t[i].name, a->t[i].name_len);
+        char *q = nm ? json_dumps(nm, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        json_decref(nm);
+        if (!q) return fail(c, QERR_NOMEM, "out of memory");
+        gram_x head = SEQ(LIT("{\"name\":"), SEQ(LIT(q), LIT(",\"arguments\":")));
+        free(q);
+        /* The parameters are a schema of their own: its $refs start there. */
+        c->root = a->t[i].params ? a->t[i].params : json_true();
+        c->path[0] = 0;
+        gram_x args = a->t[i].params ? sx(c, a->t[i].params) : sx(c, json_true());
+        any = alt_add(c, any, seq3(c, head, args, LIT("}")));
+    }
+    if (!c->rc) *a->bad = -1;
+    return c->rc ? c->rc : any;
+}
+
+static gram_x top_tools(sctx *c, const void *arg)
+{
+    const tools_arg *a = arg;
+    gram_x call = as_rule(c, "call", one_call(c, a));
+    if (call < 0) return call;
+    gram_x wrapped = seq3(c, LIT(GRAM_TOOL_OPEN), call, LIT(GRAM_TOOL_CLOSE));
+    gram_x calls = a->max_calls == 1 ? wrapped : SEQ(wrapped, gram_b_rep(B, SEQ(LIT("\n"), wrapped), 0, a->max_calls < 1 ? -1 : a->max_calls - 1));
+    if (!a->text_first) return calls;
+    /* Text first: any text without the opening tag, then calls or nothing. */
+    static const char any_text[] = "[\\s\\S]*", with_tag[] = "[\\s\\S]*<tool_call>[\\s\\S]*";
+    gram_re *all = NULL, *with = NULL, *text = NULL;
+    char msg[200] = "";
+    int rc = gram_re_compile(any_text, sizeof any_text - 1, GRAM_RE_FULL, &all, msg, sizeof msg);
+    if (!rc) rc = gram_re_compile(with_tag, sizeof with_tag - 1, GRAM_RE_FULL, &with, msg, sizeof msg);
+    if (!rc) rc = gram_re_minus(all, with, &text, msg, sizeof msg);
+    gram_re_free(all);
+    gram_re_free(with);
+    if (rc) return fail(c, rc, "%s", msg);
+    return SEQ(gram_b_regex_take(B, text), ALT(calls, gram_b_empty(B)));
+}
+
+int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_calls, int *bad, gram **out, char *err,
+                       size_t errlen)
+{
+    int dummy;
+    if (!bad) bad = &dummy;
+    *bad = -1;
+    *out = NULL;
+    if (n < 1) return qerr_set(err, errlen, QERR_INVAL, "no tools");
+    tools_arg a = { tools, n, text_first, max_calls, bad };
+    return compile_with(top_tools, &a, json_true(), out, err, errlen);
+}
 
 /* ---- other constraints: a pattern, a list of choices ---------------------------------- */
 

@@ -43,4 +43,29 @@ int gram_regex_grammar(const char *pattern, size_t len, gram **out, char *err, s
 /* Exactly one of the n strings s[i] (lens[i] bytes): 0 or as above. */
 int gram_choice_grammar(const char *const *s, const size_t *lens, int n, gram **out, char *err, size_t errlen);
 
+/* ---- tool calls ----
+ *
+ * A call is written as Hermes and Qwen models write theirs:
+ *
+ *   <tool_call>\n{"name":"NAME","arguments":ARGS}\n</tool_call>
+ *
+ * with ARGS an instance of the tool's parameters schema (compact, as
+ * above), several calls separated by one '\n'. */
+#define GRAM_TOOL_OPEN "<tool_call>\n"
+#define GRAM_TOOL_CLOSE "\n</tool_call>"
+
+typedef struct {
+    const char *name;     /* name_len bytes (any: written as a JSON string) */
+    size_t name_len;
+    const json_t *params; /* the arguments' schema; NULL: any JSON value */
+} gram_tool;
+
+/* Calls of tools[0..n): 1 to max_calls of them (max_calls < 1: no bound);
+ * with text_first, any text that does not hold "<tool_call>" comes first
+ * and the calls may be left out (tool_choice "auto").  0, or an error as
+ * gram_schema_compile's with *bad the index of the tool whose parameters
+ * failed (-1 for none; bad may be NULL). */
+int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_calls, int *bad, gram **out, char *err,
+                       size_t errlen);
+
 #endif

@@ -81,23 +81,6 @@ static void on_signal(int sig)
 
 /* ---- output built under S.mu --------------------------------------------------- */
 
-/* Appends n bytes (and keeps a NUL after them): 0, or QERR_NOMEM with the
- * buffer unchanged. */
-int serve_grow_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap * 2 : 4096;
-        while (c < *len + n + 1) c *= 2;
-        char *nb = realloc(*b, c);
-        if (!nb) return QERR_NOMEM;
-        *b = nb, *cap = c;
-    }
-    memcpy(*b + *len, s, n);
-    *len += n;
-    (*b)[*len] = 0;
-    return 0;
-}
-
 /* The first frame (up to a '\n', or all) of a buffer of frames, moved into
  * a new buffer with LWS_PRE bytes before it for lws_write; its length in
  * *n.  NULL when out of memory (the buffer unchanged). */
@@ -125,7 +108,7 @@ static void out_put(sreq *r, const char *s, size_t n)
         r->failed = 1;
         return;
     }
-    if (serve_grow_append(&r->out, &r->out_len, &r->out_cap, s, n)) r->failed = 1;
+    if (q_append(&r->out, &r->out_len, &r->out_cap, s, n)) r->failed = 1;
 }
 
 /* pre, JSON j (taken), post: an SSE event ("data: ", "\n\n"), a WebSocket
@@ -150,6 +133,7 @@ void serve_sreq_free(sreq *r)
     for (int i = 0; r->ch && i < r->n; i++) {
         free(r->ch[i].text);
         json_decref(r->ch[i].lp);
+        qoai_calls_free(r->ch[i].calls);
     }
     free(r->ch);
     free(r->out);
@@ -183,16 +167,40 @@ static void dispatch(qevent *ev)
     json_t *lp = NULL;
     if (ev->finish == QFINISH_NONE && r->req.logprobs)
         qoai_logprobs_add(r->req.stream || r->ws ? &lp : &c->lp, r->req.kind, S.tok, ev, c->len);
+    /* Tools: the output read back as content and calls, as it comes when
+     * streamed, whole at the end otherwise. */
+    json_t *d = NULL;
+    if (r->req.tool_mode && !c->calls) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "call_%s_%d_", strchr(r->rid, '-') ? strchr(r->rid, '-') + 1 : r->rid,
+                 ev->index);
+        if (!(c->calls = qoai_calls_new(r->req.tool_mode, r->req.tool_name, prefix))) r->failed = 1;
+    }
+    if (c->calls && (r->req.stream || r->ws))
+        d = qoai_calls_feed(c->calls, ev->text ? ev->text : "", ev->text_len, ev->finish != QFINISH_NONE);
     if (r->ws) {
-        if (ev->text_len || lp || (r->want_ids && ev->finish == QFINISH_NONE)) {
+        json_t *dc = d ? json_object_get(d, "content") : NULL, *dt = d ? json_object_get(d, "tool_calls") : NULL;
+        const char *txt = c->calls ? (dc ? json_string_value(dc) : "") : ev->text ? ev->text : "";
+        const size_t tl = c->calls ? (dc ? json_string_length(dc) : 0) : ev->text_len;
+        if (tl || dt || lp || (r->want_ids && ev->finish == QFINISH_NONE)) {
             json_t *f = json_pack("{s:s, s:s, s:i, s:s%}", "type", "delta", "id", r->cid, "index", ev->index, "text",
-                                  ev->text ? ev->text : "", ev->text_len);
+                                  txt, tl);
             if (f && r->want_ids && ev->finish == QFINISH_NONE) json_object_set_new(f, "token", json_integer(ev->token));
+            if (f && dt) json_object_set(f, "tool_calls", dt);
             if (f && lp) json_object_set_new(f, "logprobs", lp);
             else json_decref(lp);
             out_frame(r, f);
         } else {
             json_decref(lp);
+        }
+    } else if (r->req.stream && c->calls) {
+        const int first = !c->started && ev->finish == QFINISH_NONE;
+        if (d || lp || first) {
+            if (!d) d = json_object();
+            if (d && !c->started) json_object_set_new(d, "role", json_string("assistant"));
+            out_event(r, qoai_chunk_delta(&r->rep, ev->index, d, lp, NULL));
+            d = NULL;
+            c->started = 1;
         }
     } else if (r->req.stream) {
         if (ev->text_len || lp || (r->req.kind == QOAI_CHAT && !c->started && ev->finish == QFINISH_NONE)) {
@@ -200,20 +208,26 @@ static void dispatch(qevent *ev)
                                     NULL, r->req.kind == QOAI_CHAT && !c->started));
             c->started = 1;
         }
-        if (ev->finish != QFINISH_NONE)
-            out_event(r, qoai_chunk(&r->rep, ev->index, "", 0, NULL, qoai_finish_reason(ev->finish),
-                                    r->req.kind == QOAI_CHAT && !c->started));
-    } else if (ev->text_len && serve_grow_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len)) {
+    } else if (ev->text_len && q_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len)) {
         r->failed = 1;
+    }
+    json_decref(d);
+    if (ev->finish != QFINISH_NONE) {
+        if (c->calls && !r->req.stream && !r->ws) json_decref(qoai_calls_feed(c->calls, c->text ? c->text : "", c->len, 1));
+        /* A finished output with calls in it ends in "tool_calls". */
+        c->finish = ev->finish == QFINISH_STOP && qoai_calls_count(c->calls) ? "tool_calls" : qoai_finish_reason(ev->finish);
+        if (r->req.stream && !r->ws)
+            out_event(r, c->calls ? qoai_chunk_delta(&r->rep, ev->index, NULL, NULL, c->finish)
+                                  : qoai_chunk(&r->rep, ev->index, "", 0, NULL, c->finish,
+                                               r->req.kind == QOAI_CHAT && !c->started));
     }
     /* A session's reply is kept whole, to be stored. */
     if (r->session[0] && ev->index == 0 && ev->text_len &&
-        serve_grow_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len))
+        q_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len))
         r->failed = 1;
     else if ((r->req.stream || r->ws) && !(r->session[0] && ev->index == 0))
         c->len += ev->text_len; /* the text offset of the next token's logprobs */
     if (ev->finish == QFINISH_NONE) return;
-    c->finish = qoai_finish_reason(ev->finish);
     c->fin = ev->finish;
     r->prompt_tokens = ev->prompt_tokens;
     r->cached_tokens = ev->cached_tokens;
@@ -247,7 +261,8 @@ static void dispatch(qevent *ev)
         qoai_choice *ch = calloc((size_t)r->n, sizeof *ch);
         if (ch) {
             for (int i = 0; i < r->n; i++) {
-                ch[i] = (qoai_choice){ r->ch[i].text ? r->ch[i].text : "", r->ch[i].len, r->ch[i].finish, r->ch[i].lp };
+                ch[i] = (qoai_choice){ r->ch[i].text ? r->ch[i].text : "", r->ch[i].len, r->ch[i].finish, r->ch[i].lp,
+                                       r->ch[i].calls ? qoai_calls_message(r->ch[i].calls) : NULL };
                 r->ch[i].lp = NULL;
             }
             serve_out_json(r, qoai_response(&r->rep, ch, r->n, usage), "", "");
@@ -657,8 +672,8 @@ void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *
     char *s = f ? json_dumps(f, JSON_COMPACT) : NULL;
     json_decref(f);
     if (!s) return;
-    if (!serve_grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, s, strlen(s)) &&
-        !serve_grow_append(&p->wsout, &p->wsout_len, &p->wsout_cap, "\n", 1))
+    if (!q_append(&p->wsout, &p->wsout_len, &p->wsout_cap, s, strlen(s)) &&
+        !q_append(&p->wsout, &p->wsout_len, &p->wsout_cap, "\n", 1))
         lws_callback_on_writable(wsi);
     free(s);
 }

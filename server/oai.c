@@ -264,7 +264,8 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     }
     json_t *user = field(o, "user");
     if (user && !json_is_string(user)) return qoai_fail(e, 400, INVALID, "user", "'user' must be a string");
-    return guided(o, lim, r, e);
+    TRY(guided(o, lim, r, e));
+    return kind == QOAI_CHAT ? qoai_tools(o, lim, r, e) : 0;
 }
 
 /* The chat's messages as the template takes them: roles checked
@@ -353,11 +354,7 @@ static int prompt_ids(json_t *o, qoai_kind kind, const qmodel *m, const qtok *to
         json_t *msgs = NULL;
         if (!json_object_get(o, "messages")) return qoai_fail(e, 400, INVALID, "messages", "'messages' is required");
         if ((rc = qoai_messages(json_object_get(o, "messages"), &msgs, e))) return rc;
-        json_t *tools = field(o, "tools");
-        if (tools && !json_is_array(tools)) {
-            json_decref(msgs);
-            return qoai_fail(e, 400, INVALID, "tools", "'tools' must be an array");
-        }
+        json_t *tools = field(o, "tools"); /* checked by qoai_tools */
         json_t *ctx = json_pack("{s:o, s:b}", "messages", msgs, "add_generation_prompt", 1);
         if (ctx && tools) json_object_set(ctx, "tools", tools);
         qchat_tmpl *t = NULL;

@@ -69,8 +69,13 @@ typedef struct {
     int include_usage;  /* stream_options.include_usage */
     int logprobs;       /* the reply carries logprobs (p.sp.logprobs) */
     const char *model;  /* the body's model, "" when absent (points into body) */
-    struct gram *grammar; /* response_format / guided_*: the output's grammar (owned), or NULL */
+    struct gram *grammar; /* response_format / guided_* / tools: the output's grammar (owned), or NULL */
+    int tool_mode;        /* qoai_tool_mode: how the output is read back */
+    const char *tool_name; /* QOAI_TOOLS_NAMED: the function (points into body) */
 } qoai_req;
+
+/* How tool_choice shapes the output (QOAI_TOOLS_OFF: plain text). */
+typedef enum { QOAI_TOOLS_OFF = 0, QOAI_TOOLS_NAMED, QOAI_TOOLS_REQUIRED, QOAI_TOOLS_AUTO } qoai_tool_mode;
 
 /* Parses body (len bytes, not NUL-terminated) as a request of kind for
  * model m (tokenizer tok) into *r: 0, or a QERR_* code with *e filled
@@ -95,6 +100,40 @@ int qoai_messages(json_t *msgs, json_t **out, qoai_error *e);
 int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, qoai_error *e);
 
 void qoai_req_free(qoai_req *r);
+
+/* ---- tools ------------------------------------------------------------------
+ *
+ * tools: up to 128 {"type": "function", "function": {"name", "description",
+ * "parameters"}} (names of 1 to 64 [A-Za-z0-9_.-], no two alike);
+ * tool_choice: "none" (plain text), "auto" (the default with tools: text,
+ * then calls or none), "required" (one call or more), or {"type":
+ * "function", "function": {"name"}} (that call); parallel_tool_calls false:
+ * at most one call.  The calls are guided decoding: the output's grammar
+ * holds them in the Hermes / Qwen form (schema.h), each call's arguments
+ * an instance of its function's parameters; a named call's output is its
+ * arguments alone.  Not together with response_format or guided_*. */
+
+/* tools / tool_choice / parallel_tool_calls of chat body o into r
+ * (tool_mode, tool_name, grammar, p): 0, or an error in *e naming the
+ * field (a parameters schema that cannot be enforced: the tool's
+ * "tools[i].function.parameters" and the keyword). */
+int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e);
+
+/* The output of a request with tools read back, one per choice: fed the
+ * text as it comes, it gives the chat deltas to stream ({"content"} and /
+ * or {"tool_calls": [{"index", "id", "type", "function": {"name",
+ * "arguments"}}]}, arguments in pieces); at the end the whole message.
+ * Call ids are id_prefix followed by the call's index. */
+typedef struct qoai_calls qoai_calls;
+qoai_calls *qoai_calls_new(int mode, const char *name, const char *id_prefix);
+void qoai_calls_free(qoai_calls *p);
+/* n more bytes of output (last: it ends with them): the delta to send, or
+ * NULL when there is nothing to send yet (or no memory). */
+json_t *qoai_calls_feed(qoai_calls *p, const char *s, size_t n, int last);
+/* {"role": "assistant", "content": the text before the calls (null when
+ * blank), "tool_calls": [...] (absent when none)}; NULL when out of memory. */
+json_t *qoai_calls_message(qoai_calls *p);
+int qoai_calls_count(const qoai_calls *p);
 
 /* Fills *e: status, type, param (NULL: none), then the message.  Returns
  * QERR_INVAL for status 4xx (QERR_INTERNAL otherwise), for `return`. */
@@ -135,6 +174,10 @@ json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens);
  * choice's text (completions).  0 or QERR_NOMEM. */
 int qoai_logprobs_add(json_t **acc, qoai_kind kind, const struct qtok *tok, const qevent *ev, size_t text_offset);
 
+/* One streamed chat chunk for choice index with delta (stolen; NULL: {}),
+ * as qoai_chunk. */
+json_t *qoai_chunk_delta(const qoai_reply *c, int index, json_t *delta, json_t *logprobs, const char *finish);
+
 /* One streamed chunk for choice index: text (len bytes, may be empty),
  * logprobs (stolen; NULL: null), finish (NULL while running).  first adds
  * the assistant role to a chat delta.  NULL when out of memory. */
@@ -150,6 +193,7 @@ typedef struct {
     size_t len;
     const char *finish; /* qoai_finish_reason */
     json_t *logprobs;   /* stolen; NULL: null */
+    json_t *message;    /* chat: the message instead of text (stolen; NULL: none) */
 } qoai_choice;
 
 /* The whole reply (stream false): n choices in index order and the usage

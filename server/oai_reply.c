@@ -141,21 +141,28 @@ static json_t *envelope(const qoai_reply *c, const char *object, json_t *choices
                      "model", c->model, "choices", choices);
 }
 
+json_t *qoai_chunk_delta(const qoai_reply *c, int index, json_t *delta, json_t *logprobs, const char *finish)
+{
+    json_t *fr = finish ? json_string(finish) : json_null(), *lpj = logprobs ? logprobs : json_null();
+    json_t *ch = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "delta", delta ? delta : json_object(), "logprobs",
+                           lpj, "finish_reason", fr);
+    json_t *arr = ch ? json_pack("[o]", ch) : NULL;
+    return arr ? envelope(c, "chat.completion.chunk", arr) : NULL;
+}
+
 json_t *qoai_chunk(const qoai_reply *c, int index, const char *text, size_t len, json_t *logprobs, const char *finish,
                    int first)
 {
-    json_t *fr = finish ? json_string(finish) : json_null(), *lpj = logprobs ? logprobs : json_null(), *ch;
     if (c->kind == QOAI_CHAT) {
         json_t *delta = json_object();
         if (delta && first) json_object_set_new(delta, "role", json_string("assistant"));
         if (delta && (len || !finish)) json_object_set_new(delta, "content", json_stringn(text ? text : "", len));
-        ch = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "delta", delta, "logprobs", lpj, "finish_reason", fr);
-    } else {
-        ch = json_pack("{s:i, s:s%, s:o, s:o}", "index", index, "text", text ? text : "", len, "logprobs", lpj,
-                       "finish_reason", fr);
+        return qoai_chunk_delta(c, index, delta, logprobs, finish);
     }
+    json_t *ch = json_pack("{s:i, s:s%, s:o, s:o}", "index", index, "text", text ? text : "", len, "logprobs",
+                           logprobs ? logprobs : json_null(), "finish_reason", finish ? json_string(finish) : json_null());
     json_t *arr = ch ? json_pack("[o]", ch) : NULL;
-    return arr ? envelope(c, c->kind == QOAI_CHAT ? "chat.completion.chunk" : "text_completion", arr) : NULL;
+    return arr ? envelope(c, "text_completion", arr) : NULL;
 }
 
 json_t *qoai_usage_chunk(const qoai_reply *c, json_t *usage)
@@ -175,7 +182,12 @@ json_t *qoai_response(const qoai_reply *c, qoai_choice *ch, int n, json_t *usage
     for (int i = 0; i < n; i++) {
         json_t *lpj = ch[i].logprobs ? ch[i].logprobs : json_null(), *o;
         ch[i].logprobs = NULL;
-        if (c->kind == QOAI_CHAT)
+        json_t *msg = ch[i].message;
+        ch[i].message = NULL;
+        if (c->kind == QOAI_CHAT && msg)
+            o = json_pack("{s:i, s:o, s:o, s:s}", "index", i, "message", msg, "logprobs", lpj, "finish_reason",
+                          ch[i].finish);
+        else if (c->kind == QOAI_CHAT)
             o = json_pack("{s:i, s:{s:s, s:s%}, s:o, s:s}", "index", i, "message", "role", "assistant", "content",
                           ch[i].text ? ch[i].text : "", ch[i].len, "logprobs", lpj, "finish_reason", ch[i].finish);
         else
@@ -184,7 +196,7 @@ json_t *qoai_response(const qoai_reply *c, qoai_choice *ch, int n, json_t *usage
         if (!arr || !o || json_array_append_new(arr, o)) {
             json_decref(arr);
             json_decref(usage);
-            for (int k = i + 1; k < n; k++) json_decref(ch[k].logprobs);
+            for (int k = i + 1; k < n; k++) json_decref(ch[k].logprobs), json_decref(ch[k].message);
             return NULL;
         }
     }

@@ -34,6 +34,7 @@ typedef struct {
     const char *finish;
     qfinish fin;
     int started; /* a streamed chat choice has sent its role */
+    qoai_calls *calls; /* a request with tools: its output read back as tool calls */
 } acc;
 
 /* A request given to the engine.  Shared between the threads: every field
@@ -140,10 +141,6 @@ typedef struct {
 } pss;
 
 /* ---- cmd_serve.c ---- */
-
-/* Appends n bytes (and keeps a NUL after them): 0, or QERR_NOMEM with the
- * buffer unchanged. */
-int serve_grow_append(char **b, size_t *len, size_t *cap, const char *s, size_t n);
 /* pre, JSON j (taken), post into r's output (S.mu held). */
 void serve_out_json(sreq *r, json_t *j, const char *pre, const char *post);
 #define out_event(r, j) serve_out_json(r, j, "data: ", "\n\n")

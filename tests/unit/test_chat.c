@@ -606,6 +606,22 @@ static void test_default_template(void)
           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n" },
         { QCHAT_DEFAULT_TEMPLATE, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
           "<|im_start|>user\nHi<|im_end|>\n" },
+        /* Tools: listed in the system message; a call and its result. */
+        { QCHAT_DEFAULT_TEMPLATE,
+          "{\"messages\": [{\"role\": \"system\", \"content\": \"S.\"}, {\"role\": \"user\", \"content\": \"W?\"},"
+          " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c\", \"type\": \"function\","
+          " \"function\": {\"name\": \"w\", \"arguments\": \"{\\\"c\\\":1}\"}}, {\"id\": \"d\", \"type\": \"function\","
+          " \"function\": {\"name\": \"v\", \"arguments\": {\"k\": [2]}}}]}, {\"role\": \"tool\", \"tool_call_id\": \"c\","
+          " \"content\": \"Sun\"}], \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"w\"}}],"
+          " \"add_generation_prompt\": true}",
+          "<|im_start|>system\nS.\n\n# Tools\n\nThese functions are available, each described by a JSON object within "
+          "<tools></tools>:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"w\"}}\n</tools>\n\nTo call "
+          "functions, write each call as a JSON object with the function's name and arguments within "
+          "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+          "<args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nW?<|im_end|>\n<|im_start|>assistant\n"
+          "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\":1}}\n</tool_call>\n<tool_call>\n{\"name\": \"v\", "
+          "\"arguments\": {\"k\": [2]}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nSun\n"
+          "</tool_response><|im_end|>\n<|im_start|>assistant\n" },
     };
     RUN_TABLE(c);
 }

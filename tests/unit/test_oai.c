@@ -101,6 +101,8 @@ typedef struct {
     const char *message; /* a part of e.message */
 } bad_case;
 
+#define TOOL_F "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}"
+
 static void test_bad_bodies(void)
 {
     static const bad_case cases[] = {
@@ -171,6 +173,26 @@ static void test_bad_bodies(void)
         { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": []}", "guided_choice", "list of 1 to 4096" },
         { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"], \"guided_regex\": \"a\"}", "response_format",
           "one of" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools", "an array" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}",
+          "tool_choice", "needs 'tools'" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F "], "
+          "\"tool_choice\": \"sometimes\"}", "tool_choice", "'sometimes' is none" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F "], "
+          "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}", "tool_choice", "not among" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"code\"}]}",
+          "tools[0]", "\"type\": \"function\"" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", "
+          "\"function\": {\"name\": \"a b\"}}]}", "tools[0].function.name", "1 to 64" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F ", " TOOL_F "]}",
+          "tools[1].function.name", "two tools are named 'f'" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F ", {\"type\": "
+          "\"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"properties\": {\"q\": {\"if\": {\"type\": "
+          "\"string\"}}}}}}]}", "tools[1].function.parameters", "/properties/q" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F "], "
+          "\"parallel_tool_calls\": 1}", "parallel_tool_calls", "true or false" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F "], "
+          "\"response_format\": {\"type\": \"json_object\"}}", "tool_choice", "cannot be asked for together" },
         { QOAI_COMPLETION, "{}", "prompt", "'prompt' must be" },
         { QOAI_COMPLETION, "{\"prompt\": 5}", "prompt", "'prompt' must be" },
         { QOAI_COMPLETION, "{\"prompt\": [\"a\", \"b\"]}", "prompt", "one prompt a request" },
@@ -318,7 +340,7 @@ static void test_replies(void)
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(tops, 1), "token")), t1));
     CHECK(json_real_value(json_object_get(json_array_get(tops, 1), "logprob")) == -9999.0);
     /* The whole chat reply with that logprobs object. */
-    qoai_choice ch[2] = { { "Hi", 2, "stop", acc }, { "Yo", 2, "length", NULL } };
+    qoai_choice ch[2] = { { "Hi", 2, "stop", acc, NULL }, { "Yo", 2, "length", NULL, NULL } };
     json_t *resp = qoai_response(&chat, ch, 2, qoai_usage(4, 2, 0));
     REQUIRE(resp);
     CHECK(!strcmp(json_string_value(json_object_get(resp, "object")), "chat.completion"));
@@ -340,7 +362,7 @@ static void test_replies(void)
     CHECK_EQ_INT(json_object_size(top1), strcmp(t0, t1) ? 2 : 1);
     CHECK(json_real_value(json_object_get(top1, t1)) == (strcmp(t0, t1) ? -9999.0 : -0.25));
     CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(acc, "text_offset"), 1)), l0);
-    qoai_choice c1 = { "x", 1, "stop", acc };
+    qoai_choice c1 = { "x", 1, "stop", acc, NULL };
     resp = qoai_response(&cmpl, &c1, 1, qoai_usage(1, 1, 0));
     REQUIRE(resp);
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "text")), "x"));
@@ -398,6 +420,116 @@ static void test_guided(void)
     CHECK_STR_CONTAINS(e.message, "tokenizer");
 }
 
+/* tools and tool_choice become a grammar of calls; the output is read back
+ * as content and tool_calls, the same whether fed whole or byte by byte. */
+static void test_tools(void)
+{
+    static const char *const head = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": ["
+                                    "{\"type\": \"function\", \"function\": {\"name\": \"weather\", \"parameters\": "
+                                    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+                                    "\"required\": [\"city\"], \"additionalProperties\": false}}},"
+                                    "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]";
+    static const struct {
+        const char *tail;
+        int mode;
+        const char *takes, *refuses;
+    } cases[] = {
+        { "}", QOAI_TOOLS_AUTO, "Hi.\n<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>", "<tool_call>x" },
+        { ", \"tool_choice\": \"required\"}", QOAI_TOOLS_REQUIRED,
+          "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>\n<tool_call>\n"
+          "{\"name\":\"now\",\"arguments\":{}}\n</tool_call>",
+          "Hi." },
+        { ", \"tool_choice\": \"required\", \"parallel_tool_calls\": false}", QOAI_TOOLS_REQUIRED,
+          "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>",
+          "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>" },
+        { ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"weather\"}}}", QOAI_TOOLS_NAMED,
+          "{\"city\":\"Oslo\"}", "{\"town\":\"Oslo\"}" },
+        { ", \"tool_choice\": \"none\"}", QOAI_TOOLS_OFF, NULL, NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[2048];
+        snprintf(body, sizeof body, "%s%s", head, cases[i].tail);
+        qoai_req r;
+        qoai_error e;
+        const int rc = parse(body, QOAI_CHAT, 0, &r, &e);
+        if (rc) fprintf(stderr, "  case %zu: %s\n", i, e.message);
+        REQUIRE(rc == 0);
+        CHECK_EQ_INT(r.tool_mode, cases[i].mode);
+        CHECK((r.grammar != NULL) == (cases[i].mode != QOAI_TOOLS_OFF));
+        if (r.grammar) {
+            gram_m *m = gram_m_new(r.grammar);
+            CHECK(gram_m_feed(m, (const uint8_t *)cases[i].takes, strlen(cases[i].takes)) == 0 && gram_m_can_end(m));
+            gram_m_reset(m);
+            CHECK(gram_m_feed(m, (const uint8_t *)cases[i].refuses, strlen(cases[i].refuses)) != 0 ||
+                  !gram_m_can_end(m));
+            gram_m_free(m);
+        }
+        qoai_req_free(&r);
+    }
+
+    /* Reading back: content first, then two calls, fed whole and byte by byte. */
+    const char *out = "Let me see.\n<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"city\":\"a}\\\"b\",\"n\":[1,{}]}}"
+                      "\n</tool_call>\n<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>";
+    const char *want = "{\"content\":\"Let me see.\\n\",\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":"
+                       "\"{\\\"city\\\":\\\"a}\\\\\\\"b\\\",\\\"n\\\":[1,{}]}\",\"name\":\"weather\"},\"id\":\"call_x_0\","
+                       "\"type\":\"function\"},{\"function\":{\"arguments\":\"{}\",\"name\":\"now\"},\"id\":\"call_x_1\","
+                       "\"type\":\"function\"}]}";
+    qoai_calls *whole = qoai_calls_new(QOAI_TOOLS_AUTO, NULL, "call_x_");
+    REQUIRE(whole);
+    json_decref(qoai_calls_feed(whole, out, strlen(out), 1));
+    CHECK_EQ_INT(qoai_calls_count(whole), 2);
+    check_dump(qoai_calls_message(whole), want);
+    qoai_calls_free(whole);
+    /* Byte by byte: the deltas join into the same content and arguments. */
+    qoai_calls *bit = qoai_calls_new(QOAI_TOOLS_AUTO, NULL, "call_x_");
+    REQUIRE(bit);
+    char content[256] = "", args[2][256] = { "", "" }, names[2][32] = { "", "" };
+    const size_t n = strlen(out);
+    for (size_t i = 0; i <= n; i++) {
+        json_t *d = qoai_calls_feed(bit, out + i, i < n ? 1 : 0, i == n);
+        if (!d) continue;
+        json_t *c = json_object_get(d, "content"), *tc = json_object_get(d, "tool_calls");
+        if (c) strncat(content, json_string_value(c), sizeof content - strlen(content) - 1);
+        CHECK(!c || !strstr(json_string_value(c), "<"));
+        size_t k;
+        json_t *x;
+        json_array_foreach(tc, k, x) {
+            const int idx = (int)json_integer_value(json_object_get(x, "index"));
+            REQUIRE(idx == 0 || idx == 1);
+            json_t *f = json_object_get(x, "function");
+            if (json_object_get(f, "name")) snprintf(names[idx], sizeof names[idx], "%s", json_string_value(json_object_get(f, "name")));
+            if (json_object_get(f, "arguments"))
+                strncat(args[idx], json_string_value(json_object_get(f, "arguments")), sizeof args[idx] - strlen(args[idx]) - 1);
+        }
+        json_decref(d);
+    }
+    CHECK(!strcmp(content, "Let me see.\n"));
+    CHECK(!strcmp(names[0], "weather") && !strcmp(names[1], "now"));
+    CHECK(!strcmp(args[0], "{\"city\":\"a}\\\"b\",\"n\":[1,{}]}"));
+    CHECK(!strcmp(args[1], "{}"));
+    check_dump(qoai_calls_message(bit), want);
+    qoai_calls_free(bit);
+    /* Text only: content, no calls; a text that merely begins like the tag. */
+    qoai_calls *txt = qoai_calls_new(QOAI_TOOLS_AUTO, NULL, "c");
+    json_t *d = qoai_calls_feed(txt, "a <tool_", 8, 0);
+    check_dump(d, "{\"content\":\"a \"}");
+    d = qoai_calls_feed(txt, "x", 1, 1);
+    check_dump(d, "{\"content\":\"<tool_x\"}");
+    CHECK_EQ_INT(qoai_calls_count(txt), 0);
+    check_dump(qoai_calls_message(txt), "{\"content\":\"a <tool_x\",\"role\":\"assistant\"}");
+    qoai_calls_free(txt);
+    /* Named: the whole output is the arguments. */
+    qoai_calls *nm = qoai_calls_new(QOAI_TOOLS_NAMED, "weather", "id");
+    check_dump(qoai_calls_feed(nm, "{\"city\":", 8, 0),
+               "{\"tool_calls\":[{\"function\":{\"arguments\":\"{\\\"city\\\":\",\"name\":\"weather\"},\"id\":"
+               "\"id0\",\"index\":0,\"type\":\"function\"}]}");
+    json_decref(qoai_calls_feed(nm, "\"}\"}", 4, 1));
+    check_dump(qoai_calls_message(nm), "{\"content\":null,\"role\":\"assistant\",\"tool_calls\":[{\"function\":"
+                                       "{\"arguments\":\"{\\\"city\\\":\\\"}\\\"}\",\"name\":\"weather\"},\"id\":\"id0\","
+                                       "\"type\":\"function\"}]}");
+    qoai_calls_free(nm);
+}
+
 int main(void)
 {
     char path[1024], err[256];
@@ -412,6 +544,7 @@ int main(void)
         return 1;
     }
     QT_RUN(test_guided);
+    QT_RUN(test_tools);
     QT_RUN(test_chat_valid);
     QT_RUN(test_completion_valid);
     QT_RUN(test_bad_bodies);

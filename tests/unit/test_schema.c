@@ -179,8 +179,60 @@ static void test_ranges(void)
     gram_free(g);
 }
 
+/* Tool calls: named calls with their arguments' schemas, one or several,
+ * text first for "auto"; a bad parameters schema names its tool. */
+static void test_tools(void)
+{
+    json_error_t je;
+    json_t *p0 = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+                            "\"required\":[\"city\"],\"additionalProperties\":false}", 0, &je);
+    json_t *p1 = json_loads("{\"$defs\":{\"n\":{\"type\":\"integer\",\"minimum\":1}},\"type\":\"object\","
+                            "\"properties\":{\"n\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"n\"]}", 0, &je);
+    REQUIRE(p0 && p1);
+    const gram_tool tools[2] = { { "weather", 7, p0 }, { "roll", 4, p1 } };
+    char err[800];
+    int bad = 7;
+    gram *one = NULL, *many = NULL, *aut = NULL;
+    REQUIRE(gram_tools_grammar(tools, 2, 0, 1, &bad, &one, err, sizeof err) == 0);
+    CHECK_EQ_INT(bad, -1);
+    REQUIRE(gram_tools_grammar(tools, 2, 0, 0, NULL, &many, err, sizeof err) == 0);
+    REQUIRE(gram_tools_grammar(tools, 2, 1, 0, NULL, &aut, err, sizeof err) == 0);
+    const char *w = "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>";
+    const char *r = "<tool_call>\n{\"name\":\"roll\",\"arguments\":{\"n\":6}}\n</tool_call>";
+    char two[512];
+    snprintf(two, sizeof two, "%s\n%s", w, r);
+    CHECK(takes(one, w) && takes(one, r) && !takes(one, two));
+    CHECK(!takes(one, "<tool_call>\n{\"name\":\"roll\",\"arguments\":{\"n\":0}}\n</tool_call>"));
+    CHECK(!takes(one, "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"n\":6}}\n</tool_call>"));
+    CHECK(!takes(one, "<tool_call>\n{\"name\":\"other\",\"arguments\":{}}\n</tool_call>"));
+    CHECK(!takes(one, "") && !takes(one, "Hello"));
+    CHECK(takes(many, w) && takes(many, two) && !takes(many, ""));
+    CHECK(takes(aut, "") && takes(aut, "Hello, <b>world</b>\n") && takes(aut, w) && takes(aut, two));
+    char mixed[512];
+    snprintf(mixed, sizeof mixed, "Let me look.\n%s", w);
+    CHECK(takes(aut, mixed));
+    CHECK(!takes(aut, "I said <tool_call> and stopped"));
+    CHECK(!takes(aut, "<tool_call>\n{\"name\":\"nope\",\"arguments\":{}}\n</tool_call>"));
+    gram_free(one);
+    gram_free(many);
+    gram_free(aut);
+    /* The second tool's parameters use a keyword that cannot be enforced. */
+    json_t *p2 = json_loads("{\"type\":\"object\",\"if\":{\"required\":[\"a\"]}}", 0, &je);
+    const gram_tool bad_tools[2] = { { "weather", 7, p0 }, { "x", 1, p2 } };
+    gram *g = NULL;
+    CHECK(gram_tools_grammar(bad_tools, 2, 0, 1, &bad, &g, err, sizeof err) != 0);
+    CHECK(g == NULL);
+    CHECK_EQ_INT(bad, 1);
+    CHECK(strstr(err, "if") != NULL);
+    CHECK(gram_tools_grammar(tools, 0, 0, 1, &bad, &g, err, sizeof err) == QERR_INVAL);
+    json_decref(p0);
+    json_decref(p1);
+    json_decref(p2);
+}
+
 int main(void)
 {
+    QT_RUN(test_tools);
     QT_RUN(test_cases);
     QT_RUN(test_refused);
     QT_RUN(test_ranges);
