@@ -870,7 +870,11 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
     if (r->gm) {
         for (int k = 0; k < e->m->n_eos; k++)
             if (tok == e->m->eos_ids[k]) return QFINISH_STOP;
-        if (gram_m_feed_token(r->gm, r->gv, tok)) return QFINISH_ERROR;
+        if (gram_m_feed_token(r->gm, r->gv, tok)) {
+            QLOGW("engine: request %llu: its grammar refuses token %d, which its mask allowed", (unsigned long long)r->id,
+                  tok);
+            return QFINISH_ERROR;
+        }
     }
     qsampler_accept(r->smp, tok);
     if (grow_tokens(r)) return QFINISH_ERROR;
@@ -1150,7 +1154,11 @@ int qengine_step(qengine *e)
         float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
         /* Guided decoding: what the grammar refuses gets no probability.
          * (Forks start where their parent does: one mask for the row.) */
-        if (q->gm && apply_mask(e, q, lg)) q->gm_failed = 1;
+        if (q->gm && !q->gm_failed && apply_mask(e, q, lg)) {
+            QLOGW("engine: request %llu: its grammar allows no token after %d (the output ends in error)",
+                  (unsigned long long)q->id, q->n_gen);
+            q->gm_failed = 1;
+        }
         for (int f = 0; f < q->n_forks; f++) e->draws[dk++] = (sdraw){ .r = q->forks[f], .lg = lg, .tok = -1 };
         const int drawn = e->b_rowmode[row] == QROW_SAMPLE;
         e->draws[dk++] = (sdraw){ .r = q, .lg = lg, .tok = e->b_rowmode[row] ? e->b_rowtok[row] : -1,

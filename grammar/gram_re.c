@@ -743,6 +743,8 @@ struct gram_re {
     uint8_t *accept;    /* (n_states) */
 };
 
+static int prune(gram_re *re);
+
 static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err, size_t errlen)
 {
     /* Byte classes: bytes that start a range, or follow one, begin a class. */
@@ -813,6 +815,7 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
         }
     }
     re->n_states = m.n;
+    if (!rc) rc = prune(re);
     gram_sets_free(&m);
     free(set);
     free(stack);
@@ -887,6 +890,51 @@ int gram_re_match(const gram_re *re, const char *s, size_t n)
     int st = gram_re_start(re);
     for (size_t i = 0; i < n && st >= 0; i++) st = gram_re_step(re, st, (uint8_t)s[i]);
     return gram_re_accepts(re, st);
+}
+
+/* ---- dead ends ----------------------------------------------------------------------------- */
+
+/* Cuts every transition into a state from which no accepting state can be
+ * reached (products of automata have them; a bounded length reached before
+ * the pattern's end is one), so that gram_re_step's -1 means "cannot match"
+ * as soon as the bytes say so.  0 or QERR_NOMEM. */
+static int prune(gram_re *re)
+{
+    const int n = re->n_states, nc = re->n_classes;
+    const size_t ne = (size_t)n * (size_t)nc;
+    int32_t *deg = calloc((size_t)n + 1, sizeof *deg), *from = q_mallocn(ne ? ne : 1, sizeof *from);
+    int32_t *queue = q_mallocn((size_t)n + 1, sizeof *queue);
+    uint8_t *live = calloc((size_t)n + 1, 1);
+    int rc = deg && from && queue && live ? 0 : QERR_NOMEM;
+    if (!rc) {
+        /* Reverse edges, grouped by target (counting sort). */
+        for (size_t i = 0; i < ne; i++)
+            if (re->next[i] >= 0) deg[re->next[i] + 1]++;
+        for (int t = 0; t < n; t++) deg[t + 1] += deg[t];
+        int32_t *fill = q_mallocn((size_t)n + 1, sizeof *fill);
+        if (!fill) rc = QERR_NOMEM;
+        for (int t = 0; !rc && t <= n; t++) fill[t] = deg[t];
+        for (size_t i = 0; !rc && i < ne; i++)
+            if (re->next[i] >= 0) from[fill[re->next[i]]++] = (int32_t)(i / (size_t)nc);
+        free(fill);
+    }
+    if (!rc) {
+        int head = 0, tail = 0;
+        for (int t = 0; t < n; t++)
+            if (re->accept[t]) live[t] = 1, queue[tail++] = t;
+        while (head < tail) {
+            const int t = queue[head++];
+            for (int32_t k = deg[t]; k < deg[t + 1]; k++)
+                if (!live[from[k]]) live[from[k]] = 1, queue[tail++] = from[k];
+        }
+        for (size_t i = 0; i < ne; i++)
+            if (re->next[i] >= 0 && !live[re->next[i]]) re->next[i] = -1;
+    }
+    free(deg);
+    free(from);
+    free(queue);
+    free(live);
+    return rc;
 }
 
 /* ---- intersection ------------------------------------------------------------------------- */
@@ -969,6 +1017,7 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
             re->accept[s] = (uint8_t)(x->accept[pairs[2 * s]] && (and_not ? !ya : ya));
             for (int k = 0; k < nc; k++) re->next[(size_t)s * (size_t)nc + (size_t)k] = wide[(size_t)s * 256 + rep[k]];
         }
+        if (!rc) rc = prune(re);
     }
     free(id);
     free(pairs);

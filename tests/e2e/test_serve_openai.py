@@ -29,7 +29,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, quire, *extra, db=None, port=None):
+    def __init__(self, quire, *extra, db=None, port=None, model=MODEL):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A database of its own (a fresh one unless db names one), so that
@@ -39,7 +39,7 @@ class Server:
             self.db = db or os.path.join(tempfile.mkdtemp(prefix="quire-e2e-"), "quire.db")
             extra = (*extra, "--db", self.db)
         self.proc = subprocess.Popen(
-            [quire, "serve", "-m", MODEL, "--port", str(self.port), "--kv-mem", "64", *extra],
+            [quire, "serve", "-m", model, "--port", str(self.port), "--kv-mem", "64", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -200,6 +200,28 @@ static void test_intersect(void)
     gram_re_free(a);
     gram_re_free(b);
     gram_re_free(ab);
+    /* Dead ends are cut: once no continuation can match, a step gives -1
+     * (a mask built on the automaton must never lead into one).  Here
+     * "1.23" leaves no room for the second dot within 5 characters. */
+    REQUIRE(gram_re_compile("^\\d+\\.\\d+\\.\\d+$", 15, 0, &a, err, sizeof err) == 0);
+    REQUIRE(gram_re_compile("^.{0,5}$", 8, 0, &b, err, sizeof err) == 0);
+    REQUIRE(gram_re_intersect(a, b, &ab, err, sizeof err) == 0);
+    int st = gram_re_start(ab);
+    for (const char *p = "1.2"; *p; p++) st = gram_re_step(ab, st, (uint8_t)*p);
+    CHECK(st >= 0);
+    CHECK(gram_re_step(ab, st, '3') < 0);
+    CHECK(gram_re_step(ab, st, '.') >= 0);
+    CHECK(gram_re_match(ab, "1.2.3", 5) && !gram_re_match(ab, "1.23.4", 6));
+    gram_re *c = NULL;
+    REQUIRE(gram_re_minus(b, a, &c, err, sizeof err) == 0); /* at most 5 characters, not of that form */
+    CHECK(gram_re_match(c, "abc", 3) && !gram_re_match(c, "1.2.3", 5));
+    st = gram_re_start(c);
+    for (const char *p = "abcde"; *p; p++) st = gram_re_step(c, st, (uint8_t)*p);
+    CHECK(st >= 0 && gram_re_step(c, st, 'f') < 0);
+    gram_re_free(a);
+    gram_re_free(b);
+    gram_re_free(ab);
+    gram_re_free(c);
 }
 
 int main(void)
