@@ -66,6 +66,7 @@
 
 #include "cpu/pool.h"
 #include "gram.h"
+#include "guide.h"
 #include "kv.h"
 #include "model.h"
 #include "stop.h"
@@ -102,6 +103,7 @@ typedef struct req {
     const gram_vocab *gv;
     uint32_t *gmask;        /* (n_vocab + 31) / 32: the tokens the grammar allows now */
     int gm_failed;          /* the mask could not be made: the request ends in error */
+    int gjob;               /* this step's mask job (index in e->gjobs), -1 for none */
     int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
     int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
     int n_slots;
@@ -149,6 +151,9 @@ struct qengine {
     qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
     qrow_logprobs *b_rlp;         /* (cap_seqs) log-probabilities the backend gives for reduced rows */
     struct sdraw *draws;          /* (cap_draws) the draws of a step */
+    qguide *guide;                /* the thread making masks during the forward pass (made on first use) */
+    qguide_job *gjobs;            /* (cap_gjobs) a step's masks */
+    int cap_gjobs;
     int cap_draws;
     qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
     int32_t *b_rowtok;            /* (cap_seqs) the backend's token of those rows */
@@ -403,6 +408,7 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
         req_free(r);
         return rc;
     }
+    r->gjob = -1;
     if (p->grammar) {
         r->gm = gram_m_new(p->grammar);
         r->gv = p->grammar_vocab;
@@ -807,12 +813,15 @@ typedef struct sdraw {
 } sdraw;
 
 /* Sets the logits of the tokens r's grammar refuses to -inf; EOS stays only
- * where the output is complete.  0, or an error (out of memory, or no token
- * at all is allowed). */
+ * where the output is complete.  The mask was made during the forward pass
+ * (its job's answer), or is made now.  0, or an error (out of memory, or
+ * no token at all is allowed). */
 static int apply_mask(qengine *e, req *r, float *lg)
 {
     const int V = e->m->hp.n_vocab, nv = gram_vocab_size(r->gv);
-    const int rc = gram_m_mask(r->gm, r->gv, r->gmask);
+    const int rc = r->gjob >= 0 ? e->gjobs[r->gjob].rc : gram_m_mask(r->gm, r->gv, r->gmask);
+    r->gjob = -1;
+    e->st.masks++;
     if (rc) return rc;
     int any = 0;
     for (int i = 0; i < V; i++) {
@@ -827,6 +836,35 @@ static int apply_mask(qengine *e, req *r, float *lg)
         any |= end;
     }
     return any ? 0 : QERR_INTERNAL;
+}
+
+/* Starts the masks of the step's grammar requests on the guide thread, to
+ * be made while the forward pass runs: how many were started (0: none, or
+ * no thread, and apply_mask makes them itself). */
+static int start_masks(qengine *e, int n_seqs)
+{
+    int n = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        req *q = e->b_reqs[i];
+        q->gjob = -1;
+        if (e->b_sample[i] && q->gm && !q->gm_failed) n++;
+    }
+    if (!n) return 0;
+    if (!e->guide && qguide_new(&e->guide)) return 0;
+    if (n > e->cap_gjobs) {
+        qguide_job *j = q_reallocn(e->gjobs, (size_t)n, sizeof *j);
+        if (!j) return 0;
+        e->gjobs = j, e->cap_gjobs = n;
+    }
+    n = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        req *q = e->b_reqs[i];
+        if (!e->b_sample[i] || !q->gm || q->gm_failed) continue;
+        e->gjobs[n] = (qguide_job){ q->gm, q->gv, q->gmask, 0 };
+        q->gjob = n++;
+    }
+    qguide_start(e->guide, e->gjobs, n);
+    return n;
 }
 
 static void draw_one(qengine *e, sdraw *d)
@@ -1102,8 +1140,15 @@ int qengine_step(qengine *e)
     }
     qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
                  e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL };
+    const int n_masks = start_masks(e, n_seqs);
     const double t_fwd = q_now();
     rc = e->be->ops->forward(e->be, &b, e->logits);
+    if (n_masks) {
+        const double t_wait = q_now();
+        qguide_wait(e->guide); /* the matchers are the engine's again */
+        e->st.mask_wait_s += q_now() - t_wait;
+        e->st.masks_overlapped += (uint64_t)n_masks;
+    }
     {
         /* The prefill rate, against which loading a prefix is weighed. */
         int n_prefill = n_tok;
@@ -1320,6 +1365,8 @@ void qengine_destroy(qengine *e)
     free(e->b_rsample);
     free(e->b_rlp);
     free(e->draws);
+    qguide_free(e->guide);
+    free(e->gjobs);
     qpool_destroy(e->spool);
     if (e->logits) qbackend_host_free(e->be, e->logits);
     free(e->slot_free);

@@ -174,6 +174,10 @@ typedef struct {
     uint64_t disk_skipped_slower;   /* prefixes computed: loading was measured slower */
     double disk_load_rate;          /* tokens/s the tier brings (moving average) */
     double prefill_rate;            /* tokens/s prefill computes (moving average) */
+    /* Guided decoding. */
+    uint64_t masks;                 /* token masks made */
+    uint64_t masks_overlapped;      /* of which made while the forward pass ran */
+    double mask_wait_s;             /* time the engine waited for masks after the forward pass */
     double util_sum;        /* internal: sum of per-step utilisation */
 } qengine_stats;
 

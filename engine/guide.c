@@ -1,5 +1,9 @@
-/* guide.c - the tokenizer's side of guided decoding: a grammar vocabulary
- * (grammar/gram.h) from a qtok (engine.h). */
+/* guide.c - guided decoding's engine side: a grammar vocabulary
+ * (grammar/gram.h) from a qtok (engine.h), and the thread that makes a
+ * step's masks while the forward pass runs (guide.h). */
+#include "guide.h"
+
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,4 +35,85 @@ int qengine_grammar_vocab(const qtok *tok, gram_vocab **out)
     free(skip);
     free(lens);
     return rc;
+}
+
+/* ---- masks on a thread of their own ------------------------------------------------- */
+
+struct qguide {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work given, or quit */
+    pthread_cond_t done_cv; /* the jobs are done */
+    qguide_job *jobs;
+    int n;
+    int pending; /* jobs given and not done */
+    int quit;
+};
+
+static void *guide_main(void *arg)
+{
+    qguide *g = arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->pending && !g->quit) pthread_cond_wait(&g->cv, &g->mu);
+        if (!g->pending && g->quit) break;
+        qguide_job *jobs = g->jobs;
+        const int n = g->n;
+        pthread_mutex_unlock(&g->mu);
+        for (int i = 0; i < n; i++) jobs[i].rc = gram_m_mask(jobs[i].m, jobs[i].v, jobs[i].mask);
+        pthread_mutex_lock(&g->mu);
+        g->pending = 0;
+        pthread_cond_broadcast(&g->done_cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+int qguide_new(qguide **out)
+{
+    *out = NULL;
+    qguide *g = calloc(1, sizeof *g);
+    if (!g) return QERR_NOMEM;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    pthread_cond_init(&g->done_cv, NULL);
+    if (pthread_create(&g->th, NULL, guide_main, g)) {
+        pthread_mutex_destroy(&g->mu);
+        pthread_cond_destroy(&g->cv);
+        pthread_cond_destroy(&g->done_cv);
+        free(g);
+        return QERR_INTERNAL;
+    }
+    *out = g;
+    return 0;
+}
+
+void qguide_free(qguide *g)
+{
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    g->quit = 1;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->th, NULL);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    pthread_cond_destroy(&g->done_cv);
+    free(g);
+}
+
+void qguide_start(qguide *g, qguide_job *jobs, int n)
+{
+    if (n <= 0) return;
+    pthread_mutex_lock(&g->mu);
+    g->jobs = jobs, g->n = n, g->pending = 1;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void qguide_wait(qguide *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (g->pending) pthread_cond_wait(&g->done_cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
 }

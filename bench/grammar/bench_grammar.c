@@ -3,6 +3,8 @@
  * each; JSONSchemaBench's files or ../shared/schemas/maskbench):
  *
  *   bench_grammar [DIR] [--tokenizer tokenizer.json]
+ *                        [--model PATH | --random-weights CONFIG.json]
+ *                        [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--only-e2e]
  *                        (DIR default ../shared/schemas/maskbench)
  *
  * For every schema: compiled or refused (the reasons are counted); for each
@@ -14,7 +16,17 @@
  * p99).  With a tokenizer, each instance is also produced token by token
  * from the masks alone (at each step the longest token the mask allows that
  * continues the text): valid ones must come out whole, invalid ones must
- * get stuck; every mask is timed (median, p99). */
+ * get stuck; every mask is timed (median, p99).
+ *
+ * With a model (a file, or random weights of a config with --tokenizer's
+ * vocabulary), end to end: N requests (default 32) at temperature 1, each
+ * guided by one of N schemas spread over the set, run together through the
+ * engine (continuous batching, masks made during the forward pass); then
+ * the same requests without a grammar, each made to produce exactly the
+ * tokens its guided twin did (ignore_eos, max_tokens = that count).  Prints
+ * tokens/s of each run: free, guided with grammars met for the first time
+ * (their token classes made on the way), guided again (as a server's grammar
+ * cache has them), and the slowdown against free. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <jansson.h>
@@ -204,12 +216,166 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* ---- end to end ------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *model, *random_weights;
+    int device, threads, n_req, max_tokens;
+} e2e_opts;
+
+/* Runs n requests to the end: the seconds it took, each one's output
+ * tokens in got[], the engine's wait for masks in *wait. */
+static double run_all(qengine *e, qreq_params *ps, int n, int *got, double *wait)
+{
+    qengine_stats a, b;
+    qengine_stats_get(e, &a);
+    uint64_t *ids = calloc((size_t)n, sizeof *ids);
+    char err[256];
+    const double t0 = q_now();
+    for (int i = 0; i < n; i++)
+        if (qengine_submit(e, &ps[i], &ids[i], err, sizeof err)) fprintf(stderr, "bench_grammar: %s\n", err);
+    for (int live = 1; live > 0;) {
+        live = qengine_step(e);
+        qevent ev;
+        while (qengine_poll(e, &ev)) {
+            if (ev.finish != QFINISH_NONE)
+                for (int i = 0; i < n; i++)
+                    if (ids[i] == ev.id) got[i] = ev.completion_tokens;
+            if (ev.finish == QFINISH_ERROR) fprintf(stderr, "bench_grammar: a request ended in error\n");
+            qevent_free(&ev);
+        }
+        if (live < 0) {
+            fprintf(stderr, "bench_grammar: the engine failed (%d)\n", live);
+            break;
+        }
+    }
+    const double dt = q_now() - t0;
+    qengine_stats_get(e, &b);
+    *wait = b.mask_wait_s - a.mask_wait_s;
+    free(ids);
+    return dt;
+}
+
+static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
+{
+    char err[800];
+    qmodel *m = NULL;
+    qtok *tok = NULL;
+    int rc = o->model ? qmodel_load(o->model, &m, err, sizeof err)
+                      : qmodel_random(o->random_weights, o->device != QDEVICE_CUDA, 1, &m, err, sizeof err);
+    if (!rc && o->model) rc = qtok_for_model(m, &tok, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "bench_grammar: %s\n", err);
+        qmodel_destroy(m);
+        return 1;
+    }
+    const qtok *t = o->model ? tok : g_tok;
+    gram_vocab *gv = NULL;
+    if (!t || qengine_grammar_vocab(t, &gv) || gram_vocab_size(gv) > m->hp.n_vocab) {
+        fprintf(stderr, "bench_grammar: the end-to-end run needs a tokenizer no larger than the model's vocabulary "
+                        "(--tokenizer with --random-weights)\n");
+        qmodel_destroy(m);
+        return 1;
+    }
+    /* The schemas: n spread evenly over the set, each the next one that compiles. */
+    const int n = o->n_req;
+    gram **gs = calloc((size_t)n, sizeof *gs);
+    int ng = 0;
+    for (int k = 0, i = 0; k < n; k++) {
+        if (i < (int)((long long)k * nf / n)) i = (int)((long long)k * nf / n);
+        for (; i < nf && ng == k; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            json_t *doc = json_load_file(path, 0, NULL);
+            if (doc && !gram_schema_compile(json_object_get(doc, "schema"), &gs[ng], err, sizeof err)) ng++;
+            json_decref(doc);
+        }
+    }
+    int32_t *prompt = NULL;
+    int np = 0;
+    qtok_encode(t, "The JSON:", 9, QTOK_ADD_SPECIAL, &prompt, &np);
+    qengine_opts eo;
+    qengine_opts_default(&eo);
+    eo.device = o->device;
+    eo.n_threads = o->threads;
+    eo.random_weights = o->random_weights != NULL;
+    eo.seed = 1;
+    eo.num_blocks = ng * ((np + o->max_tokens) / 16 + 2) + 64;
+    qengine *e = NULL;
+    if (qengine_create(m, t, &eo, &e, err, sizeof err)) {
+        fprintf(stderr, "bench_grammar: %s\n", err);
+        return 1;
+    }
+    qreq_params *ps = calloc((size_t)ng, sizeof *ps);
+    int *got = calloc((size_t)ng, sizeof *got), *want = calloc((size_t)ng, sizeof *want);
+    for (int i = 0; i < ng; i++) {
+        ps[i] = (qreq_params){ .prompt = prompt, .n_prompt = np, .sp = qsample_defaults(), .max_tokens = o->max_tokens };
+        ps[i].sp.temperature = 1.0f;
+        ps[i].sp.seed = 1 + (uint64_t)i;
+        ps[i].grammar = gs[i];
+        ps[i].grammar_vocab = gv;
+    }
+    double wait1 = 0, wait2 = 0, wait0 = 0;
+    /* Guided, grammars new; guided again (the same outputs: same seeds). */
+    const double t1 = run_all(e, ps, ng, want, &wait1);
+    const double t2 = run_all(e, ps, ng, got, &wait2);
+    long long toks = 0;
+    for (int i = 0; i < ng; i++) toks += want[i];
+    /* Free: the same prompts and seeds, each as many tokens as its twin. */
+    for (int i = 0; i < ng; i++) {
+        ps[i].grammar = NULL, ps[i].grammar_vocab = NULL;
+        ps[i].max_tokens = want[i] > 0 ? want[i] : 1;
+        ps[i].ignore_eos = 1;
+    }
+    double t0 = run_all(e, ps, ng, got, &wait0);
+    const double t0b = run_all(e, ps, ng, got, &wait0);
+    if (t0b < t0) t0 = t0b;
+    printf("\nend to end: %s on %s, %d requests together (one schema each), temperature 1, up to %d tokens, %lld "
+           "tokens a run\n",
+           o->model ? o->model : o->random_weights, qengine_backend_name(e), ng, o->max_tokens, toks);
+    printf("\n| run | seconds | tokens/s | vs free | waited for masks |\n|---|---|---|---|---|\n");
+    printf("| free (no grammar) | %.3f | %.0f | 1.000 | - |\n", t0, toks / t0);
+    printf("| guided, grammars new | %.3f | %.0f | %.3f | %.3f s |\n", t1, toks / t1, t0 / t1, wait1);
+    printf("| guided, grammars cached | %.3f | %.0f | %.3f | %.3f s |\n", t2, toks / t2, t0 / t2, wait2);
+    printf("\nslowdown with a schema (cached grammars, as a server's cache holds them): %.1f%%\n",
+           100.0 * (t2 / t0 - 1.0));
+    qengine_destroy(e);
+    for (int i = 0; i < ng; i++) gram_free(gs[i]);
+    free(gs);
+    free(ps);
+    free(got);
+    free(want);
+    free(prompt);
+    gram_vocab_free(gv);
+    qtok_free(tok);
+    qmodel_destroy(m);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = "../shared/schemas/maskbench", *tokp = NULL;
+    e2e_opts eo = { NULL, NULL, QDEVICE_CPU, 0, 32, 128 };
+    int only_e2e = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) tokp = argv[++i];
-        else dir = argv[i];
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--tokenizer") && v) tokp = v, i++;
+        else if (!strcmp(a, "--model") && v) eo.model = v, i++;
+        else if (!strcmp(a, "--random-weights") && v) eo.random_weights = v, i++;
+        else if (!strcmp(a, "--device") && v && !qdevice_parse(v, &eo.device)) i++;
+        else if (!strcmp(a, "--threads") && v) eo.threads = atoi(v), i++;
+        else if (!strcmp(a, "--requests") && v) eo.n_req = atoi(v), i++;
+        else if (!strcmp(a, "--max-tokens") && v) eo.max_tokens = atoi(v), i++;
+        else if (!strcmp(a, "--only-e2e")) only_e2e = 1;
+        else if (a[0] == '-') {
+            fprintf(stderr, "usage: bench_grammar [DIR] [--tokenizer tokenizer.json] [--model PATH | --random-weights "
+                            "CONFIG.json] [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--only-e2e]\n");
+            return 2;
+        } else dir = a;
+    }
+    if (eo.n_req < 1 || eo.max_tokens < 1) {
+        fprintf(stderr, "bench_grammar: --requests and --max-tokens must be at least 1\n");
+        return 2;
     }
     if (tokp && load_tokenizer(tokp)) return 1;
     uint32_t *mask = tokp ? calloc(((size_t)g_nv + 31) / 32, sizeof *mask) : NULL;
@@ -232,7 +398,7 @@ int main(int argc, char **argv)
     qsort(files, (size_t)nf, sizeof *files, (int (*)(const void *, const void *))strcmp);
     double *ct = malloc(sizeof *ct * (size_t)(nf + 1));
     int nct = 0, shown = 0;
-    for (int i = 0; i < nf; i++) {
+    for (int i = 0; i < nf && !(only_e2e && (eo.model || eo.random_weights)); i++) {
         char path[4096], err[800];
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         json_t *doc = json_load_file(path, 0, NULL);
@@ -311,8 +477,10 @@ int main(int argc, char **argv)
                    "made the first time a state is met)\n",
                    1e6 * g_mt[g_nmt / 2], 1e6 * g_mt[(size_t)((double)g_nmt * 0.99)], 1e6 * sum / (double)g_nmt, g_nmt);
     }
+    int rc = 0;
+    if (eo.model || eo.random_weights) rc = end_to_end(dir, files, nf, &eo);
     for (int i = 0; i < nf; i++) free(files[i]);
     free(files);
     free(ct);
-    return 0;
+    return rc;
 }

@@ -131,6 +131,12 @@ static void test_schemas(void)
     }
     fprintf(stderr, "  %d of %d finished with stop, all valid\n", stops, total);
     CHECK(stops >= total / 2);
+    /* Every mask was made on the guide thread while the forward pass ran. */
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    fprintf(stderr, "  %llu masks, %llu of them during the forward pass\n", (unsigned long long)st.masks,
+            (unsigned long long)st.masks_overlapped);
+    CHECK(st.masks > 100 && st.masks_overlapped == st.masks);
     /* max_tokens runs out inside the structure: "length", not "stop". */
     gram *g = schema(S[0]);
     qreq_params p = { .prompt = prompt, .n_prompt = np, .sp = qsample_defaults(), .max_tokens = 3, .grammar = g,
