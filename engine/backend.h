@@ -139,7 +139,22 @@ typedef struct {
      * them from the raw logits.  n stays -1 where the backend left a row
      * to the host (a draw it gave back). */
     struct qrow_logprobs *row_logprobs;  /* (n_logits) */
+    /* Optional (NULL: none; backends with QBE_CAP_ROW_MASK): the token
+     * masks of guided rows, applied before a row is reduced or copied back. */
+    const struct qrow_masks *masks;
 } qbatch;
+
+/* Guided decoding's masks for a pass: row[r] NULL (no mask) or (n_vocab +
+ * 31) / 32 words, bit i % 32 of word i / 32 set where token i is allowed;
+ * the pass sets the logits of the other tokens to -inf.  ready, when set,
+ * is called once the pass is under way on the device and before any mask
+ * is read: the caller may go on making the masks on the host until then
+ * (0, or an error, which fails the pass). */
+typedef struct qrow_masks {
+    const uint32_t *const *row; /* (n_logits) */
+    int (*ready)(void *ctx);
+    void *ctx;
+} qrow_masks;
 
 /* 1 + the most alternatives a row's log-probabilities may list (OpenAI's 20). */
 #define QROW_MAX_LOGPROBS 21
@@ -236,6 +251,8 @@ typedef struct {
 #define QBE_CAP_ROW_SAMPLE 1u
 /* ... and fills row_logprobs for reduced rows. */
 #define QBE_CAP_ROW_LOGPROBS 2u
+/* The backend applies qbatch.masks. */
+#define QBE_CAP_ROW_MASK 4u
 
 struct qbackend {
     const qbackend_ops *ops;

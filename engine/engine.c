@@ -150,6 +150,7 @@ struct qengine {
     uint8_t *b_rowmode;           /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
     qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
     qrow_logprobs *b_rlp;         /* (cap_seqs) log-probabilities the backend gives for reduced rows */
+    const uint32_t **b_rowmask;   /* (cap_seqs) guided rows' masks, for a backend that applies them (else NULL) */
     struct sdraw *draws;          /* (cap_draws) the draws of a step */
     qguide *guide;                /* the thread making masks during the forward pass (made on first use) */
     qguide_job *gjobs;            /* (cap_gjobs) a step's masks */
@@ -600,7 +601,7 @@ static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
         /* Per sequence, and per logit row (at most one a sequence). */
         if (GROW(e->b_seqs, n_seqs) || GROW(e->b_reqs, n_seqs) || GROW(e->b_sample, n_seqs) ||
             GROW(e->b_rowmode, n_seqs) || GROW(e->b_rowtok, n_seqs) || GROW(e->b_rsample, n_seqs) ||
-            GROW(e->b_rlp, n_seqs))
+            GROW(e->b_rlp, n_seqs) || GROW(e->b_rowmask, n_seqs))
             return QERR_NOMEM;
         /* The logits come back from the backend every step: in memory it
          * transfers to fast (pinned, on CUDA).  Nothing in them outlives a step. */
@@ -812,30 +813,43 @@ typedef struct sdraw {
     qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
 } sdraw;
 
-/* Sets the logits of the tokens r's grammar refuses to -inf; EOS stays only
- * where the output is complete.  The mask was made during the forward pass
- * (its job's answer), or is made now.  0, or an error (out of memory, or
- * no token at all is allowed). */
-static int apply_mask(qengine *e, req *r, float *lg)
+/* r's mask for this step as a job (made on the guide thread or now). */
+static qguide_job mask_job(const qengine *e, req *r)
 {
-    const int V = e->m->hp.n_vocab, nv = gram_vocab_size(r->gv);
-    const int rc = r->gjob >= 0 ? e->gjobs[r->gjob].rc : gram_m_mask(r->gm, r->gv, r->gmask);
+    return (qguide_job){ r->gm, r->gv, r->gmask, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos, 0 };
+}
+
+/* Sets the logits of the tokens r's grammar refuses to -inf (EOS allowed
+ * only where the output may end), unless the backend did (on_device).  The
+ * mask was made during the forward pass (its job's answer), or is made now.
+ * 0, or an error (out of memory, or no token at all is allowed). */
+static int apply_mask(qengine *e, req *r, float *lg, int on_device)
+{
+    int rc;
+    if (r->gjob >= 0) {
+        rc = e->gjobs[r->gjob].rc;
+    } else {
+        qguide_job j = mask_job(e, r);
+        qguide_job_run(&j);
+        rc = j.rc;
+    }
     r->gjob = -1;
     e->st.masks++;
-    if (rc) return rc;
-    int any = 0;
-    for (int i = 0; i < V; i++) {
-        const int ok = i < nv && ((r->gmask[i / 32] >> (i % 32)) & 1);
-        if (!ok) lg[i] = -INFINITY;
-        any |= ok;
-    }
-    const int end = gram_m_can_end(r->gm);
-    for (int k = 0; k < e->m->n_eos; k++) {
-        const int eos = e->m->eos_ids[k];
-        if (eos >= 0 && eos < V && !end) lg[eos] = -INFINITY;
-        any |= end;
-    }
-    return any ? 0 : QERR_INTERNAL;
+    if (rc || on_device) return rc;
+    const int V = e->m->hp.n_vocab;
+    for (int i = 0; i < V; i++)
+        if (!((r->gmask[i / 32] >> (i % 32)) & 1)) lg[i] = -INFINITY;
+    return 0;
+}
+
+/* qrow_masks.ready: the step's masks are done (the backend is about to read them). */
+static int masks_ready(void *ctx)
+{
+    qengine *e = ctx;
+    const double t = q_now();
+    qguide_wait(e->guide);
+    e->st.mask_wait_s += q_now() - t;
+    return 0;
 }
 
 /* Starts the masks of the step's grammar requests on the guide thread, to
@@ -850,7 +864,11 @@ static int start_masks(qengine *e, int n_seqs)
         if (e->b_sample[i] && q->gm && !q->gm_failed) n++;
     }
     if (!n) return 0;
-    if (!e->guide && qguide_new(&e->guide)) return 0;
+    /* One thread beside a CPU backend (its pool has the cores); a few where
+     * the model runs on a GPU and the host's cores are free. */
+    if (!e->guide && qguide_new(strcmp(e->be->ops->name, "cpu") ? (q_ncpus() >= 16 ? 4 : q_ncpus() >= 4 ? 2 : 1) : 1,
+                                &e->guide))
+        return 0;
     if (n > e->cap_gjobs) {
         qguide_job *j = q_reallocn(e->gjobs, (size_t)n, sizeof *j);
         if (!j) return 0;
@@ -860,7 +878,7 @@ static int start_masks(qengine *e, int n_seqs)
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
         if (!e->b_sample[i] || !q->gm || q->gm_failed) continue;
-        e->gjobs[n] = (qguide_job){ q->gm, q->gv, q->gmask, 0 };
+        e->gjobs[n] = mask_job(e, q);
         q->gjob = n++;
     }
     qguide_start(e->guide, e->gjobs, n);
@@ -1125,8 +1143,11 @@ int qengine_step(qengine *e)
         memset(rs, 0, sizeof *rs);
         e->b_rlp[n_logits].n = -1;
         const unsigned caps = e->be->ops->caps;
+        /* A guided row's mask goes with it where the backend applies masks. */
+        const int dev_mask = q->gm && !q->gm_failed && (caps & QBE_CAP_ROW_MASK);
+        e->b_rowmask[n_logits] = dev_mask ? q->gmask : NULL;
         /* Log-probabilities too, where the backend computes them. */
-        if (q->n_forks == 0 && !q->gm && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
+        if (q->n_forks == 0 && (!q->gm || dev_mask) && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
             if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
             else if ((caps & QBE_CAP_ROW_SAMPLE) &&
                      qsampler_row_params(q->smp, &rs->temperature, &rs->top_k, &rs->top_p, &rs->min_p)) {
@@ -1138,15 +1159,17 @@ int qengine_step(qengine *e)
         e->b_rowmode[n_logits] = mode;
         e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
     }
-    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
-                 e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL };
+    /* The masks are made while the pass runs; a backend that applies them
+     * waits for them once its layers are launched, others get them after. */
     const int n_masks = start_masks(e, n_seqs);
+    const int dev_masks = n_masks && (e->be->ops->caps & QBE_CAP_ROW_MASK);
+    const qrow_masks rm = { e->b_rowmask, masks_ready, e };
+    qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
+                 e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL, dev_masks ? &rm : NULL };
     const double t_fwd = q_now();
     rc = e->be->ops->forward(e->be, &b, e->logits);
     if (n_masks) {
-        const double t_wait = q_now();
-        qguide_wait(e->guide); /* the matchers are the engine's again */
-        e->st.mask_wait_s += q_now() - t_wait;
+        masks_ready(e); /* at once when the backend waited already: the matchers are the engine's again */
         e->st.masks_overlapped += (uint64_t)n_masks;
     }
     {
@@ -1199,7 +1222,7 @@ int qengine_step(qengine *e)
         float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
         /* Guided decoding: what the grammar refuses gets no probability.
          * (Forks start where their parent does: one mask for the row.) */
-        if (q->gm && !q->gm_failed && apply_mask(e, q, lg)) {
+        if (q->gm && !q->gm_failed && apply_mask(e, q, lg, e->b_rowmask[row] != NULL)) {
             QLOGW("engine: request %llu: its grammar allows no token after %d (the output ends in error)",
                   (unsigned long long)q->id, q->n_gen);
             q->gm_failed = 1;
@@ -1364,6 +1387,7 @@ void qengine_destroy(qengine *e)
     free(e->b_rowtok);
     free(e->b_rsample);
     free(e->b_rlp);
+    free(e->b_rowmask);
     free(e->draws);
     qguide_free(e->guide);
     free(e->gjobs);

@@ -39,37 +39,66 @@ int qengine_grammar_vocab(const qtok *tok, gram_vocab **out)
 
 /* ---- masks on a thread of their own ------------------------------------------------- */
 
+void qguide_job_run(qguide_job *j)
+{
+    if ((j->rc = gram_m_mask(j->m, j->v, j->mask))) return;
+    const int end = gram_m_can_end(j->m);
+    for (int k = 0; k < j->n_eos; k++) {
+        const int t = j->eos[k];
+        if (t < 0 || t >= j->n_vocab) continue;
+        if (end) j->mask[t / 32] |= 1u << (t % 32);
+        else j->mask[t / 32] &= ~(1u << (t % 32));
+    }
+    uint32_t any = 0;
+    for (int w = 0; w < (j->n_vocab + 31) / 32; w++) any |= j->mask[w];
+    if (!any) j->rc = QERR_INTERNAL;
+}
+
+#define GUIDE_MAX_THREADS 8
+
 struct qguide {
-    pthread_t th;
+    pthread_t th[GUIDE_MAX_THREADS];
+    int n_threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* work given, or quit */
     pthread_cond_t done_cv; /* the jobs are done */
     qguide_job *jobs;
     int n;
-    int pending; /* jobs given and not done */
+    unsigned long round;    /* jobs given so far (a new round each start) */
+    int busy;               /* threads still on this round's jobs */
     int quit;
 };
 
+typedef struct {
+    qguide *g;
+    int t;
+} guide_arg;
+
+/* Thread t makes jobs t, t + n_threads, ... of each round. */
 static void *guide_main(void *arg)
 {
-    qguide *g = arg;
+    guide_arg *ga = arg;
+    qguide *g = ga->g;
+    const int t = ga->t;
+    free(ga);
+    unsigned long seen = 0;
     pthread_mutex_lock(&g->mu);
     for (;;) {
-        while (!g->pending && !g->quit) pthread_cond_wait(&g->cv, &g->mu);
-        if (!g->pending && g->quit) break;
+        while (g->round == seen && !g->quit) pthread_cond_wait(&g->cv, &g->mu);
+        if (g->round == seen) break; /* quit, nothing given */
+        seen = g->round;
         qguide_job *jobs = g->jobs;
-        const int n = g->n;
+        const int n = g->n, step = g->n_threads;
         pthread_mutex_unlock(&g->mu);
-        for (int i = 0; i < n; i++) jobs[i].rc = gram_m_mask(jobs[i].m, jobs[i].v, jobs[i].mask);
+        for (int i = t; i < n; i += step) qguide_job_run(&jobs[i]);
         pthread_mutex_lock(&g->mu);
-        g->pending = 0;
-        pthread_cond_broadcast(&g->done_cv);
+        if (--g->busy == 0) pthread_cond_broadcast(&g->done_cv);
     }
     pthread_mutex_unlock(&g->mu);
     return NULL;
 }
 
-int qguide_new(qguide **out)
+int qguide_new(int n_threads, qguide **out)
 {
     *out = NULL;
     qguide *g = calloc(1, sizeof *g);
@@ -77,11 +106,19 @@ int qguide_new(qguide **out)
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     pthread_cond_init(&g->done_cv, NULL);
-    if (pthread_create(&g->th, NULL, guide_main, g)) {
-        pthread_mutex_destroy(&g->mu);
-        pthread_cond_destroy(&g->cv);
-        pthread_cond_destroy(&g->done_cv);
-        free(g);
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > GUIDE_MAX_THREADS) n_threads = GUIDE_MAX_THREADS;
+    for (int t = 0; t < n_threads; t++) {
+        guide_arg *ga = malloc(sizeof *ga);
+        if (ga) *ga = (guide_arg){ g, t };
+        if (!ga || pthread_create(&g->th[t], NULL, guide_main, ga)) {
+            free(ga);
+            break;
+        }
+        g->n_threads++;
+    }
+    if (!g->n_threads) {
+        qguide_free(g);
         return QERR_INTERNAL;
     }
     *out = g;
@@ -93,9 +130,9 @@ void qguide_free(qguide *g)
     if (!g) return;
     pthread_mutex_lock(&g->mu);
     g->quit = 1;
-    pthread_cond_signal(&g->cv);
+    pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
-    pthread_join(g->th, NULL);
+    for (int t = 0; t < g->n_threads; t++) pthread_join(g->th[t], NULL);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
     pthread_cond_destroy(&g->done_cv);
@@ -106,14 +143,16 @@ void qguide_start(qguide *g, qguide_job *jobs, int n)
 {
     if (n <= 0) return;
     pthread_mutex_lock(&g->mu);
-    g->jobs = jobs, g->n = n, g->pending = 1;
-    pthread_cond_signal(&g->cv);
+    g->jobs = jobs, g->n = n;
+    g->busy = g->n_threads;
+    g->round++;
+    pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
 }
 
 void qguide_wait(qguide *g)
 {
     pthread_mutex_lock(&g->mu);
-    while (g->pending) pthread_cond_wait(&g->done_cv, &g->mu);
+    while (g->busy) pthread_cond_wait(&g->done_cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
 }

@@ -3,7 +3,8 @@
  * before the forward pass and waits for them after it, so the two overlap
  * (DESIGN.md: the grammar's cost hides behind the model's).
  *
- * One thread; jobs are a step's (matcher, vocabulary, mask) triples.  The
+ * A few threads share a step's jobs, (matcher, vocabulary, mask) triples
+ * (the grammars' caches are theirs to share, under their locks).  The
  * matchers must not be touched by anyone else between qguide_start and
  * qguide_wait. */
 #ifndef QUIRE_GUIDE_H
@@ -16,15 +17,21 @@
 typedef struct {
     gram_m *m;
     const gram_vocab *v;
-    uint32_t *mask;
-    int rc; /* gram_m_mask's answer, once done */
+    uint32_t *mask;      /* (n_vocab + 31) / 32 words, bit i: token i allowed */
+    int n_vocab;         /* the model's (the grammar's vocabulary may be smaller) */
+    const int *eos;      /* the model's end ids: allowed exactly where the output may end */
+    int n_eos;
+    int rc;              /* once done: 0, gram_m_mask's error, or QERR_INTERNAL when nothing is allowed */
 } qguide_job;
+
+/* Makes j's mask now, on this thread. */
+void qguide_job_run(qguide_job *j);
 
 typedef struct qguide qguide;
 
-/* A started thread in *out: 0 or QERR_NOMEM / QERR_INTERNAL. */
-int qguide_new(qguide **out);
-/* Stops the thread (after the jobs in hand) and frees g; NULL is fine. */
+/* n_threads (1 to 8) started threads in *out: 0 or QERR_NOMEM / QERR_INTERNAL. */
+int qguide_new(int n_threads, qguide **out);
+/* Stops the threads (after the jobs in hand) and frees g; NULL is fine. */
 void qguide_free(qguide *g);
 /* Starts the n jobs (the array stays the caller's, untouched until
  * qguide_wait returns); returns at once. */

@@ -74,7 +74,7 @@ static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int ma
             sq[s] = q;
             for (int i = 0; i < prompt; i++) tok[s * prompt + i] = rand_tok(V);
         }
-        qbatch b = { ns * prompt, tok, ns, sq, 0, NULL, NULL, NULL, NULL, NULL };
+        qbatch b = { ns * prompt, tok, ns, sq, 0, NULL, NULL, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
         s0 += ns;
     }
@@ -87,7 +87,7 @@ static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int ma
             tok[s] = rand_tok(V);
             li[s] = s;
         }
-        qbatch b = { B, tok, B, sq, B, li, NULL, NULL, NULL, NULL };
+        qbatch b = { B, tok, B, sq, B, li, NULL, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
     }
     double dt = q_now() - t0;
@@ -109,7 +109,7 @@ static double run_prefill(qbackend *be, int V, int n)
     for (int i = 0; i < nb; i++) table[i] = nb - 1 - i;
     for (int i = 0; i < n; i++) tok[i] = rand_tok(V);
     qbatch_seq sq = { 0, n, 0, table, nb };
-    qbatch b = { n, tok, 1, &sq, 1, &li, NULL, NULL, NULL, NULL };
+    qbatch b = { n, tok, 1, &sq, 1, &li, NULL, NULL, NULL, NULL, NULL };
     double times[7];
     int rc = 0;
     for (int r = 0; r < 7 && !rc; r++) {

@@ -24,9 +24,10 @@
  * engine (continuous batching, masks made during the forward pass); then
  * the same requests without a grammar, each made to produce exactly the
  * tokens its guided twin did (ignore_eos, max_tokens = that count).  Prints
- * tokens/s of each run: free, guided with grammars met for the first time
- * (their token classes made on the way), guided again (as a server's grammar
- * cache has them), and the slowdown against free. */
+ * tokens/s of each run: free (best of three), guided with grammars met for
+ * the first time (their token classes made on the way), guided again (best
+ * of three, as a server's grammar cache has them), and the slowdown against
+ * free. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <jansson.h>
@@ -223,6 +224,8 @@ typedef struct {
     int device, threads, n_req, max_tokens;
 } e2e_opts;
 
+static int g_e2e_errors;
+
 /* Runs n requests to the end: the seconds it took, each one's output
  * tokens in got[], the engine's wait for masks in *wait. */
 static double run_all(qengine *e, qreq_params *ps, int n, int *got, double *wait)
@@ -241,7 +244,7 @@ static double run_all(qengine *e, qreq_params *ps, int n, int *got, double *wait
             if (ev.finish != QFINISH_NONE)
                 for (int i = 0; i < n; i++)
                     if (ids[i] == ev.id) got[i] = ev.completion_tokens;
-            if (ev.finish == QFINISH_ERROR) fprintf(stderr, "bench_grammar: a request ended in error\n");
+            if (ev.finish == QFINISH_ERROR) fprintf(stderr, "bench_grammar: a request ended in error\n"), g_e2e_errors++;
             qevent_free(&ev);
         }
         if (live < 0) {
@@ -315,21 +318,29 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
         ps[i].grammar = gs[i];
         ps[i].grammar_vocab = gv;
     }
-    double wait1 = 0, wait2 = 0, wait0 = 0;
-    /* Guided, grammars new; guided again (the same outputs: same seeds). */
+    double wait1 = 0, wait2 = 0, wait0 = 0, w;
+    /* Guided, grammars new; then guided again, best of three (the same
+     * outputs each time: same seeds), as a server's grammar cache has them. */
     const double t1 = run_all(e, ps, ng, want, &wait1);
-    const double t2 = run_all(e, ps, ng, got, &wait2);
+    double t2 = 1e30;
+    for (int k = 0; k < 3; k++) {
+        const double dt = run_all(e, ps, ng, got, &w);
+        if (dt < t2) t2 = dt, wait2 = w;
+    }
     long long toks = 0;
     for (int i = 0; i < ng; i++) toks += want[i];
-    /* Free: the same prompts and seeds, each as many tokens as its twin. */
+    /* Free: the same prompts and seeds, each as many tokens as its twin;
+     * best of three. */
     for (int i = 0; i < ng; i++) {
         ps[i].grammar = NULL, ps[i].grammar_vocab = NULL;
         ps[i].max_tokens = want[i] > 0 ? want[i] : 1;
         ps[i].ignore_eos = 1;
     }
-    double t0 = run_all(e, ps, ng, got, &wait0);
-    const double t0b = run_all(e, ps, ng, got, &wait0);
-    if (t0b < t0) t0 = t0b;
+    double t0 = 1e30;
+    for (int k = 0; k < 3; k++) {
+        const double dt = run_all(e, ps, ng, got, &wait0);
+        if (dt < t0) t0 = dt;
+    }
     printf("\nend to end: %s on %s, %d requests together (one schema each), temperature 1, up to %d tokens, %lld "
            "tokens a run\n",
            o->model ? o->model : o->random_weights, qengine_backend_name(e), ng, o->max_tokens, toks);
@@ -339,6 +350,7 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
     printf("| guided, grammars cached | %.3f | %.0f | %.3f | %.3f s |\n", t2, toks / t2, t0 / t2, wait2);
     printf("\nslowdown with a schema (cached grammars, as a server's cache holds them): %.1f%%\n",
            100.0 * (t2 / t0 - 1.0));
+    if (g_e2e_errors) printf("\n%d requests ended in error\n", g_e2e_errors);
     qengine_destroy(e);
     for (int i = 0; i < ng; i++) gram_free(gs[i]);
     free(gs);
@@ -349,7 +361,7 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
     gram_vocab_free(gv);
     qtok_free(tok);
     qmodel_destroy(m);
-    return 0;
+    return g_e2e_errors ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -64,6 +64,9 @@ typedef struct {
     int32_t *d_rowtok;             // (cap_logits) the tokens of reduced rows
     qrow_sample *d_rsample;        // (cap_logits) draws of QROW_SAMPLE rows
     qrow_logprobs *d_lp;           // (cap_logits) log-probabilities of reduced rows
+    int cap_mask;                  // rows the mask buffers hold
+    uint32_t *h_mask, *d_mask;     // (cap_mask, W) guided rows' token masks (host pinned, device)
+    uint8_t *h_has, *d_has;        // (cap_mask) which rows have one
     size_t cap_part;
     float *part_acc, *part_ml;
     int *part_cnt;                 // (cap_part) split counters, 0 between passes
@@ -294,6 +297,46 @@ static int ensure_logits(cuda_be *be, int n)
         return QERR_DEVICE;
     be->cap_logits = n;
     return 0;
+}
+
+// Mask buffers for n rows (not part of any graph: no regeneration).
+static int ensure_masks(cuda_be *be, int n)
+{
+    if (n <= be->cap_mask) return 0;
+    const size_t W = ((size_t)be->base.w->hp.n_vocab + 31) / 32;
+    cudaFreeHost(be->h_mask);
+    cudaFreeHost(be->h_has);
+    cudaFree(be->d_mask);
+    cudaFree(be->d_has);
+    be->h_mask = NULL, be->h_has = NULL, be->d_mask = NULL, be->d_has = NULL;
+    be->cap_mask = 0;
+    if (cudaMallocHost((void **)&be->h_mask, (size_t)n * W * 4) != cudaSuccess ||
+        cudaMallocHost((void **)&be->h_has, (size_t)n) != cudaSuccess || dmalloc((void **)&be->d_mask, (size_t)n * W * 4) ||
+        dmalloc((void **)&be->d_has, (size_t)n))
+        return QERR_DEVICE;
+    be->cap_mask = n;
+    return 0;
+}
+
+// Guided rows: waits for the caller's masks (the layers run meanwhile), then
+// sets the logits of the tokens they refuse to -inf on the device.
+static int apply_masks(cuda_be *be, const qbatch *b)
+{
+    int rc = b->masks->ready ? b->masks->ready(b->masks->ctx) : 0;
+    int any = 0;
+    for (int r = 0; b->masks->row && r < b->n_logits; r++) any |= b->masks->row[r] != NULL;
+    if (rc || !any) return rc;
+    if ((rc = ensure_masks(be, b->n_logits))) return rc;
+    const int V = be->base.w->hp.n_vocab;
+    const size_t W = ((size_t)V + 31) / 32;
+    for (int r = 0; r < b->n_logits; r++) {
+        const uint32_t *m = b->masks->row[r];
+        be->h_has[r] = m != NULL;
+        if (m) memcpy(be->h_mask + (size_t)r * W, m, W * 4);
+    }
+    CK(cudaMemcpyAsync(be->d_mask, be->h_mask, (size_t)b->n_logits * W * 4, cudaMemcpyHostToDevice, be->stream));
+    CK(cudaMemcpyAsync(be->d_has, be->h_has, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->stream));
+    return qk_mask_rows(be->stream, be->logits, b->n_logits, V, be->d_mask, be->d_has);
 }
 
 static int ensure_part(cuda_be *be, size_t slots)
@@ -631,6 +674,7 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     CK(cudaMemcpyAsync(be->d_meta, be->h_meta, 4 * mp.total, cudaMemcpyHostToDevice, be->stream));
     if (use_graph) rc = run_graph(be, b, &mp);
     else rc = run_layers(be, b, &mp);
+    if (!rc && b->masks) rc = apply_masks(be, b);
     // Greedy and drawn rows are reduced here; when every row is one, only
     // the ids come back (4 bytes a row instead of the vocabulary's logits).
     int n_reduced = 0, n_drawn = 0, n_lp = 0;
@@ -801,6 +845,10 @@ static void cuda_destroy(qbackend *base)
                      be->part_acc, be->part_ml, be->part_cnt, be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
     cudaFreeHost(be->h_meta);
+    cudaFreeHost(be->h_mask);
+    cudaFreeHost(be->h_has);
+    cudaFree(be->d_mask);
+    cudaFree(be->d_has);
     if (be->blas) cublasDestroy(be->blas);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
@@ -809,7 +857,7 @@ static void cuda_destroy(qbackend *base)
 static const qbackend_ops cuda_ops = {
     "cuda",           cuda_forward,      cuda_copy_block,  cuda_block_bytes, cuda_read_block,
     cuda_write_block, cuda_destroy,      cuda_read_blocks, cuda_write_blocks, cuda_host_alloc,
-    cuda_host_free,   QBE_CAP_ROW_SAMPLE | QBE_CAP_ROW_LOGPROBS,
+    cuda_host_free,   QBE_CAP_ROW_SAMPLE | QBE_CAP_ROW_LOGPROBS | QBE_CAP_ROW_MASK,
 };
 
 // The storage type: float in the exact mode; f16 when every matrix of the

@@ -123,6 +123,9 @@ template <typename T> int qk_scale_cols(cudaStream_t st, T *W, const float *g, i
 // For each row r < n with rows[r] != 0: out[r] = the lowest id among the
 // maximal logits of row r (NaN never wins; all NaN: 0).
 int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *rows, int32_t *out);
+// Guided rows: for each row r < n with has[r], logits of the tokens whose
+// bit is clear in mask row r ((V + 31) / 32 words) become -inf.
+int qk_mask_rows(cudaStream_t st, float *logits, int n, int V, const uint32_t *mask, const uint8_t *has);
 // For each row r < n with mode[r] == QROW_SAMPLE: out[r] = the draw
 // ps[r] describes (backend.h's qrow_sample, sample.c's draw()).
 int qk_sample_rows(cudaStream_t st, const float *logits, int n, int V, const uint8_t *mode, const qrow_sample *ps,

@@ -482,6 +482,27 @@ int qk_argmax_rows(cudaStream_t st, const float *logits, int n, int V, const uin
     return 0;
 }
 
+// ---- guided rows' masks --------------------------------------------------------------------
+
+__global__ void mask_rows_kernel(float *logits, int V, int W, const uint32_t *mask, const uint8_t *has)
+{
+    const int r = blockIdx.y;
+    if (!has[r]) return;
+    const uint32_t *m = mask + (size_t)r * W;
+    float *row = logits + (size_t)r * V;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < V; i += gridDim.x * blockDim.x)
+        if (!((m[i >> 5] >> (i & 31)) & 1u)) row[i] = -INFINITY;
+}
+
+int qk_mask_rows(cudaStream_t st, float *logits, int n, int V, const uint32_t *mask, const uint8_t *has)
+{
+    if (n <= 0) return 0;
+    const int bx = (V + 1023) / 1024 < 32 ? (V + 1023) / 1024 : 32;
+    qk_launch(mask_rows_kernel, dim3(bx, n), 1024, 0, st, logits, V, (V + 31) / 32, mask, has);
+    CK_LAUNCH("mask_rows");
+    return 0;
+}
+
 // ---- drawn rows -------------------------------------------------------------------------
 //
 // One block per QROW_SAMPLE row: sample.c's draw() for temperature > 0.

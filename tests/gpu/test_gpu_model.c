@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "qerr.h"
 #include "model.h"
 #include "sample.h"
 #include "gpu_test.h"
@@ -108,7 +109,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
     for (int s = 0; s < n_seq && !rc; s++) {
         if (np[s] < 2) continue;
         qbatch_seq sq = { 0, np[s] - 1, 0, tables + s * per, per };
-        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL, NULL, NULL, NULL, NULL };
+        qbatch b = { np[s] - 1, prompts[s], 1, &sq, 0, NULL, NULL, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
     }
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_seq), *li = malloc(sizeof(int32_t) * (size_t)n_seq);
@@ -119,7 +120,7 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
             qbatch_seq q = { s, 1, np[s] - 1 + g, tables + s * per, per };
             sq[s] = q;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL, NULL };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
         for (int s = 0; s < n_seq && !rc; s++) out[s][g] = tok[s] = argmax(lg + (size_t)s * V, V);
     }
@@ -217,7 +218,7 @@ static float *decode_logits(qbackend *be, int n_seq, int n_gen, int V)
             tok[s] = (int32_t)((g * 31 + s * 17 + 3) % V);
             li[s] = s;
         }
-        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL, NULL };
+        qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, out + (size_t)g * n_seq * V);
     }
     free(tables);
@@ -288,16 +289,85 @@ static void test_device_argmax(void)
         uint8_t mixed[3] = { 1, 0, 1 }, all[3] = { 1, 1, 1 };
         qbatch_seq sq = { 0, 5, 0, table, 4 };
         float *lg = malloc(sizeof(float) * 3 * (size_t)V);
-        qbatch b = { 5, tok, 1, &sq, 3, li, mixed, ids, NULL, NULL };
+        qbatch b = { 5, tok, 1, &sq, 3, li, mixed, ids, NULL, NULL, NULL };
         REQUIRE(be->ops->forward(be, &b, lg) == 0);
         CHECK_EQ_INT(ids[0], qsample_argmax(lg, V));
         CHECK_EQ_INT(ids[2], qsample_argmax(lg + 2 * (size_t)V, V));
-        qbatch b2 = { 5, tok, 1, &sq, 3, li, all, ids2, NULL, NULL };
+        qbatch b2 = { 5, tok, 1, &sq, 3, li, all, ids2, NULL, NULL, NULL };
         REQUIRE(be->ops->forward(be, &b2, lg) == 0);
         CHECK(ids2[0] == ids[0] && ids2[2] == ids[2] && ids2[1] == qsample_argmax(lg + V, V)); /* lg: the first pass's */
         free(lg);
         qbackend_destroy(be);
     }
+    qmodel_destroy(m);
+}
+
+static int g_ready_calls;
+static int count_ready(void *ctx)
+{
+    (void)ctx;
+    g_ready_calls++;
+    return 0;
+}
+static int count_fail(void *ctx)
+{
+    (void)ctx;
+    return QERR_INTERNAL;
+}
+
+/* Guided rows: the device applies their masks before reducing or copying
+ * a row (argmax among the allowed tokens, draws only among them, returned
+ * logits -inf elsewhere and unchanged where allowed), after calling ready
+ * once; rows without a mask are untouched. */
+static void test_device_masks(void)
+{
+    qmodel *m = load(cases[0].path);
+    REQUIRE(m);
+    const int V = m->hp.n_vocab, W = (V + 31) / 32;
+    qbackend *be = make(m, 1, 1, 8);
+    REQUIRE(be);
+    int32_t table[4] = { 2, 0, 3, 1 }, tok[5] = { 1, 40, 77, 300, 12 }, li[4] = { 1, 2, 3, 4 };
+    qbatch_seq sq = { 0, 5, 0, table, 4 };
+    float *raw = malloc(sizeof(float) * 4 * (size_t)V), *lg = malloc(sizeof(float) * 4 * (size_t)V);
+    uint32_t *mk = calloc((size_t)3 * W, sizeof *mk);
+    REQUIRE(raw && lg && mk);
+    qbatch b0 = { 5, tok, 1, &sq, 4, li, NULL, NULL, NULL, NULL, NULL };
+    REQUIRE(be->ops->forward(be, &b0, raw) == 0);
+    /* Row 0 greedy among a few ids, row 1 returned with odd ids only, row 2
+     * drawn among ids 100..110, row 3 no mask. */
+    const int few[4] = { 5, 9, 13, V - 1 };
+    for (int k = 0; k < 4; k++) mk[few[k] / 32] |= 1u << (few[k] % 32);
+    for (int i = 1; i < V; i += 2) mk[W + i / 32] |= 1u << (i % 32);
+    for (int i = 100; i <= 110; i++) mk[2 * W + i / 32] |= 1u << (i % 32);
+    const uint32_t *rows[4] = { mk, mk + W, mk + 2 * W, NULL };
+    uint8_t mode[4] = { QROW_ARGMAX, QROW_LOGITS, QROW_SAMPLE, QROW_ARGMAX };
+    qrow_sample rs[4];
+    memset(rs, 0, sizeof rs);
+    rs[2] = (qrow_sample){ .temperature = 1.0f, .top_p = 1.0f, .u = 0.5 };
+    int32_t ids[4] = { -1, -1, -1, -1 };
+    const qrow_masks masks = { rows, count_ready, NULL };
+    qbatch b = { 5, tok, 1, &sq, 4, li, mode, ids, rs, NULL, &masks };
+    g_ready_calls = 0;
+    REQUIRE(be->ops->forward(be, &b, lg) == 0);
+    CHECK_EQ_INT(g_ready_calls, 1);
+    int best = few[0];
+    for (int k = 1; k < 4; k++)
+        if (raw[few[k]] > raw[best]) best = few[k];
+    CHECK_EQ_INT(ids[0], best);
+    int bad = 0;
+    for (int i = 0; i < V; i++) {
+        const float x = lg[(size_t)V + i], want = (i & 1) ? raw[(size_t)V + i] : -INFINITY;
+        bad += !(x == want);
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(ids[2] >= 100 && ids[2] <= 110);
+    CHECK_EQ_INT(ids[3], qsample_argmax(raw + 3 * (size_t)V, V));
+    /* A failing ready fails the pass. */
+    const qrow_masks failing = { rows, count_fail, NULL };
+    qbatch bf = { 5, tok, 1, &sq, 4, li, mode, ids, rs, NULL, &failing };
+    CHECK(be->ops->forward(be, &bf, lg) != 0);
+    free(raw), free(lg), free(mk);
+    qbackend_destroy(be);
     qmodel_destroy(m);
 }
 
@@ -339,7 +409,7 @@ static void test_device_draws(void)
                 qsampler_destroy(dev);
             }
             qbatch_seq sq = { 0, 5, 0, table, 4 };
-            qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs, NULL };
+            qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs, NULL, NULL };
             REQUIRE(be->ops->forward(be, &b, lg) == 0);
             for (int r = 0; r < 4; r++) {
                 int want = qsample(host[r], lg + (size_t)r * V);
@@ -380,7 +450,7 @@ static void test_device_logprobs(void)
         qrow_logprobs lp[5];
         float *lg = malloc(sizeof(float) * 5 * (size_t)V);
         qbatch_seq sq = { 0, 5, 0, table, 4 };
-        qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs, lp };
+        qbatch b = { 5, tok, 1, &sq, 5, li, mode, ids, rs, lp, NULL };
         REQUIRE(be->ops->forward(be, &b, lg) == 0);
         int ok = 1;
         for (int r = 0; r < 4; r++) {
@@ -418,7 +488,7 @@ static void test_device_draw_fallback(qmodel *m, qbackend *gpu)
                                                        .top_p = 0.95f, .min_p = 0.0f, .u = 0.3 + 0.2 * r };
     float *a = malloc(sizeof(float) * 3 * (size_t)V), *b = malloc(sizeof(float) * 3 * (size_t)V);
     qbatch_seq sq = { 0, 3, 0, table, 4 };
-    qbatch bd = { 3, tok, 1, &sq, 3, li, drawn, ids, rs, NULL }, bl = { 3, tok, 1, &sq, 3, li, plain, NULL, NULL, NULL };
+    qbatch bd = { 3, tok, 1, &sq, 3, li, drawn, ids, rs, NULL, NULL }, bl = { 3, tok, 1, &sq, 3, li, plain, NULL, NULL, NULL, NULL };
     REQUIRE(gpu->ops->forward(gpu, &bd, a) == 0);
     REQUIRE(gpu->ops->forward(gpu, &bl, b) == 0);
     fprintf(stderr, "  flat 32k distribution, top_p 0.95: device gave %d, %d (top-k 50 then top-p: %d)\n", ids[0],
@@ -492,11 +562,11 @@ static void test_blocks_and_bad_batches(void)
         int32_t tab[2] = { 0, 9 }, tok[3] = { 1, 2, 3 }, li[1] = { 2 };
         float lg[1];
         qbatch_seq sq = { 0, 3, 14, tab, 2 }; /* positions 14..16: block 9 does not exist */
-        qbatch bad = { 3, tok, 1, &sq, 0, NULL, NULL, NULL, NULL, NULL };
+        qbatch bad = { 3, tok, 1, &sq, 0, NULL, NULL, NULL, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &bad, lg) == QERR_RANGE);
         qbatch_seq sq2 = { 0, 3, 0, tab, 1 };
         int32_t badtok[3] = { 1, -4, 3 };
-        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li, NULL, NULL, NULL, NULL };
+        qbatch bad2 = { 3, badtok, 1, &sq2, 1, li, NULL, NULL, NULL, NULL, NULL };
         CHECK(bad2.n_logits == 1 && be->ops->forward(be, &bad2, lg) == QERR_RANGE);
         free(a);
         free(b);
@@ -517,6 +587,7 @@ int main(void)
     QT_RUN(test_batch_invariance_bf16);
     QT_RUN(test_graphs_and_gemv);
     QT_RUN(test_device_argmax);
+    QT_RUN(test_device_masks);
     QT_RUN(test_device_draws);
     QT_RUN(test_device_logprobs);
     QT_RUN(test_random_1b_matches_cpu);

@@ -50,7 +50,7 @@ static inline float *logits_all(qbackend *be, const int32_t *ids, int n, int V, 
     for (int s = 0; s < n; s += chunk) {
         int c = n - s < chunk ? n - s : chunk;
         qbatch_seq sq = { 0, c, s, table, nb };
-        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL, NULL };
+        qbatch b = { c, ids + s, 1, &sq, c, li, NULL, NULL, NULL, NULL, NULL };
         if (be->ops->forward(be, &b, out + (size_t)s * V)) {
             free(out);
             out = NULL;

@@ -100,7 +100,7 @@ static void test_greedy_matches_hf(void)
         float *logits = malloc(sizeof(float) * (size_t)V);
         int32_t li = np - 1;
         qbatch_seq sq = { 0, np, 0, table, nb };
-        qbatch b = { np, prompt, 1, &sq, 1, &li, NULL, NULL, NULL, NULL };
+        qbatch b = { np, prompt, 1, &sq, 1, &li, NULL, NULL, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &b, logits) == 0);
         int mismatch = -1;
         for (int i = 0; i < ng; i++) {
@@ -111,7 +111,7 @@ static void test_greedy_matches_hf(void)
             }
             qbatch_seq s1 = { 0, 1, np + i, table, nb };
             int32_t z = 0;
-            qbatch b1 = { 1, &tok, 1, &s1, 1, &z, NULL, NULL, NULL, NULL };
+            qbatch b1 = { 1, &tok, 1, &s1, 1, &z, NULL, NULL, NULL, NULL, NULL };
             CHECK(be->ops->forward(be, &b1, logits) == 0);
         }
         if (mismatch >= 0) fprintf(stderr, "  %s: greedy differs at token %d\n", cases[c].path, mismatch);
@@ -167,7 +167,7 @@ static void test_batch_invariance(void)
         qbackend *be = NULL;
         REQUIRE(cpu_backend_create(&m->w, &o, &be, err, sizeof err) == 0);
         float *batched = malloc(sizeof(float) * (size_t)total * (size_t)V);
-        qbatch b = { total, tok, S, seqs, total, li, NULL, NULL, NULL, NULL };
+        qbatch b = { total, tok, S, seqs, total, li, NULL, NULL, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &b, batched) == 0);
         int same = 1;
         for (int s = 0; s < S; s++)
@@ -185,7 +185,7 @@ static void test_batch_invariance(void)
             s1[k1++] = (qbatch_seq){ n1, half[s], 0, tables[s], 4 };
             n1 += half[s];
         }
-        qbatch b1 = { n1, tok, k1, s1, 0, li, NULL, NULL, NULL, NULL };
+        qbatch b1 = { n1, tok, k1, s1, 0, li, NULL, NULL, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &b1, NULL) == 0);
         int32_t idx2[48 * 8], owner[48 * 8], pos[48 * 8];
         for (int s = 0; s < S; s++) {
@@ -197,7 +197,7 @@ static void test_batch_invariance(void)
             n2 += rest;
         }
         for (int i = 0; i < n2; i++) idx2[i] = i;
-        qbatch b2 = { n2, tok, k2, s2, n2, idx2, NULL, NULL, NULL, NULL };
+        qbatch b2 = { n2, tok, k2, s2, n2, idx2, NULL, NULL, NULL, NULL, NULL };
         CHECK(be->ops->forward(be, &b2, batched) == 0);
         same = 1;
         for (int i = 0; i < n2; i++)
@@ -225,18 +225,18 @@ static void test_bad_batches(void)
     float logits[512];
     int32_t table[2] = { 0, 1 }, bad_table[2] = { 0, 7 }, tok[2] = { 1, 2 }, badtok[1] = { 512 }, li[1] = { 0 };
     qbatch_seq sq = { 0, 2, 0, table, 2 };
-    qbatch b = { 2, tok, 1, &sq, 1, li, NULL, NULL, NULL, NULL };
+    qbatch b = { 2, tok, 1, &sq, 1, li, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &b, logits) == 0);
-    qbatch bt = { 1, badtok, 1, &(qbatch_seq){ 0, 1, 0, table, 2 }, 1, li, NULL, NULL, NULL, NULL };
+    qbatch bt = { 1, badtok, 1, &(qbatch_seq){ 0, 1, 0, table, 2 }, 1, li, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &bt, logits) == QERR_RANGE);
-    qbatch bb = { 1, tok, 1, &(qbatch_seq){ 0, 1, 20, bad_table, 2 }, 1, li, NULL, NULL, NULL, NULL };
+    qbatch bb = { 1, tok, 1, &(qbatch_seq){ 0, 1, 20, bad_table, 2 }, 1, li, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &bb, logits) == QERR_RANGE);
-    qbatch bp = { 1, tok, 1, &(qbatch_seq){ 0, 1, 40, table, 2 }, 1, li, NULL, NULL, NULL, NULL };
+    qbatch bp = { 1, tok, 1, &(qbatch_seq){ 0, 1, 40, table, 2 }, 1, li, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &bp, logits) == QERR_RANGE); /* needs a third block */
-    qbatch bc = { 2, tok, 1, &(qbatch_seq){ 0, 1, 0, table, 2 }, 1, li, NULL, NULL, NULL, NULL };
+    qbatch bc = { 2, tok, 1, &(qbatch_seq){ 0, 1, 0, table, 2 }, 1, li, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &bc, logits) == QERR_INVAL); /* tokens not covered */
     int32_t li_bad[1] = { 5 };
-    qbatch bl = { 2, tok, 1, &sq, 1, li_bad, NULL, NULL, NULL, NULL };
+    qbatch bl = { 2, tok, 1, &sq, 1, li_bad, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &bl, logits) == QERR_INVAL);
     qbackend_opts z = { .n_threads = 1, .num_blocks = 0, .block_size = 16 };
     qbackend *be2 = NULL;
@@ -262,7 +262,7 @@ static void test_row_argmax(void)
     uint8_t rows[3] = { 1, 0, 1 };
     qbatch_seq sq = { 0, 5, 0, table, 4 };
     float *lg = malloc(sizeof(float) * 3 * (size_t)V);
-    qbatch b = { 5, tok, 1, &sq, 3, li, rows, ids, NULL, NULL };
+    qbatch b = { 5, tok, 1, &sq, 3, li, rows, ids, NULL, NULL, NULL };
     REQUIRE(be->ops->forward(be, &b, lg) == 0);
     CHECK_EQ_INT(ids[0], qsample_argmax(lg, V));
     CHECK_EQ_INT(ids[2], qsample_argmax(lg + 2 * (size_t)V, V));
@@ -270,7 +270,7 @@ static void test_row_argmax(void)
     uint8_t drawn[3] = { 1, QROW_SAMPLE, 1 };
     const qrow_sample one = { .temperature = 1.0f, .top_p = 1.0f, .u = 0.5 };
     qrow_sample rs[3] = { one, one, one };
-    qbatch bd = { 5, tok, 1, &sq, 3, li, drawn, ids, rs, NULL };
+    qbatch bd = { 5, tok, 1, &sq, 3, li, drawn, ids, rs, NULL, NULL };
     CHECK(be->ops->forward(be, &bd, lg) == QERR_UNSUPPORTED); /* the CPU backend draws on the host */
     CHECK_EQ_INT(qrow_argmax(t, 4), 2);
     CHECK_EQ_INT(qrow_argmax(u, 3), 0);
@@ -292,7 +292,7 @@ static void test_block_ops(void)
     for (int i = 0; i < 16; i++) tok[i] = 1 + i * 7;
     float l1[512], l2[512];
     qbatch_seq sq = { 0, 16, 0, table, 1 };
-    qbatch b = { 16, tok, 1, &sq, 1, li, NULL, NULL, NULL, NULL };
+    qbatch b = { 16, tok, 1, &sq, 1, li, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &b, l1) == 0);
     size_t n = be->ops->block_bytes(be);
     CHECK(n == 2u * 5 * 4 * 16 * 8 * 4);
@@ -306,7 +306,7 @@ static void test_block_ops(void)
      * from the original block. */
     int32_t t17[1] = { 5 }, z[1] = { 0 }, tab_a[2] = { 2, 1 }, tab_b[2] = { 3, 1 };
     qbatch_seq sa = { 0, 1, 16, tab_a, 2 }, sb = { 0, 1, 16, tab_b, 2 };
-    qbatch ba = { 1, t17, 1, &sa, 1, z, NULL, NULL, NULL, NULL }, bb = { 1, t17, 1, &sb, 1, z, NULL, NULL, NULL, NULL };
+    qbatch ba = { 1, t17, 1, &sa, 1, z, NULL, NULL, NULL, NULL, NULL }, bb = { 1, t17, 1, &sb, 1, z, NULL, NULL, NULL, NULL, NULL };
     CHECK(be->ops->forward(be, &ba, l1) == 0);
     CHECK(be->ops->forward(be, &bb, l2) == 0);
     CHECK(!memcmp(l1, l2, sizeof l1));
