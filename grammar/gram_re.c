@@ -490,6 +490,10 @@ static int parse_repeat(parser *ps, int atom)
                 return atom;
             }
             ps->p++;
+            /* An upper count over the limit is lowered to it where a smaller
+             * language will do (GRAM_RE_SUBSET): what matches still matches
+             * the pattern as written. */
+            if (max > MAX_REPEAT && (ps->flags & GRAM_RE_SUBSET) && min <= MAX_REPEAT) max = MAX_REPEAT;
             if (min > MAX_REPEAT || max > MAX_REPEAT) return fail_at(ps, QERR_LIMIT, "a repetition count over 1000");
             if (max >= 0 && max < min) return fail_at(ps, QERR_INVAL, "a repetition {n,m} with m < n");
         } else {

@@ -29,6 +29,9 @@ typedef struct gram_re gram_re;
 #define GRAM_RE_JSON_STRING 1u
 /* Match the whole input (as if between ^ and $), not a part of it. */
 #define GRAM_RE_FULL 2u
+/* A subset of the pattern's language will do (values to produce, not keys
+ * to classify): an upper repetition count over 1000 is taken as 1000. */
+#define GRAM_RE_SUBSET 4u
 
 /* States a compiled pattern may have at most (more: QERR_LIMIT). */
 #define GRAM_RE_MAX_STATES 20000

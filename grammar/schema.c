@@ -309,7 +309,11 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
             json_object_foreach(v, pk, pv)
             {
                 json_t *old = json_object_get(p, pk);
-                json_t *nv = old ? merge(c, old, pv) : json_incref(pv);
+                /* A property that may not appear stays so. */
+                json_t *nv = json_is_false(old)  ? json_incref(old)
+                             : json_is_false(pv) ? json_incref(pv)
+                             : old               ? merge(c, old, pv)
+                                                 : json_incref(pv);
                 if (!nv) {
                     json_decref(p);
                     json_decref(m);
@@ -318,7 +322,7 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
                 json_object_set_new(p, pk, nv);
             }
             json_object_set_new(m, k, p);
-        } else if (!strcmp(k, "allOf") || !strcmp(k, "anyOf") || !strcmp(k, "oneOf")) {
+        } else if (!strcmp(k, "allOf") || !strcmp(k, "anyOf") || !strcmp(k, "oneOf") || !strcmp(k, "not")) {
             /* Both: keep one here, the other as one more allOf member. */
             json_t *all = json_object_get(m, "allOf");
             all = all ? json_copy(all) : json_array();
@@ -336,6 +340,17 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
             /* the other side's wins */
         } else if (json_equal(mine, (json_t *)v)) {
             /* the same on both sides */
+        } else if (!strcmp(k, "enum") && json_is_array(mine) && json_is_array(v)) {
+            /* The values in both (none: no instance; said when compiled). */
+            json_t *both = json_array();
+            size_t i, j;
+            json_t *x, *y;
+            json_array_foreach(mine, i, x) json_array_foreach(v, j, y) if (json_equal(x, y))
+            {
+                json_array_append(both, x);
+                break;
+            }
+            json_object_set_new(m, k, both);
         } else if (!strcmp(k, "items") && json_is_object(mine) && json_is_object(v)) {
             json_t *it = merge(c, mine, v);
             if (!it) {
@@ -393,6 +408,13 @@ static const char *format_pattern(const char *f)
                   ":((:[0-9a-fA-F]{1,4}){1,7}|:))" },
         { "uri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
         { "hostname", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
+        /* Not JSON Schema's but common (OpenAPI and others). */
+        { "url", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
+        { "uri-reference", "[^\\s\"<>\\\\^`{|}]*" },
+        { "json-pointer", "(/([^~/]|~[01])*)*" },
+        { "byte", "([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?" },
+        { "semver", "(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(-[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?"
+                    "(\\+[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?" },
     };
     for (size_t i = 0; i < sizeof F / sizeof F[0]; i++)
         if (!strcmp(f, F[i].name)) return F[i].pattern;
@@ -414,12 +436,17 @@ static gram_x str_x(sctx *c, const json_t *s)
 {
     const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
     const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
-    const int min = count_of(mn, 0), max = count_of(mx, -1);
+    const int min = count_of(mn, 0);
+    int max = count_of(mx, -1);
     const int bounded = min > 0 || max >= 0;
     if ((pat && !json_is_string(pat)) || (fmt && !json_is_string(fmt)) || (mn && !json_is_number(mn)) ||
         (mx && !json_is_number(mx)) || min < 0 || max < -1 || (max >= 0 && max < min))
         return fail(c, QERR_INVAL, "a string keyword with a bad value");
-    if (max > 10000 || min > 10000) return fail(c, QERR_UNSUPPORTED, "string lengths above 10000");
+    if (min > 10000) return fail(c, QERR_UNSUPPORTED, "minLength above 10000");
+    /* A bound above 2000 characters is generated as 2000 (or minLength):
+     * outputs stay valid, longer strings are never produced (the automaton
+     * would need a state a character). */
+    if (max > 2000) max = min > 2000 ? min : 2000;
     const char *p = NULL;
     if (fmt) {
         p = format_pattern(json_string_value(fmt));
@@ -431,8 +458,8 @@ static gram_x str_x(sctx *c, const json_t *s)
         /* The pattern (or format), intersected with the length bounds. */
         gram_re *rx = NULL, *len = NULL, *both = NULL;
         char err[300];
-        int rc = pat ? gram_re_compile(json_string_value(pat), json_string_length(pat), GRAM_RE_JSON_STRING, &rx, err,
-                                       sizeof err)
+        int rc = pat ? gram_re_compile(json_string_value(pat), json_string_length(pat),
+                                       GRAM_RE_JSON_STRING | GRAM_RE_SUBSET, &rx, err, sizeof err)
                      : gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err);
         if (!rc && bounded) {
             char lp[64];
@@ -694,6 +721,31 @@ static int minus_all(gram_re **base, gram_re *const *pre, int n, char *err, size
 /* "key": value, with key the content of a string. */
 static gram_x member(sctx *c, gram_x key, gram_x value) { return SEQ(seq3(c, LIT("\""), key, LIT("\":")), value); }
 
+static int has_type(const json_t *v, const char *t);
+
+/* 1 when no value satisfies s, as far as is plain: false, not {}, or an
+ * enum / const none of whose values has an allowed type (a schema written
+ * {"type": "object", "enum": ["a", "b"]}, which validators reject always). */
+static int no_value(sctx *c, const json_t *s)
+{
+    s = deref(c, s);
+    if (json_is_false(s)) return 1;
+    if (!json_is_object(s)) return 0;
+    const json_t *nt = json_object_get(s, "not");
+    if (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt))) return 1;
+    const json_t *type = json_object_get(s, "type"), *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (!type || (!json_is_array(en) && !cn) || json_is_true(json_object_get(s, "nullable"))) return 0;
+    const size_t n = cn ? 1 : json_array_size(en);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *val = cn ? cn : json_array_get(en, i);
+        for (size_t t = 0; t < (json_is_array(type) ? json_array_size(type) : 1); t++) {
+            const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, t) : type);
+            if (!tn || has_type(val, tn)) return 0;
+        }
+    }
+    return 1;
+}
+
 static gram_x obj_x(sctx *c, const json_t *s)
 {
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
@@ -741,10 +793,9 @@ static gram_x obj_x(sctx *c, const json_t *s)
         json_t *v;
         json_object_foreach((json_t *)props, k, v)
         {
-            /* A property that no value satisfies (false, {"not": {}}) may
-             * not appear: listed (so no extra takes its name), never given. */
-            const json_t *nt = json_object_get(v, "not");
-            const int never = json_is_false(v) || (json_is_object(v) && (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt))));
+            /* A property that no value satisfies may not appear: listed
+             * (so no extra takes its name), never given. */
+            const int never = no_value(c, v);
             if (never && req && in_array(req, k)) {
                 out = fail(c, QERR_INVAL, "required property '%s' can have no value", k);
                 goto done;
@@ -1020,6 +1071,65 @@ static const json_t *without(sctx *c, const json_t *s, const char *k1, const cha
     return keep(c, w);
 }
 
+/* s with its "not" said another way, for the forms that have one:
+ *   not {not X}               X, merged with the rest (allOf);
+ *   not {anyOf [A, B, ...]}   allOf [{not A}, {not B}, ...];
+ *   not {allOf [A]}           not A;
+ *   not {required [k, ...]}   an object without k or without ... (each
+ *                             absence a property that may not appear).
+ * NULL for other forms (c->rc set only when out of memory). */
+static const json_t *not_rewrite(sctx *c, const json_t *s, const json_t *nt)
+{
+    if (!json_is_object(nt) || json_object_size(nt) != 1) return NULL;
+    const char *k = json_object_iter_key(json_object_iter((json_t *)nt));
+    const json_t *v = json_object_get(nt, k);
+    json_t *w = json_copy((json_t *)s);
+    if (!w) return fail(c, QERR_NOMEM, "out of memory"), NULL;
+    json_object_del(w, "not");
+    json_t *out = NULL;
+    if (!strcmp(k, "not")) {
+        out = merge(c, w, v);
+    } else if (!strcmp(k, "anyOf") && json_is_array(v) && json_array_size(v)) {
+        json_t *all = json_object_get(w, "allOf");
+        all = json_is_array(all) ? json_copy(all) : json_array();
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) json_array_append_new(all, json_pack("{s:O}", "not", x));
+        json_object_set_new(w, "allOf", all);
+        out = json_incref(w);
+    } else if (!strcmp(k, "allOf") && json_is_array(v) && json_array_size(v) == 1) {
+        json_object_set(w, "not", json_array_get(v, 0));
+        out = json_incref(w);
+    } else if (!strcmp(k, "required") && json_is_array(v) && json_array_size(v)) {
+        /* An object (required holds for any other value) lacking one of them. */
+        json_t *alts = json_array();
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x)
+        {
+            if (!json_is_string(x)) break;
+            json_array_append_new(alts, json_pack("{s:{s:b}}", "properties", json_string_value(x), 0));
+        }
+        if (i == json_array_size(v)) {
+            json_t *obj = json_pack("{s:s}", "type", "object");
+            json_t *m = merge(c, w, obj);
+            json_decref(obj);
+            if (m && json_array_size(alts) == 1) {
+                out = merge(c, m, json_array_get(alts, 0));
+                json_decref(m);
+            } else if (m) {
+                json_t *any = json_pack("{s:O}", "anyOf", alts);
+                out = merge(c, m, any);
+                json_decref(any);
+                json_decref(m);
+            }
+        }
+        json_decref(alts);
+    }
+    json_decref(w);
+    return out ? keep(c, out) : NULL;
+}
+
 static gram_x sx_inner(sctx *c, const json_t *s)
 {
     if (json_is_true(s)) return gram_b_ref(B, c->r_value);
@@ -1032,6 +1142,10 @@ static gram_x sx_inner(sctx *c, const json_t *s)
      * its object) and a list of types taken out of the allowed ones. */
     const json_t *nt = json_object_get(s, "not");
     if (nt) {
+        const json_t *rw = not_rewrite(c, s, deref(c, nt));
+        if (rw) return sx(c, rw);
+        if (c->rc) return c->rc;
+        nt = deref(c, nt);
         const json_t *nty = json_object_get(nt, "type");
         if (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt)))
             return fail(c, QERR_UNSUPPORTED, "a schema no instance satisfies (not {})");

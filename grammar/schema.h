@@ -14,12 +14,19 @@
  * older drafts), minItems, maxItems, enum, const, anyOf, oneOf (generated
  * as anyOf), allOf (merged), $ref with $defs / definitions (local JSON
  * pointers, recursion allowed), pattern, format (date, time, date-time,
- * email, uuid, ipv4, ipv6, uri, hostname), minLength, maxLength, minimum,
- * maximum, exclusiveMinimum, exclusiveMaximum (integers; numbers with
- * integer bounds), nullable.  minProperties, maxProperties, uniqueItems and
- * multipleOf only where they hold by themselves.  Any other validation
- * keyword (not, if, patternProperties, ...) is an error naming it, never
- * ignored; unknown keywords are annotations, as the specification says. */
+ * email, uuid, ipv4, ipv6, uri, hostname; and url, uri-reference,
+ * json-pointer, byte, semver), minLength, maxLength, minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum (integers; numbers with integer
+ * bounds), nullable, patternProperties, dependencies / dependentRequired
+ * and minProperties (objects of up to 6 properties), not (of {}, of types,
+ * of not, anyOf, a one-schema allOf, and required).  minProperties,
+ * maxProperties, uniqueItems and multipleOf elsewhere only where they hold
+ * by themselves.  Where a smaller set of outputs is as valid, it is made:
+ * maxLength above 2000 is generated as 2000, a pattern's repetition count
+ * above 1000 as 1000, and a property no value satisfies (an enum none of
+ * whose values has the type) is never given.  Any other validation keyword
+ * (if, propertyNames, contains, ...) is an error naming it, never ignored;
+ * unknown keywords are annotations, as the specification says. */
 #ifndef QUIRE_GRAM_SCHEMA_H
 #define QUIRE_GRAM_SCHEMA_H
 

@@ -42,6 +42,17 @@ typedef struct {
 } kase;
 
 static const kase CASES[] = {
+    /* not, said another way: not not, not anyOf (De Morgan), not required. */
+    { "{\"not\":{\"not\":{\"type\":\"integer\",\"maximum\":5}}}", { "4", "-2" }, { "7", "\"x\"", "4.5" } },
+    { "{\"not\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"object\"}]}}", { "[1]", "null", "3" },
+      { "\"x\"", "{}" } },
+    { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+      "\"not\":{\"required\":[\"a\",\"b\"]}}",
+      { "{}", "{\"a\":1}", "{\"b\":2}" }, { "{\"a\":1,\"b\":2}", "{\"b\":2,\"a\":1}", "[]" } },
+    { "{\"properties\":{\"a\":{}},\"not\":{\"required\":[\"a\"]},\"additionalProperties\":false}",
+      { "{}" }, { "{\"a\":1}", "\"s\"" } },
+    /* A maxLength above 10000 is generated as 10000. */
+    { "{\"type\":\"string\",\"maxLength\":65536}", { "\"\"", "\"abc\"" }, { "3" } },
     { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}",
       { "{\"b\":\"x\"}", "{\"a\":1,\"b\":\"\"}", "{\"a\":-5,\"b\":\"q\",\"c\":null}", "{\"b\":\"x\",\"zz\":[1,{}]}" },
       { "{}", "{\"a\":1}", "{\"a\":\"1\",\"b\":\"x\"}", "{\"b\":1}", "{\"b\":\"x\",\"a\":\"no\"}", "{\"b\":\"x\",\"b\":\"y\"}" } },
