@@ -1163,6 +1163,11 @@ int qengine_step(qengine *e)
      * waits for them once its layers are launched, others get them after. */
     const int n_masks = start_masks(e, n_seqs);
     const int dev_masks = n_masks && (e->be->ops->caps & QBE_CAP_ROW_MASK);
+    if (!n_masks)
+        /* No guide thread (or no memory for the jobs): the masks are made
+         * on the host after the pass, so guided rows come back whole. */
+        for (int row = 0; row < n_logits; row++)
+            if (e->b_rowmask[row]) e->b_rowmask[row] = NULL, e->b_rowmode[row] = QROW_LOGITS, e->b_rsample[row].n_logprobs = 0;
     const qrow_masks rm = { e->b_rowmask, masks_ready, e };
     qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
                  e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL, dev_masks ? &rm : NULL };

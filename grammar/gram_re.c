@@ -941,6 +941,53 @@ static int prune(gram_re *re)
     return rc;
 }
 
+int gram_re_empty(const gram_re *re)
+{
+    /* Dead ends are pruned: a start that cannot match has no way out. */
+    if (re->accept[0]) return 0;
+    for (int k = 0; k < re->n_classes; k++)
+        if (re->next[k] >= 0) return 0;
+    return 1;
+}
+
+/* ---- multiples ------------------------------------------------------------------------------ */
+
+int gram_re_multiples(int k, gram_re **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (k < 1 || k > GRAM_RE_MAX_STATES - 3) return qerr_set(err, errlen, QERR_LIMIT, "multipleOf %d: too large", k);
+    /* States: 0 start, 1 after '-', 2 a lone 0, 3 + r: digits read so far,
+     * their value r modulo k.  Classes: '-', '0', '1'..'9' one each, the rest. */
+    gram_re *re = calloc(1, sizeof *re);
+    const int n = 3 + k, nc = 12;
+    if (!re) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    re->n_states = n, re->n_classes = nc;
+    re->next = q_mallocn((size_t)n * nc, sizeof *re->next);
+    re->accept = calloc((size_t)n, 1);
+    if (!re->next || !re->accept) {
+        gram_re_free(re);
+        return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    }
+    for (int b = 0; b < 256; b++) re->cls[b] = b == '-' ? 10 : (b >= '0' && b <= '9') ? (uint8_t)(b - '0') : 11;
+    for (size_t i = 0; i < (size_t)n * nc; i++) re->next[i] = -1;
+    for (int d = 1; d <= 9; d++) {
+        re->next[0 * nc + d] = 3 + d % k;
+        re->next[1 * nc + d] = 3 + d % k;
+    }
+    re->next[0 * nc + 0] = 2;
+    re->next[0 * nc + 10] = 1;
+    for (int r = 0; r < k; r++)
+        for (int d = 0; d <= 9; d++) re->next[(size_t)(3 + r) * nc + d] = 3 + (int)((10LL * r + d) % k);
+    re->accept[2] = 1, re->accept[3] = 1;
+    const int rc = prune(re);
+    if (rc) {
+        gram_re_free(re);
+        return qerr_set(err, errlen, rc, "out of memory");
+    }
+    *out = re;
+    return 0;
+}
+
 /* ---- intersection ------------------------------------------------------------------------- */
 
 /* The product of x and y: with and_not, the inputs x matches and y does

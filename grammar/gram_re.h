@@ -49,6 +49,11 @@ void gram_re_free(gram_re *re);
 int gram_re_intersect(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen);
 /* The automaton of the inputs x matches and y does not; as above. */
 int gram_re_minus(const gram_re *x, const gram_re *y, gram_re **out, char *err, size_t errlen);
+/* 1 when re matches nothing. */
+int gram_re_empty(const gram_re *re);
+/* The integers (JSON: -?(0|[1-9][0-9]*)) that are multiples of k (1 to
+ * 19997): 0 or QERR_LIMIT / QERR_NOMEM with a message. */
+int gram_re_multiples(int k, gram_re **out, char *err, size_t errlen);
 
 /* The start state.  Cannot fail. */
 int gram_re_start(const gram_re *re);

@@ -343,6 +343,11 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
         } else if (!strcmp(k, "enum") && json_is_array(mine) && json_is_array(v)) {
             /* The values in both (none: no instance; said when compiled). */
             json_t *both = json_array();
+            if (!both) {
+                json_decref(m);
+                fail(c, QERR_NOMEM, "out of memory");
+                return NULL;
+            }
             size_t i, j;
             json_t *x, *y;
             json_array_foreach(mine, i, x) json_array_foreach(v, j, y) if (json_equal(x, y))
@@ -533,9 +538,17 @@ static gram_x num_x(sctx *c, const json_t *s, int integer)
     const json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
     const json_t *xmn = json_object_get(s, "exclusiveMinimum"), *xmx = json_object_get(s, "exclusiveMaximum");
     const json_t *mul = json_object_get(s, "multipleOf");
-    if (mul && !(integer && json_is_number(mul) && json_number_value(mul) == 1) &&
-        !(json_is_number(mul) && !integer && json_number_value(mul) == 0.0))
-        return fail(c, QERR_UNSUPPORTED, "multipleOf is not supported");
+    /* multipleOf a whole number k: integers that are multiples of k (for a
+     * number too: fewer outputs, all valid, and exact in floating point). */
+    int mk = 0;
+    if (mul) {
+        const double m = json_is_number(mul) ? json_number_value(mul) : -1;
+        if (!(m > 0)) return fail(c, QERR_INVAL, "multipleOf must be a number above 0");
+        if (m != floor(m) || m > 10000)
+            return fail(c, QERR_UNSUPPORTED, "multipleOf %g is not supported (only whole numbers up to 10000)", m);
+        mk = (int)m;
+        integer = 1;
+    }
     double lo = -INFINITY, hi = INFINITY;
     int lo_x = 0, hi_x = 0;
     if (json_is_number(mn)) lo = json_number_value(mn);
@@ -544,7 +557,7 @@ static gram_x num_x(sctx *c, const json_t *s, int integer)
     if (json_is_true(xmx)) hi_x = 1;
     if (json_is_number(xmn) && json_number_value(xmn) >= lo) lo = json_number_value(xmn), lo_x = 1;
     if (json_is_number(xmx) && json_number_value(xmx) <= hi) hi = json_number_value(xmx), hi_x = 1;
-    if (isinf(lo) && isinf(hi)) return gram_b_ref(B, integer ? c->r_integer : c->r_number);
+    if (isinf(lo) && isinf(hi) && mk <= 1) return gram_b_ref(B, integer ? c->r_integer : c->r_number);
     if (lo > 1e17 || hi < -1e17 || (!isinf(lo) && fabs(lo) > 1e17) || (!isinf(hi) && fabs(hi) > 1e17))
         return fail(c, QERR_UNSUPPORTED, "numeric bounds beyond 1e17");
     if (integer) {
@@ -567,7 +580,20 @@ static gram_x num_x(sctx *c, const json_t *s, int integer)
         }
         put(p, sizeof p, ")");
         if (strlen(p) >= sizeof p - 1) return fail(c, QERR_LIMIT, "numeric bounds too wide");
-        return re(c, p, GRAM_RE_FULL);
+        if (mk <= 1) return re(c, p, GRAM_RE_FULL);
+        gram_re *range = NULL, *mult = NULL, *both = NULL;
+        char err[300];
+        int rc = gram_re_compile(p, strlen(p), GRAM_RE_FULL, &range, err, sizeof err);
+        if (!rc) rc = gram_re_multiples(mk, &mult, err, sizeof err);
+        if (!rc) rc = gram_re_intersect(range, mult, &both, err, sizeof err);
+        gram_re_free(range);
+        gram_re_free(mult);
+        if (rc) return fail(c, rc, "multipleOf %d: %s", mk, err);
+        if (gram_re_empty(both)) {
+            gram_re_free(both);
+            return fail(c, QERR_INVAL, "no multiple of %d lies between minimum and maximum", mk);
+        }
+        return gram_b_regex_take(B, both);
     }
     /* Numbers: integer bounds only; no exponent within bounds. */
     if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi)))

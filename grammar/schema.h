@@ -19,9 +19,10 @@
  * exclusiveMinimum, exclusiveMaximum (integers; numbers with integer
  * bounds), nullable, patternProperties, dependencies / dependentRequired
  * and minProperties (objects of up to 6 properties), not (of {}, of types,
- * of not, anyOf, a one-schema allOf, and required).  minProperties,
- * maxProperties, uniqueItems and multipleOf elsewhere only where they hold
- * by themselves.  Where a smaller set of outputs is as valid, it is made:
+ * of not, anyOf, a one-schema allOf, and required), multipleOf a whole
+ * number up to 10000 (the integers that are multiples, for a number too).
+ * minProperties, maxProperties and uniqueItems elsewhere only where they
+ * hold by themselves.  Where a smaller set of outputs is as valid, it is made:
  * maxLength above 2000 is generated as 2000, a pattern's repetition count
  * above 1000 as 1000, and a property no value satisfies (an enum none of
  * whose values has the type) is never given.  Any other validation keyword

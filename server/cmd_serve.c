@@ -214,12 +214,17 @@ static void dispatch(qevent *ev)
     json_decref(d);
     if (ev->finish != QFINISH_NONE) {
         if (c->calls && !r->req.stream && !r->ws) json_decref(qoai_calls_feed(c->calls, c->text ? c->text : "", c->len, 1));
-        /* A finished output with calls in it ends in "tool_calls". */
-        c->finish = ev->finish == QFINISH_STOP && qoai_calls_count(c->calls) ? "tool_calls" : qoai_finish_reason(ev->finish);
-        if (r->req.stream && !r->ws)
-            out_event(r, c->calls ? qoai_chunk_delta(&r->rep, ev->index, NULL, NULL, c->finish)
-                                  : qoai_chunk(&r->rep, ev->index, "", 0, NULL, c->finish,
-                                               r->req.kind == QOAI_CHAT && !c->started));
+        if (qoai_calls_failed(c->calls)) r->failed = 1;
+        /* A finished output whose calls are whole ends in "tool_calls". */
+        c->finish = ev->finish == QFINISH_STOP && qoai_calls_complete(c->calls) ? "tool_calls"
+                                                                                 : qoai_finish_reason(ev->finish);
+        if (r->req.stream && !r->ws && c->calls) {
+            json_t *fd = c->started ? NULL : json_pack("{s:s}", "role", "assistant");
+            out_event(r, qoai_chunk_delta(&r->rep, ev->index, fd, NULL, c->finish));
+            c->started = 1;
+        } else if (r->req.stream && !r->ws) {
+            out_event(r, qoai_chunk(&r->rep, ev->index, "", 0, NULL, c->finish, r->req.kind == QOAI_CHAT && !c->started));
+        }
     }
     /* A session's reply is kept whole, to be stored. */
     if (r->session[0] && ev->index == 0 && ev->text_len &&

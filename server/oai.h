@@ -134,6 +134,11 @@ json_t *qoai_calls_feed(qoai_calls *p, const char *s, size_t n, int last);
  * blank), "tool_calls": [...] (absent when none)}; NULL when out of memory. */
 json_t *qoai_calls_message(qoai_calls *p);
 int qoai_calls_count(const qoai_calls *p);
+/* 1 when there is a call and the last one is whole (not cut off by a stop
+ * string or max_tokens). */
+int qoai_calls_complete(const qoai_calls *p);
+/* 1 when memory ran out while reading (what it gives is then incomplete). */
+int qoai_calls_failed(const qoai_calls *p);
 
 /* Fills *e: status, type, param (NULL: none), then the message.  Returns
  * QERR_INVAL for status 4xx (QERR_INTERNAL otherwise), for `return`. */

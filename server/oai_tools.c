@@ -148,7 +148,8 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
     if (rc) {
         char prm[48];
-        snprintf(prm, sizeof prm, "tools[%d].function.parameters", bad < 0 ? 0 : bad);
+        if (bad >= 0) snprintf(prm, sizeof prm, "tools[%d].function.parameters", bad);
+        else snprintf(prm, sizeof prm, "tools");
         return qoai_fail(e, 400, INVALID, prm, "%s", err);
     }
     r->p.grammar = r->grammar;
@@ -233,9 +234,10 @@ typedef struct {
 static json_t *call_delta(delta *d, int index)
 {
     if (!d->calls) d->calls = json_array();
-    size_t i;
-    json_t *c;
-    json_array_foreach(d->calls, i, c) if (json_integer_value(json_object_get(c, "index")) == index) return c;
+    /* Calls come in order: the one asked for is the last listed, or new. */
+    const size_t n = json_array_size(d->calls);
+    json_t *c = n ? json_array_get(d->calls, n - 1) : NULL;
+    if (c && json_integer_value(json_object_get(c, "index")) == index) return c;
     c = json_pack("{s:i}", "index", index);
     if (c && d->calls) json_array_append_new(d->calls, c);
     return c;
@@ -303,93 +305,80 @@ static size_t tag_start(const char *s, size_t n)
     return 0;
 }
 
-/* Bytes s[0..n) in the current state; last: the output ends after them. */
+/* Bytes s[0..n) in the current state; last: the output ends after them.
+ * They join what was held back, and one pass over that buffer goes through
+ * the states (linear in the bytes however many calls they hold); what may
+ * still be the start of a tag, or a call's head so far, stays held. */
 static void step(qoai_calls *p, delta *d, const char *s, size_t n, int last)
 {
-    while (n || last) {
+    grow(p, &p->held, &p->held_len, &p->held_cap, s, n);
+    if (p->nomem) return;
+    const char *b = p->held;
+    const size_t len = p->held_len;
+    size_t pos = 0;
+    for (;;) {
         if (p->st == P_TEXT || p->st == P_TAIL) {
-            grow(p, &p->held, &p->held_len, &p->held_cap, s, n);
-            s += n, n = 0;
-            if (p->nomem) return;
-            const char *at = find(p->held, p->held_len, OPEN_TAG, OPEN_LEN);
-            const size_t upto = at ? (size_t)(at - p->held) : p->held_len - (last ? 0 : tag_start(p->held, p->held_len));
-            if (p->st == P_TEXT && upto) {
-                grow(p, &p->content, &p->content_len, &p->content_cap, p->held, upto);
-                grow(p, &d->text, &d->len, &d->cap, p->held, upto);
+            const char *at = find(b + pos, len - pos, OPEN_TAG, OPEN_LEN);
+            const size_t upto = at ? (size_t)(at - b) : len - (last ? 0 : tag_start(b + pos, len - pos));
+            if (p->st == P_TEXT && upto > pos) {
+                grow(p, &p->content, &p->content_len, &p->content_cap, b + pos, upto - pos);
+                grow(p, &d->text, &d->len, &d->cap, b + pos, upto - pos);
             }
-            if (!at) {
-                memmove(p->held, p->held + upto, p->held_len - upto);
-                p->held_len -= upto;
-                return;
-            }
-            /* The tag: what follows is the call's head. */
-            const size_t rest = p->held_len - upto - OPEN_LEN;
-            char *r = p->held + upto + OPEN_LEN;
+            pos = upto;
+            if (!at) break;
+            pos += OPEN_LEN; /* the tag: what follows is the call's head */
             p->st = P_HEAD;
-            p->held_len = 0;
-            char *tmp = rest ? malloc(rest) : NULL;
-            if (rest && !tmp) {
-                p->nomem = 1;
-                return;
-            }
-            if (rest) memcpy(tmp, r, rest);
-            s = tmp, n = rest;
-            step(p, d, s, n, last);
-            free(tmp);
-            return;
-        }
-        if (p->st == P_HEAD) {
+        } else if (p->st == P_HEAD) {
             /* \n{"name":"NAME","arguments":  then the arguments. */
-            grow(p, &p->held, &p->held_len, &p->held_cap, s, n);
-            s += n, n = 0;
-            if (p->nomem) return;
-            const char *k = find(p->held, p->held_len, ARGS_KEY, sizeof ARGS_KEY - 1);
-            if (!k) return;
-            const char *nm = find(p->held, (size_t)(k - p->held), "\"name\":", 7);
-            json_t *name = NULL;
-            if (nm) name = json_loadb(nm + 7, (size_t)(k - nm - 7), JSON_DECODE_ANY, NULL);
+            const char *k = find(b + pos, len - pos, ARGS_KEY, sizeof ARGS_KEY - 1);
+            if (!k) break;
+            const char *nm = find(b + pos, (size_t)(k - b) - pos, "\"name\":", 7);
+            json_t *name = nm ? json_loadb(nm + 7, (size_t)(k - nm - 7), JSON_DECODE_ANY, NULL) : NULL;
             start_call(p, d, json_is_string(name) ? json_string_value(name) : "",
                        json_is_string(name) ? json_string_length(name) : 0);
             json_decref(name);
-            const size_t used = (size_t)(k - p->held) + sizeof ARGS_KEY - 1, rest = p->held_len - used;
-            char *tmp = rest ? malloc(rest) : NULL;
-            if (rest && !tmp) {
-                p->nomem = 1;
-                return;
-            }
-            if (rest) memcpy(tmp, p->held + used, rest);
-            p->held_len = 0;
+            pos = (size_t)(k - b) + sizeof ARGS_KEY - 1;
             p->st = P_ARGS;
             p->depth = p->in_str = p->esc = 0;
-            step(p, d, tmp, rest, last);
-            free(tmp);
-            return;
-        }
-        /* P_ARGS: up to the '}' that closes the call around them. */
-        if (p->named && !p->n_calls) start_call(p, d, p->named, strlen(p->named));
-        size_t i = 0;
-        int end = 0;
-        for (; i < n && !end; i++) {
-            const char ch = s[i];
-            if (p->in_str) {
-                if (p->esc) p->esc = 0;
-                else if (ch == '\\') p->esc = 1;
-                else if (ch == '"') p->in_str = 0;
-            } else if (ch == '"') {
-                p->in_str = 1;
-            } else if (ch == '{' || ch == '[') {
-                p->depth++;
-            } else if (ch == '}' || ch == ']') {
-                if (p->depth == 0 && p->mode != QOAI_TOOLS_NAMED) end = 1;
-                else p->depth--;
+        } else {
+            /* P_ARGS: up to the '}' that closes the call around them. */
+            if (p->named && !p->n_calls) start_call(p, d, p->named, strlen(p->named));
+            size_t i = pos;
+            int end = 0;
+            for (; i < len && !end; i++) {
+                const char ch = b[i];
+                if (p->in_str) {
+                    if (p->esc) p->esc = 0;
+                    else if (ch == '\\') p->esc = 1;
+                    else if (ch == '"') p->in_str = 0;
+                } else if (ch == '"') {
+                    p->in_str = 1;
+                } else if (ch == '{' || ch == '[') {
+                    p->depth++;
+                } else if (ch == '}' || ch == ']') {
+                    if (p->depth == 0 && p->mode != QOAI_TOOLS_NAMED) end = 1;
+                    else p->depth--;
+                }
             }
+            add_args(p, d, b + pos, (end ? i - 1 : i) - pos);
+            pos = i;
+            if (!end) break;
+            p->st = P_TAIL;
         }
-        add_args(p, d, s, end ? i - 1 : i);
-        if (!end) return;
-        p->st = P_TAIL;
-        s += i, n -= i;
+        if (p->nomem) return;
     }
+    memmove(p->held, p->held + pos, len - pos);
+    p->held_len = len - pos;
 }
+
+int qoai_calls_complete(const qoai_calls *p)
+{
+    if (!p || !p->n_calls) return 0;
+    if (p->mode == QOAI_TOOLS_NAMED) return !p->in_str && p->depth == 0 && p->calls[0].args_len > 0;
+    return p->st == P_TAIL || p->st == P_TEXT;
+}
+
+int qoai_calls_failed(const qoai_calls *p) { return p && p->nomem; }
 
 json_t *qoai_calls_feed(qoai_calls *p, const char *s, size_t n, int last)
 {
@@ -406,6 +395,8 @@ json_t *qoai_calls_feed(qoai_calls *p, const char *s, size_t n, int last)
     return o;
 }
 
+static int is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
+
 json_t *qoai_calls_message(qoai_calls *p)
 {
     if (p->named && !p->n_calls) {
@@ -415,8 +406,8 @@ json_t *qoai_calls_message(qoai_calls *p)
     }
     /* Content: the text before the calls, null when it is only white space. */
     size_t a = 0, b = p->content_len;
-    while (a < b && strchr(" \t\r\n", p->content[a])) a++;
-    while (b > a && strchr(" \t\r\n", p->content[b - 1])) b--;
+    while (a < b && is_space(p->content[a])) a++;
+    while (b > a && is_space(p->content[b - 1])) b--;
     json_t *m = json_pack("{s:s, s:o}", "role", "assistant", "content",
                           b > a ? json_stringn_nocheck(p->content, p->content_len) : json_null());
     if (!m || !p->n_calls) return m;

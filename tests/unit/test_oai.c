@@ -509,6 +509,27 @@ static void test_tools(void)
     CHECK(!strcmp(args[1], "{}"));
     check_dump(qoai_calls_message(bit), want);
     qoai_calls_free(bit);
+    /* A call cut short (a stop string, max_tokens) is not complete; whole ones are. */
+    qoai_calls *cut = qoai_calls_new(QOAI_TOOLS_REQUIRED, NULL, "c");
+    json_decref(qoai_calls_feed(cut, out, 60, 1));
+    CHECK(qoai_calls_count(cut) == 1 && !qoai_calls_complete(cut));
+    qoai_calls_free(cut);
+    qoai_calls *whole2 = qoai_calls_new(QOAI_TOOLS_REQUIRED, NULL, "c");
+    json_decref(qoai_calls_feed(whole2, out, strlen(out), 1));
+    CHECK(qoai_calls_complete(whole2) && !qoai_calls_failed(whole2));
+    qoai_calls_free(whole2);
+    /* Many calls in one feed: read in one pass (no recursion, no copies). */
+    const char *one = "<tool_call>\n{\"name\":\"now\",\"arguments\":{\"k\":[1]}}\n</tool_call>\n";
+    const size_t ol = strlen(one);
+    char *many = malloc(ol * 20000 + 1);
+    REQUIRE(many);
+    for (int i = 0; i < 20000; i++) memcpy(many + (size_t)i * ol, one, ol);
+    qoai_calls *mc = qoai_calls_new(QOAI_TOOLS_REQUIRED, NULL, "c");
+    json_decref(qoai_calls_feed(mc, many, ol * 20000 - 1, 1));
+    CHECK_EQ_INT(qoai_calls_count(mc), 20000);
+    CHECK(qoai_calls_complete(mc));
+    qoai_calls_free(mc);
+    free(many);
     /* Text only: content, no calls; a text that merely begins like the tag. */
     qoai_calls *txt = qoai_calls_new(QOAI_TOOLS_AUTO, NULL, "c");
     json_t *d = qoai_calls_feed(txt, "a <tool_", 8, 0);

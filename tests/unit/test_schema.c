@@ -51,7 +51,10 @@ static const kase CASES[] = {
       { "{}", "{\"a\":1}", "{\"b\":2}" }, { "{\"a\":1,\"b\":2}", "{\"b\":2,\"a\":1}", "[]" } },
     { "{\"properties\":{\"a\":{}},\"not\":{\"required\":[\"a\"]},\"additionalProperties\":false}",
       { "{}" }, { "{\"a\":1}", "\"s\"" } },
-    /* A maxLength above 10000 is generated as 10000. */
+    /* multipleOf a whole number: integers that are multiples (a number too). */
+    { "{\"type\":\"number\",\"multipleOf\":11,\"maximum\":100}", { "0", "22", "-33", "99" }, { "7", "110", "1.5", "11.0" } },
+    { "{\"multipleOf\":5}", { "15", "-5", "\"x\"", "[]" }, { "16", "2.5" } },
+    /* A maxLength above 2000 is generated as 2000. */
     { "{\"type\":\"string\",\"maxLength\":65536}", { "\"\"", "\"abc\"" }, { "3" } },
     { "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"}},\"required\":[\"b\"]}",
       { "{\"b\":\"x\"}", "{\"a\":1,\"b\":\"\"}", "{\"a\":-5,\"b\":\"q\",\"c\":null}", "{\"b\":\"x\",\"zz\":[1,{}]}" },
@@ -133,7 +136,7 @@ static void test_refused(void)
         { "{\"type\":\"object\",\"properties\":{\"x\":{\"if\":{}}}}", "/properties/x" },
         { "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems" },
         { "{\"type\":\"string\",\"format\":\"color\"}", "format 'color'" },
-        { "{\"type\":\"number\",\"multipleOf\":3}", "multipleOf" },
+        { "{\"type\":\"number\",\"multipleOf\":0.3}", "multipleOf" },
         { "{\"$ref\":\"#/definitions/missing\"}", "missing" },
         { "{\"type\":\"string\",\"pattern\":\"(?=x)\"}", "lookaround" },
         { "false", "false schema" },
@@ -170,6 +173,21 @@ static void test_ranges(void)
         }
         CHECK_EQ_INT(bad, 0);
         gram_free(g);
+    }
+    /* multipleOf against brute force, with and without bounds. */
+    for (int k = 2; k <= 13; k += 11) {
+        char sch[128];
+        snprintf(sch, sizeof sch, "{\"type\":\"integer\",\"multipleOf\":%d,\"minimum\":-40,\"maximum\":900}", k);
+        gram *gm = compile(sch);
+        REQUIRE(gm);
+        int wrong = 0;
+        for (int v = -150; v <= 1500; v++) {
+            char t[16];
+            snprintf(t, sizeof t, "%d", v);
+            wrong += takes(gm, t) != (v >= -40 && v <= 900 && v % k == 0);
+        }
+        CHECK_EQ_INT(wrong, 0);
+        gram_free(gm);
     }
     /* Unbounded above. */
     gram *g = compile("{\"type\":\"integer\",\"minimum\":37}");
