@@ -113,13 +113,17 @@ static const char *const ANNOTATIONS[] = { "title", "description", "default", "e
                                            "$id", "id", "$comment", "readOnly", "writeOnly", "deprecated",
                                            "contentMediaType", "contentEncoding", "$defs", "definitions", "$anchor" };
 
+/* Internal: negations kept for the string, boolean and null alternatives
+ * (a list of {"pattern"} and {"enum"} schemas; not_rewrite makes it). */
+#define NOT_KEY "$quire_not"
+
 /* The keywords this compiler reads. */
 static const char *const KNOWN[] = { "type", "properties", "required", "additionalProperties", "items", "prefixItems",
                                      "additionalItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
                                      "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
                                      "minProperties", "maxProperties", "uniqueItems", "patternProperties", "not",
-                                     "dependencies", "dependentRequired" };
+                                     "dependencies", "dependentRequired", NOT_KEY };
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -340,6 +344,15 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
             /* the other side's wins */
         } else if (json_equal(mine, (json_t *)v)) {
             /* the same on both sides */
+        } else if (!strcmp(k, NOT_KEY) && json_is_array(mine) && json_is_array(v)) {
+            json_t *both = json_copy(mine);
+            if (!both || json_array_extend(both, v)) {
+                json_decref(both);
+                json_decref(m);
+                fail(c, QERR_NOMEM, "out of memory");
+                return NULL;
+            }
+            json_object_set_new(m, k, both);
         } else if (!strcmp(k, "enum") && json_is_array(mine) && json_is_array(v)) {
             /* The values in both (none: no instance; said when compiled). */
             json_t *both = json_array();
@@ -437,6 +450,74 @@ static int count_of(const json_t *v, int dflt)
     return d > 1e9 ? 1000000000 : (int)d;
 }
 
+/* A regex (gram_re.h syntax) matching exactly the string v, in out. */
+static void quote_re(const char *v, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 3 < cap; i++) {
+        if (v[i] && strchr("\\^$.|?*+()[]{}/", v[i])) out[o++] = '\\';
+        out[o++] = v[i];
+    }
+    out[o] = 0;
+}
+
+/* A string with its kept negations: the strings the rest allows (pattern or
+ * format, length bounds) minus those matching a negated pattern and minus
+ * the negated strings. */
+static gram_x str_negated(sctx *c, const json_t *s, const json_t *pat, const char *p, int min, int max, int bounded,
+                          const json_t *negs)
+{
+    (void)s;
+    char err[300] = "", lp[64];
+    gram_re *rx = NULL, *tmp = NULL, *y = NULL;
+    int rc = pat ? gram_re_compile(json_string_value(pat), json_string_length(pat), GRAM_RE_JSON_STRING | GRAM_RE_SUBSET,
+                                   &rx, err, sizeof err)
+           : p   ? gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err)
+                 : gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err);
+    if (!rc && bounded) {
+        if (max >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", min, max);
+        else snprintf(lp, sizeof lp, "[\\s\\S]{%d,}", min);
+        rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
+        if (!rc) rc = gram_re_intersect(rx, y, &tmp, err, sizeof err);
+        gram_re_free(y), y = NULL;
+        if (!rc) gram_re_free(rx), rx = tmp, tmp = NULL;
+    }
+    size_t i, j;
+    json_t *n, *x;
+    json_array_foreach(negs, i, n)
+    {
+        if (rc) break;
+        const json_t *np = json_object_get(n, "pattern");
+        if (json_is_string(np)) {
+            /* Unanchored, as a schema's pattern: the strings holding a match. */
+            rc = gram_re_compile(json_string_value(np), json_string_length(np), GRAM_RE_JSON_STRING, &y, err, sizeof err);
+            if (!rc) rc = gram_re_minus(rx, y, &tmp, err, sizeof err);
+            gram_re_free(y), y = NULL;
+            if (!rc) gram_re_free(rx), rx = tmp, tmp = NULL;
+        }
+        json_array_foreach(json_object_get(n, "enum"), j, x)
+        {
+            if (rc || !json_is_string(x)) continue;
+            char q[2048];
+            if (json_string_length(x) > 500) {
+                rc = QERR_UNSUPPORTED, snprintf(err, sizeof err, "not: a string over 500 bytes");
+                break;
+            }
+            quote_re(json_string_value(x), json_string_length(x), q, sizeof q);
+            rc = gram_re_compile(q, strlen(q), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
+            if (!rc) rc = gram_re_minus(rx, y, &tmp, err, sizeof err);
+            gram_re_free(y), y = NULL;
+            if (!rc) gram_re_free(rx), rx = tmp, tmp = NULL;
+        }
+    }
+    if (!rc && gram_re_empty(rx)) rc = QERR_INVAL, snprintf(err, sizeof err, "no string satisfies the schema and its not");
+    if (rc) {
+        gram_re_free(rx);
+        return fail(c, rc, "%s", err);
+    }
+    return seq3(c, LIT("\""), gram_b_regex_take(B, rx), LIT("\""));
+}
+
 static gram_x str_x(sctx *c, const json_t *s)
 {
     const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
@@ -459,6 +540,8 @@ static gram_x str_x(sctx *c, const json_t *s)
         if (pat) return fail(c, QERR_UNSUPPORTED, "pattern and format together are not supported");
     }
     gram_x body;
+    const json_t *negs = json_object_get(s, NOT_KEY);
+    if (negs && json_array_size(negs)) return str_negated(c, s, pat, p, min, max, bounded, negs);
     if (pat || p) {
         /* The pattern (or format), intersected with the length bounds. */
         gram_re *rx = NULL, *len = NULL, *both = NULL;
@@ -1061,6 +1144,15 @@ done:
 
 static const char *const TYPES[] = { "null", "boolean", "object", "array", "string", "number", "integer" };
 
+/* 1 when s's kept negations list val among values it may not take. */
+static int negated(const json_t *s, const json_t *val)
+{
+    size_t i, j;
+    json_t *n, *x;
+    json_array_foreach(json_object_get(s, NOT_KEY), i, n) json_array_foreach(json_object_get(n, "enum"), j, x) if (json_equal(x, (json_t *)val)) return 1;
+    return 0;
+}
+
 /* 1 when JSON value v has type t. */
 static int has_type(const json_t *v, const char *t)
 {
@@ -1078,7 +1170,10 @@ static int has_type(const json_t *v, const char *t)
 static gram_x typed(sctx *c, const json_t *s, const char *t)
 {
     if (!strcmp(t, "null")) return LIT("null");
-    if (!strcmp(t, "boolean")) return ALT(LIT("true"), LIT("false"));
+    if (!strcmp(t, "boolean")) {
+        const int yes = !negated(s, json_true()), no = !negated(s, json_false());
+        return yes && no ? ALT(LIT("true"), LIT("false")) : LIT(yes ? "true" : "false");
+    }
     if (!strcmp(t, "object")) return obj_x(c, s);
     if (!strcmp(t, "array")) return arr_x(c, s);
     if (!strcmp(t, "string")) return str_x(c, s);
@@ -1126,6 +1221,26 @@ static const json_t *not_rewrite(sctx *c, const json_t *s, const json_t *nt)
     } else if (!strcmp(k, "allOf") && json_is_array(v) && json_array_size(v) == 1) {
         json_object_set(w, "not", json_array_get(v, 0));
         out = json_incref(w);
+    } else if ((!strcmp(k, "enum") && json_is_array(v)) || !strcmp(k, "const") ||
+               (!strcmp(k, "pattern") && json_is_string(v))) {
+        /* Kept for the alternatives they touch: a value other than these
+         * strings / true / false / null (numbers, arrays and objects would
+         * need equality by value); a string that does not match. */
+        json_t *vals = !strcmp(k, "const") ? json_pack("[O]", v) : json_incref((json_t *)v);
+        int ok = vals != NULL;
+        size_t i;
+        json_t *x;
+        json_array_foreach(vals, i, x) ok &= json_is_string(x) || json_is_boolean(x) || json_is_null(x);
+        if (!strcmp(k, "pattern")) ok = 1;
+        if (ok) {
+            json_t *neg = !strcmp(k, "pattern") ? json_pack("{s:O}", "pattern", v) : json_pack("{s:O}", "enum", vals);
+            json_t *add = json_pack("{s:[o]}", NOT_KEY, neg);
+            /* not {pattern}: only strings can fail a pattern. */
+            if (add && !strcmp(k, "pattern")) json_object_set_new(add, "type", json_string("string"));
+            if (add) out = merge(c, w, add);
+            json_decref(add);
+        }
+        json_decref(vals);
     } else if (!strcmp(k, "required") && json_is_array(v) && json_array_size(v)) {
         /* An object (required holds for any other value) lacking one of them. */
         json_t *alts = json_array();
@@ -1279,6 +1394,9 @@ static gram_x sx_inner(sctx *c, const json_t *s)
         if (want[5]) want[6] = 0;
     }
     if (json_is_true(json_object_get(s, "nullable"))) want[0] = 1;
+    /* Values a kept negation rules out entirely. */
+    if (negated(s, json_null())) want[0] = 0;
+    if (negated(s, json_true()) && negated(s, json_false())) want[1] = 0;
     /* Without "type" and without keywords of a type, any value. */
     if (!type && !constrains(s, NULL, NULL)) return gram_b_ref(B, c->r_value);
     gram_x acc = NONE;

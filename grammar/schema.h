@@ -19,7 +19,8 @@
  * exclusiveMinimum, exclusiveMaximum (integers; numbers with integer
  * bounds), nullable, patternProperties, dependencies / dependentRequired
  * and minProperties (objects of up to 6 properties), not (of {}, of types,
- * of not, anyOf, a one-schema allOf, and required), multipleOf a whole
+ * of not, anyOf, a one-schema allOf, required, a pattern, and an enum or
+ * const of strings, true, false and null), multipleOf a whole
  * number up to 10000 (the integers that are multiples, for a number too).
  * minProperties, maxProperties and uniqueItems elsewhere only where they
  * hold by themselves.  Where a smaller set of outputs is as valid, it is made:

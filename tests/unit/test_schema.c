@@ -51,6 +51,12 @@ static const kase CASES[] = {
       { "{}", "{\"a\":1}", "{\"b\":2}" }, { "{\"a\":1,\"b\":2}", "{\"b\":2,\"a\":1}", "[]" } },
     { "{\"properties\":{\"a\":{}},\"not\":{\"required\":[\"a\"]},\"additionalProperties\":false}",
       { "{}" }, { "{\"a\":1}", "\"s\"" } },
+    /* not of strings, true / false / null, and of a pattern (which only a string can fail). */
+    { "{\"type\":\"string\",\"not\":{\"enum\":[\"a.b\",\"x\"]}}", { "\"axb\"", "\"\"", "\"xx\"" }, { "\"a.b\"", "\"x\"" } },
+    { "{\"not\":{\"enum\":[null,true,\"q\"]}}", { "false", "\"s\"", "1", "{}" }, { "null", "true", "\"q\"" } },
+    { "{\"not\":{\"pattern\":\"^x\"}}", { "\"yx\"", "\"\"" }, { "\"xy\"", "3", "null" } },
+    { "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":4,\"not\":{\"const\":\"abc\"}}",
+      { "\"abd\"", "\"abcd\"" }, { "\"abc\"", "\"abcde\"", "\"A\"" } },
     /* multipleOf a whole number: integers that are multiples (a number too). */
     { "{\"type\":\"number\",\"multipleOf\":11,\"maximum\":100}", { "0", "22", "-33", "99" }, { "7", "110", "1.5", "11.0" } },
     { "{\"multipleOf\":5}", { "15", "-5", "\"x\"", "[]" }, { "16", "2.5" } },
