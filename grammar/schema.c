@@ -104,7 +104,7 @@ static gram_x literal(sctx *c, const json_t *v)
 
 /* Validation keywords quire cannot enforce: an error, never ignored. */
 static const char *const REFUSED[] = { "if", "then", "else",
-                                       "dependentSchemas", "propertyNames", "contains",
+                                       "dependentSchemas", "contains",
                                        "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
                                        "$dynamicRef", "$recursiveRef" };
 
@@ -123,7 +123,7 @@ static const char *const KNOWN[] = { "type", "properties", "required", "addition
                                      "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
                                      "minProperties", "maxProperties", "uniqueItems", "patternProperties", "not",
-                                     "dependencies", "dependentRequired", NOT_KEY };
+                                     "dependencies", "dependentRequired", "propertyNames", NOT_KEY };
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -832,6 +832,94 @@ static gram_x member(sctx *c, gram_x key, gram_x value) { return SEQ(seq3(c, LIT
 
 static int has_type(const json_t *v, const char *t);
 
+/* The names propertyNames allows, as an automaton over the JSON-string
+ * form of a key (NULL in *out: any name): a schema of string keywords only
+ * (pattern, minLength, maxLength, format, enum / const of strings).  0, or
+ * an error through fail(). */
+static int names_dfa(sctx *c, const json_t *pn, gram_re **out)
+{
+    *out = NULL;
+    pn = deref(c, pn);
+    if (!pn || json_is_true(pn) || (json_is_object(pn) && !constrains(pn, NULL, NULL))) return 0;
+    if (!json_is_object(pn)) return fail(c, QERR_UNSUPPORTED, "propertyNames false (no property at all) is not supported");
+    static const char *const ok[] = { "pattern", "minLength", "maxLength", "format", "enum", "const", "type" };
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)pn, k, v) if (IN(k, KNOWN) && !IN(k, ok))
+        return fail(c, QERR_UNSUPPORTED, "propertyNames with '%s' is not supported", k);
+    const json_t *ty = json_object_get(pn, "type");
+    if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "string")))
+        return fail(c, QERR_UNSUPPORTED, "propertyNames with a type other than string");
+    char err[300] = "", lp[64];
+    gram_re *re = NULL, *y = NULL, *t = NULL;
+    const json_t *pat = json_object_get(pn, "pattern"), *fmt = json_object_get(pn, "format");
+    const char *fp = json_is_string(fmt) ? format_pattern(json_string_value(fmt)) : NULL;
+    if (fmt && !fp) return fail(c, QERR_UNSUPPORTED, "propertyNames: format not supported");
+    int rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &re, err, sizeof err);
+    /* Each keyword narrows the names (a key is classified: no subsets here). */
+    if (!rc && json_is_string(pat)) {
+        rc = gram_re_compile(json_string_value(pat), json_string_length(pat), GRAM_RE_JSON_STRING, &y, err, sizeof err);
+        if (!rc) rc = gram_re_intersect(re, y, &t, err, sizeof err);
+        gram_re_free(y), y = NULL;
+        if (!rc) gram_re_free(re), re = t, t = NULL;
+    }
+    if (!rc && fp) {
+        rc = gram_re_compile(fp, strlen(fp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
+        if (!rc) rc = gram_re_intersect(re, y, &t, err, sizeof err);
+        gram_re_free(y), y = NULL;
+        if (!rc) gram_re_free(re), re = t, t = NULL;
+    }
+    const int mn = count_of(json_object_get(pn, "minLength"), 0), mx = count_of(json_object_get(pn, "maxLength"), -1);
+    if (!rc && (mn > 0 || mx >= 0)) {
+        if (mn > 1000 || mx > 1000) rc = QERR_UNSUPPORTED, snprintf(err, sizeof err, "name lengths above 1000");
+        else if (mx >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", mn, mx);
+        else snprintf(lp, sizeof lp, "[\\s\\S]{%d,}", mn);
+        if (!rc) rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
+        if (!rc) rc = gram_re_intersect(re, y, &t, err, sizeof err);
+        gram_re_free(y), y = NULL;
+        if (!rc) gram_re_free(re), re = t, t = NULL;
+    }
+    const json_t *en = json_object_get(pn, "enum"), *cn = json_object_get(pn, "const");
+    if (!rc && (en || cn)) {
+        /* The listed names only: an alternation of the quoted strings. */
+        char *alt = NULL;
+        size_t al = 0, ac = 0;
+        const size_t nv = cn ? 1 : json_array_size(en);
+        for (size_t i = 0; !rc && i < nv; i++) {
+            const json_t *x = cn ? cn : json_array_get(en, i);
+            char q[2048];
+            if (!json_is_string(x) || json_string_length(x) > 500) continue;
+            quote_re(json_string_value(x), json_string_length(x), q, sizeof q);
+            if ((al && q_append(&alt, &al, &ac, "|", 1)) || q_append(&alt, &al, &ac, q, strlen(q))) rc = QERR_NOMEM;
+        }
+        if (!rc && !al) rc = QERR_UNSUPPORTED, snprintf(err, sizeof err, "propertyNames: no string in its enum");
+        if (!rc) rc = gram_re_compile(alt, al, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
+        free(alt);
+        if (!rc) rc = gram_re_intersect(re, y, &t, err, sizeof err);
+        gram_re_free(y), y = NULL;
+        if (!rc) gram_re_free(re), re = t, t = NULL;
+    }
+    if (rc) {
+        gram_re_free(re);
+        return fail(c, rc, "propertyNames: %s", err[0] ? err : "out of memory");
+    }
+    *out = re;
+    return 0;
+}
+
+/* base (taken; NULL: any key) narrowed to the names of pn (NULL: all):
+ * 0 or an error code with err filled. */
+static int narrow_keys(gram_re **base, const gram_re *pn, char *err, size_t errlen)
+{
+    if (!pn) return 0;
+    gram_re *t = NULL;
+    int rc = 0;
+    if (!*base) rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, base, err, errlen);
+    if (!rc) rc = gram_re_intersect(*base, pn, &t, err, errlen);
+    if (!rc) gram_re_free(*base), *base = t;
+    return rc;
+}
+
 /* 1 when no value satisfies s, as far as is plain: false, not {}, or an
  * enum / const none of whose values has an allowed type (a schema written
  * {"type": "object", "enum": ["a", "b"]}, which validators reject always). */
@@ -877,11 +965,16 @@ static gram_x obj_x(sctx *c, const json_t *s)
     size_t *lens = q_callocn((size_t)(np0 + nreq) + 1, sizeof *lens);
     uint8_t *required = calloc((size_t)(np0 + nreq) + 1, 1);
     gram_re **pre = npp ? q_callocn((size_t)npp, sizeof *pre) : NULL; /* patternProperties' patterns */
+    gram_re *pnames = NULL; /* propertyNames: the names allowed (NULL: any) */
     int n = 0;
     gram_x out = 0;
     char rerr[300];
     if (!names || !schemas || !enc || !lens || !required || (npp && !pre)) {
         out = fail(c, QERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (json_object_get(s, "propertyNames") && names_dfa(c, json_object_get(s, "propertyNames"), &pnames)) {
+        out = c->rc;
         goto done;
     }
     if (npp) {
@@ -989,6 +1082,15 @@ static gram_x obj_x(sctx *c, const json_t *s)
             goto done;
         }
     }
+    /* A listed name that propertyNames refuses may not appear. */
+    for (int i = 0; i < n && pnames; i++) {
+        if (gram_re_match(pnames, enc[i] + 1, strlen(enc[i]) - 2)) continue;
+        if (required[i]) {
+            out = fail(c, QERR_INVAL, "required property '%s' is not allowed by propertyNames", names[i]);
+            goto done;
+        }
+        schemas[i] = NULL;
+    }
     /* A listed property whose name matches a pattern takes both schemas. */
     for (int i = 0; i < n && npp; i++) {
         if (!schemas[i]) continue;
@@ -1026,6 +1128,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
             gram_re *base = NULL;
             int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &base, rerr, sizeof rerr);
             if (!rc) rc = minus_all(&base, pre, k, rerr, sizeof rerr);
+            if (!rc) rc = narrow_keys(&base, pnames, rerr, sizeof rerr);
             if (rc) {
                 free(inner);
                 out = fail(c, rc, "patternProperties: %s", rerr);
@@ -1044,6 +1147,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
                 rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &base, rerr, sizeof rerr);
                 if (!rc) rc = minus_all(&base, pre, npp, rerr, sizeof rerr);
             }
+            if (!rc) rc = narrow_keys(&base, pnames, rerr, sizeof rerr);
             if (rc) {
                 free(inner);
                 out = fail(c, rc, "patternProperties: %s", rerr);
@@ -1129,6 +1233,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     free(prop);
     out = seq3(c, LIT("{"), first, LIT("}"));
 done:
+    gram_re_free(pnames);
     for (int i = 0; i < npp && pre; i++) gram_re_free(pre[i]);
     free(pre);
     for (int i = 0; i < n; i++) free(enc[i]);

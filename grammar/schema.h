@@ -21,13 +21,14 @@
  * and minProperties (objects of up to 6 properties), not (of {}, of types,
  * of not, anyOf, a one-schema allOf, required, a pattern, and an enum or
  * const of strings, true, false and null), multipleOf a whole
- * number up to 10000 (the integers that are multiples, for a number too).
+ * number up to 10000 (the integers that are multiples, for a number too),
+ * propertyNames of string keywords.
  * minProperties, maxProperties and uniqueItems elsewhere only where they
  * hold by themselves.  Where a smaller set of outputs is as valid, it is made:
  * maxLength above 2000 is generated as 2000, a pattern's repetition count
  * above 1000 as 1000, and a property no value satisfies (an enum none of
  * whose values has the type) is never given.  Any other validation keyword
- * (if, propertyNames, contains, ...) is an error naming it, never ignored;
+ * (if, contains, dependentSchemas, ...) is an error naming it, never ignored;
  * unknown keywords are annotations, as the specification says. */
 #ifndef QUIRE_GRAM_SCHEMA_H
 #define QUIRE_GRAM_SCHEMA_H

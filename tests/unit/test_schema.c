@@ -57,6 +57,10 @@ static const kase CASES[] = {
     { "{\"not\":{\"pattern\":\"^x\"}}", { "\"yx\"", "\"\"" }, { "\"xy\"", "3", "null" } },
     { "{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":4,\"not\":{\"const\":\"abc\"}}",
       { "\"abd\"", "\"abcd\"" }, { "\"abc\"", "\"abcde\"", "\"A\"" } },
+    /* propertyNames: extra keys only among the names it allows; a listed name it refuses never given. */
+    { "{\"type\":\"object\",\"properties\":{\"Bad\":{},\"ok\":{\"type\":\"integer\"}},\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":3}}",
+      { "{}", "{\"ok\":1}", "{\"abc\":[]}", "{\"ok\":1,\"x\":\"y\"}" }, { "{\"Bad\":1}", "{\"abcd\":1}", "{\"A\":1}", "{\"ok\":\"1\"}" } },
+    { "{\"propertyNames\":{\"enum\":[\"a\",\"b.c\"]}}", { "{}", "{\"a\":1}", "{\"b.c\":2,\"a\":3}", "5" }, { "{\"bxc\":1}", "{\"c\":1}" } },
     /* multipleOf a whole number: integers that are multiples (a number too). */
     { "{\"type\":\"number\",\"multipleOf\":11,\"maximum\":100}", { "0", "22", "-33", "99" }, { "7", "110", "1.5", "11.0" } },
     { "{\"multipleOf\":5}", { "15", "-5", "\"x\"", "[]" }, { "16", "2.5" } },
