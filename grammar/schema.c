@@ -12,13 +12,18 @@
  *              ones may be skipped; commas placed by two rules a position
  *              ("first so far" and "after one"), so nothing is expanded twice;
  *   arr_x      prefix items then the rest, counts from minItems / maxItems;
- *   str_x      pattern, format or length bounds over JSON-string bytes;
- *   num_x      integers and integer-bounded numbers as digit patterns.
+ *   sc_str     (schema_scalar.c) pattern, format or length bounds over
+ *              JSON-string bytes;
+ *   sc_num     (schema_scalar.c) integers and integer-bounded numbers as
+ *              digit patterns, multiples as residues.
+ * "not" is said another way where it can be (not_rewrite); tool calls and
+ * the API's regex and choice constraints are grammars of their own here.
  *
  * Shared pieces (any value, any string, numbers) are rules made once.
  * Keywords that cannot be enforced are errors with the JSON pointer of the
  * schema that holds them. */
 #include "schema.h"
+#include "schema_int.h"
 
 #include <limits.h>
 #include <math.h>
@@ -31,23 +36,8 @@
 #include "gram_re.h"
 #include "util.h"
 
-typedef struct {
-    gram_b *b;
-    const json_t *root;
-    int rc;
-    char err[800];
-    int r_value, r_string, r_number, r_integer;
-    struct memo {
-        const json_t *s;
-        int rule;
-    } *memo;
-    int n_memo, cap_memo;
-    json_t *keep;       /* schemas made by merging, alive until the end */
-    char path[256];     /* JSON pointer of the schema being compiled */
-    int depth;
-} sctx;
 
-static gram_x fail(sctx *c, int rc, const char *fmt, ...)
+gram_x sc_fail(sctx *c, int rc, const char *fmt, ...)
 {
     if (!c->rc) {
         char msg[400];
@@ -61,12 +51,6 @@ static gram_x fail(sctx *c, int rc, const char *fmt, ...)
     return c->rc;
 }
 
-#define B (c->b)
-#define SEQ(x, y) gram_b_seq(B, x, y)
-#define ALT(x, y) gram_b_alt(B, x, y)
-#define LIT(s) gram_b_lit(B, s, strlen(s))
-
-static gram_x seq3(sctx *c, gram_x x, gram_x y, gram_x z) { return SEQ(x, SEQ(y, z)); }
 
 /* Alternation that treats "none yet" (-1000) as nothing. */
 #define NONE (-1000)
@@ -76,7 +60,7 @@ static gram_x alt_add(sctx *c, gram_x acc, gram_x x)
     return acc == NONE ? x : ALT(acc, x);
 }
 
-static gram_x re(sctx *c, const char *pattern, unsigned flags)
+gram_x sc_re(sctx *c, const char *pattern, unsigned flags)
 {
     return gram_b_regex(B, pattern, strlen(pattern), flags);
 }
@@ -86,7 +70,7 @@ static gram_x as_rule(sctx *c, const char *name, gram_x x)
 {
     if (x < 0) return x;
     const int r = gram_b_rule(B, name);
-    if (r < 0 || gram_b_define(B, r, x)) return fail(c, QERR_NOMEM, "out of memory");
+    if (r < 0 || gram_b_define(B, r, x)) return sc_fail(c, QERR_NOMEM, "out of memory");
     return gram_b_ref(B, r);
 }
 
@@ -94,7 +78,7 @@ static gram_x as_rule(sctx *c, const char *name, gram_x x)
 static gram_x literal(sctx *c, const json_t *v)
 {
     char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!s) return fail(c, QERR_NOMEM, "out of memory");
+    if (!s) return sc_fail(c, QERR_NOMEM, "out of memory");
     gram_x x = LIT(s);
     free(s);
     return x;
@@ -112,10 +96,6 @@ static const char *const REFUSED[] = { "if", "then", "else",
 static const char *const ANNOTATIONS[] = { "title", "description", "default", "examples", "example", "$schema",
                                            "$id", "id", "$comment", "readOnly", "writeOnly", "deprecated",
                                            "contentMediaType", "contentEncoding", "$defs", "definitions", "$anchor" };
-
-/* Internal: negations kept for the string, boolean and null alternatives
- * (a list of {"pattern"} and {"enum"} schemas; not_rewrite makes it). */
-#define NOT_KEY "$quire_not"
 
 /* The keywords this compiler reads. */
 static const char *const KNOWN[] = { "type", "properties", "required", "additionalProperties", "items", "prefixItems",
@@ -224,17 +204,17 @@ static gram_x ref_rule(sctx *c, const json_t *t)
     for (int i = 0; i < c->n_memo; i++)
         if (c->memo[i].s == t) return gram_b_ref(B, c->memo[i].rule);
     const int r = gram_b_rule(B, "ref");
-    if (r < 0) return fail(c, QERR_NOMEM, "out of memory");
+    if (r < 0) return sc_fail(c, QERR_NOMEM, "out of memory");
     if (c->n_memo == c->cap_memo) {
         int cap = c->cap_memo ? c->cap_memo * 2 : 16;
         struct memo *m = q_reallocn(c->memo, (size_t)cap, sizeof *m);
-        if (!m) return fail(c, QERR_NOMEM, "out of memory");
+        if (!m) return sc_fail(c, QERR_NOMEM, "out of memory");
         c->memo = m, c->cap_memo = cap;
     }
     c->memo[c->n_memo++] = (struct memo){ t, r };
     gram_x body = sx_body(c, t);
     if (body < 0) return body;
-    if (gram_b_define(B, r, body)) return fail(c, QERR_NOMEM, "out of memory");
+    if (gram_b_define(B, r, body)) return sc_fail(c, QERR_NOMEM, "out of memory");
     return gram_b_ref(B, r);
 }
 
@@ -283,7 +263,7 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
     if (json_is_true(a)) return json_copy((json_t *)bb);
     if (json_is_true(bb)) return json_copy((json_t *)a);
     if (!json_is_object(a) || !json_is_object(bb)) {
-        fail(c, QERR_UNSUPPORTED, "allOf with a false schema");
+        sc_fail(c, QERR_UNSUPPORTED, "allOf with a false schema");
         return NULL;
     }
     /* Shallow: subschemas are shared, so that a schema met again (through
@@ -349,7 +329,7 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
             if (!both || json_array_extend(both, v)) {
                 json_decref(both);
                 json_decref(m);
-                fail(c, QERR_NOMEM, "out of memory");
+                sc_fail(c, QERR_NOMEM, "out of memory");
                 return NULL;
             }
             json_object_set_new(m, k, both);
@@ -358,7 +338,7 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
             json_t *both = json_array();
             if (!both) {
                 json_decref(m);
-                fail(c, QERR_NOMEM, "out of memory");
+                sc_fail(c, QERR_NOMEM, "out of memory");
                 return NULL;
             }
             size_t i, j;
@@ -384,7 +364,7 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
             }
             json_object_set_new(m, k, ap);
         } else if (IN(k, KNOWN) || IN(k, REFUSED)) {
-            fail(c, QERR_UNSUPPORTED, "allOf: cannot merge two different '%s'", k);
+            sc_fail(c, QERR_UNSUPPORTED, "allOf: cannot merge two different '%s'", k);
             json_decref(m);
             return NULL;
         }
@@ -399,347 +379,13 @@ static const json_t *keep(sctx *c, json_t *s)
     return s;
 }
 
-/* ---- strings ----------------------------------------------------------------------------- */
-
-/* Month and day: 31 days in the long months, 30 in the short ones, 29 in
- * February (the year is not checked for leap years). */
-#define DAYS "((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-9]))"
-
-/* Patterns of the formats (over code points; compiled in JSON-string mode). */
-static const char *format_pattern(const char *f)
-{
-    static const struct {
-        const char *name, *pattern;
-    } F[] = {
-        { "date", "\\d{4}-" DAYS },
-        { "time", "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
-        { "date-time", "\\d{4}-" DAYS "[Tt ]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)"
-                       "(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
-        { "email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
-                   "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*" },
-        { "uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" },
-        { "ipv4", "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)" },
-        { "ipv6", "(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|"
-                  "([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|"
-                  "([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
-                  "([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
-                  ":((:[0-9a-fA-F]{1,4}){1,7}|:))" },
-        { "uri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
-        { "hostname", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
-        /* Not JSON Schema's but common (OpenAPI and others). */
-        { "url", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
-        { "uri-reference", "[^\\s\"<>\\\\^`{|}]*" },
-        { "json-pointer", "(/([^~/]|~[01])*)*" },
-        { "byte", "([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?" },
-        { "semver", "(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(-[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?"
-                    "(\\+[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?" },
-    };
-    for (size_t i = 0; i < sizeof F / sizeof F[0]; i++)
-        if (!strcmp(f, F[i].name)) return F[i].pattern;
-    return NULL;
-}
-
-/* A count keyword (minLength, maxItems...) as an int: dflt when absent,
- * clamped to [-1, 1e9] (a negative or fractional one is refused by the
- * caller's range checks). */
-static int count_of(const json_t *v, int dflt)
-{
-    if (!json_is_number(v)) return dflt;
-    const double d = json_number_value(v);
-    if (!(d >= 0)) return -2; /* negative or NaN */
-    return d > 1e9 ? 1000000000 : (int)d;
-}
-
-/* A regex (gram_re.h syntax) matching exactly the string v, in out. */
-static void quote_re(const char *v, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 3 < cap; i++) {
-        if (v[i] && strchr("\\^$.|?*+()[]{}/", v[i])) out[o++] = '\\';
-        out[o++] = v[i];
-    }
-    out[o] = 0;
-}
-
-/* A string with its kept negations: the strings the rest allows (pattern or
- * format, length bounds) minus those matching a negated pattern and minus
- * the negated strings. */
-static gram_x str_negated(sctx *c, const json_t *s, const json_t *pat, const char *p, int min, int max, int bounded,
-                          const json_t *negs)
-{
-    (void)s;
-    char err[300] = "", lp[64];
-    gram_re *rx = NULL, *tmp = NULL, *y = NULL;
-    int rc = pat ? gram_re_compile(json_string_value(pat), json_string_length(pat), GRAM_RE_JSON_STRING | GRAM_RE_SUBSET,
-                                   &rx, err, sizeof err)
-           : p   ? gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err)
-                 : gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err);
-    if (!rc && bounded) {
-        if (max >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", min, max);
-        else snprintf(lp, sizeof lp, "[\\s\\S]{%d,}", min);
-        rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
-        if (!rc) rc = gram_re_intersect(rx, y, &tmp, err, sizeof err);
-        gram_re_free(y), y = NULL;
-        if (!rc) gram_re_free(rx), rx = tmp, tmp = NULL;
-    }
-    size_t i, j;
-    json_t *n, *x;
-    json_array_foreach(negs, i, n)
-    {
-        if (rc) break;
-        const json_t *np = json_object_get(n, "pattern");
-        if (json_is_string(np)) {
-            /* Unanchored, as a schema's pattern: the strings holding a match. */
-            rc = gram_re_compile(json_string_value(np), json_string_length(np), GRAM_RE_JSON_STRING, &y, err, sizeof err);
-            if (!rc) rc = gram_re_minus(rx, y, &tmp, err, sizeof err);
-            gram_re_free(y), y = NULL;
-            if (!rc) gram_re_free(rx), rx = tmp, tmp = NULL;
-        }
-        json_array_foreach(json_object_get(n, "enum"), j, x)
-        {
-            if (rc || !json_is_string(x)) continue;
-            char q[2048];
-            if (json_string_length(x) > 500) {
-                rc = QERR_UNSUPPORTED, snprintf(err, sizeof err, "not: a string over 500 bytes");
-                break;
-            }
-            quote_re(json_string_value(x), json_string_length(x), q, sizeof q);
-            rc = gram_re_compile(q, strlen(q), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
-            if (!rc) rc = gram_re_minus(rx, y, &tmp, err, sizeof err);
-            gram_re_free(y), y = NULL;
-            if (!rc) gram_re_free(rx), rx = tmp, tmp = NULL;
-        }
-    }
-    if (!rc && gram_re_empty(rx)) rc = QERR_INVAL, snprintf(err, sizeof err, "no string satisfies the schema and its not");
-    if (rc) {
-        gram_re_free(rx);
-        return fail(c, rc, "%s", err);
-    }
-    return seq3(c, LIT("\""), gram_b_regex_take(B, rx), LIT("\""));
-}
-
-static gram_x str_x(sctx *c, const json_t *s)
-{
-    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
-    const json_t *mn = json_object_get(s, "minLength"), *mx = json_object_get(s, "maxLength");
-    const int min = count_of(mn, 0);
-    int max = count_of(mx, -1);
-    const int bounded = min > 0 || max >= 0;
-    if ((pat && !json_is_string(pat)) || (fmt && !json_is_string(fmt)) || (mn && !json_is_number(mn)) ||
-        (mx && !json_is_number(mx)) || min < 0 || max < -1 || (max >= 0 && max < min))
-        return fail(c, QERR_INVAL, "a string keyword with a bad value");
-    if (min > 10000) return fail(c, QERR_UNSUPPORTED, "minLength above 10000");
-    /* A bound above 2000 characters is generated as 2000 (or minLength):
-     * outputs stay valid, longer strings are never produced (the automaton
-     * would need a state a character). */
-    if (max > 2000) max = min > 2000 ? min : 2000;
-    const char *p = NULL;
-    if (fmt) {
-        p = format_pattern(json_string_value(fmt));
-        if (!p) return fail(c, QERR_UNSUPPORTED, "format '%s' is not supported", json_string_value(fmt));
-        if (pat) return fail(c, QERR_UNSUPPORTED, "pattern and format together are not supported");
-    }
-    gram_x body;
-    const json_t *negs = json_object_get(s, NOT_KEY);
-    if (negs && json_array_size(negs)) return str_negated(c, s, pat, p, min, max, bounded, negs);
-    if (pat || p) {
-        /* The pattern (or format), intersected with the length bounds. */
-        gram_re *rx = NULL, *len = NULL, *both = NULL;
-        char err[300];
-        int rc = pat ? gram_re_compile(json_string_value(pat), json_string_length(pat),
-                                       GRAM_RE_JSON_STRING | GRAM_RE_SUBSET, &rx, err, sizeof err)
-                     : gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err);
-        if (!rc && bounded) {
-            char lp[64];
-            if (max >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", min, max);
-            else snprintf(lp, sizeof lp, "[\\s\\S]{%d,}", min);
-            rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &len, err, sizeof err);
-            if (!rc) rc = gram_re_intersect(rx, len, &both, err, sizeof err);
-            gram_re_free(rx);
-            gram_re_free(len);
-            rx = both;
-        }
-        if (rc) return fail(c, rc, "%s", err);
-        body = gram_b_regex_take(B, rx);
-    } else if (bounded) {
-        body = gram_b_rep(B, re(c, "[\\s\\S]", GRAM_RE_JSON_STRING | GRAM_RE_FULL), min, max);
-    } else {
-        return gram_b_ref(B, c->r_string);
-    }
-    return seq3(c, LIT("\""), body, LIT("\""));
-}
-
-/* ---- numbers --------------------------------------------------------------------------- */
-
-static void put(char *out, size_t cap, const char *fmt, ...)
-{
-    const size_t l = strlen(out);
-    if (l >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(out + l, cap - l, fmt, ap);
-    va_end(ap);
-}
-
-/* A pattern (no anchors) for the integers in [lo, hi], 0 <= lo <= hi (hi
- * < 0: no upper bound), appended to out. */
-static void int_range(long long lo, long long hi, char *out, size_t cap)
-{
-    int first = 1;
-    put(out, cap, "(");
-    long long p10 = 1;
-    int digits = 1;
-    for (long long a = lo; hi < 0 || a <= hi;) {
-        while (p10 * 10 <= a && digits < 18) p10 *= 10, digits++;
-        if (digits >= 18) break;
-        /* Numbers with this many digits: [a, e]. */
-        const long long top = p10 * 10 - 1, e = hi < 0 || hi > top ? top : hi;
-        for (long long s = a; s <= e;) {
-            long long k = 1;
-            while (s % (k * 10) == 0 && s + k * 10 - 1 <= e && k * 10 <= p10) k *= 10;
-            /* Blocks of size k from s with the same prefix, up to 10. */
-            long long n = 1;
-            while (n < 10 && (s / k) % 10 + n <= 9 && s + (n + 1) * k - 1 <= e) n++;
-            if (!first) put(out, cap, "|");
-            first = 0;
-            const long long pre = s / k / 10, d0 = (s / k) % 10, d1 = d0 + n - 1;
-            if (pre || (s / k >= 10)) put(out, cap, "%lld", pre);
-            if (d0 == d1) put(out, cap, "%lld", d0);
-            else put(out, cap, "[%lld-%lld]", d0, d1);
-            for (long long kk = k; kk > 1; kk /= 10) put(out, cap, "\\d");
-            s += n * k;
-        }
-        if (hi >= 0 && e >= hi) break;
-        a = top + 1;
-    }
-    if (hi < 0) put(out, cap, "%s[1-9]\\d{%d,}", first ? "" : "|", digits);
-    put(out, cap, ")");
-}
-
-static gram_x num_x(sctx *c, const json_t *s, int integer)
-{
-    const json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
-    const json_t *xmn = json_object_get(s, "exclusiveMinimum"), *xmx = json_object_get(s, "exclusiveMaximum");
-    const json_t *mul = json_object_get(s, "multipleOf");
-    /* multipleOf a whole number k: integers that are multiples of k (for a
-     * number too: fewer outputs, all valid, and exact in floating point). */
-    int mk = 0;
-    if (mul) {
-        const double m = json_is_number(mul) ? json_number_value(mul) : -1;
-        if (!(m > 0)) return fail(c, QERR_INVAL, "multipleOf must be a number above 0");
-        if (m != floor(m) || m > 10000)
-            return fail(c, QERR_UNSUPPORTED, "multipleOf %g is not supported (only whole numbers up to 10000)", m);
-        mk = (int)m;
-        integer = 1;
-    }
-    double lo = -INFINITY, hi = INFINITY;
-    int lo_x = 0, hi_x = 0;
-    if (json_is_number(mn)) lo = json_number_value(mn);
-    if (json_is_number(mx)) hi = json_number_value(mx);
-    if (json_is_true(xmn)) lo_x = 1; /* draft 4: a flag on minimum */
-    if (json_is_true(xmx)) hi_x = 1;
-    if (json_is_number(xmn) && json_number_value(xmn) >= lo) lo = json_number_value(xmn), lo_x = 1;
-    if (json_is_number(xmx) && json_number_value(xmx) <= hi) hi = json_number_value(xmx), hi_x = 1;
-    if (isinf(lo) && isinf(hi) && mk <= 1) return gram_b_ref(B, integer ? c->r_integer : c->r_number);
-    if (lo > 1e17 || hi < -1e17 || (!isinf(lo) && fabs(lo) > 1e17) || (!isinf(hi) && fabs(hi) > 1e17))
-        return fail(c, QERR_UNSUPPORTED, "numeric bounds beyond 1e17");
-    if (integer) {
-        /* Integers: the bounds rounded inward. */
-        long long l = isinf(lo) ? LLONG_MIN : (long long)ceil(lo), h = isinf(hi) ? LLONG_MAX : (long long)floor(hi);
-        if (lo_x && !isinf(lo) && (double)l == lo) l++;
-        if (hi_x && !isinf(hi) && (double)h == hi) h--;
-        if (l > h) return fail(c, QERR_INVAL, "no integer lies between minimum and maximum");
-        char p[4096] = "";
-        put(p, sizeof p, "(");
-        int any = 0;
-        if (h >= 0) {
-            int_range(l > 0 ? l : 0, h == LLONG_MAX ? -1 : h, p, sizeof p);
-            any = 1;
-        }
-        if (l < 0) {
-            /* -x for x in [max(1, -h), -l]. */
-            put(p, sizeof p, "%s-", any ? "|" : "");
-            int_range(h < 0 ? -h : 1, l == LLONG_MIN ? -1 : -l, p, sizeof p);
-        }
-        put(p, sizeof p, ")");
-        if (strlen(p) >= sizeof p - 1) return fail(c, QERR_LIMIT, "numeric bounds too wide");
-        if (mk <= 1) return re(c, p, GRAM_RE_FULL);
-        gram_re *range = NULL, *mult = NULL, *both = NULL;
-        char err[300];
-        int rc = gram_re_compile(p, strlen(p), GRAM_RE_FULL, &range, err, sizeof err);
-        if (!rc) rc = gram_re_multiples(mk, &mult, err, sizeof err);
-        if (!rc) rc = gram_re_intersect(range, mult, &both, err, sizeof err);
-        gram_re_free(range);
-        gram_re_free(mult);
-        if (rc) return fail(c, rc, "multipleOf %d: %s", mk, err);
-        if (gram_re_empty(both)) {
-            gram_re_free(both);
-            return fail(c, QERR_INVAL, "no multiple of %d lies between minimum and maximum", mk);
-        }
-        return gram_b_regex_take(B, both);
-    }
-    /* Numbers: integer bounds only; no exponent within bounds. */
-    if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi)))
-        return fail(c, QERR_UNSUPPORTED, "minimum / maximum that are not integers on a number");
-    char p[8192] = "";
-    put(p, sizeof p, "(");
-    int any = 0;
-    /* Non-negative part: [max(lo, 0), hi]. */
-    if (hi >= 0) {
-        const long long a = lo > 0 ? (long long)lo : 0;
-        const long long h = isinf(hi) ? -1 : (long long)hi;
-        if (h < 0 || h > a) {
-            /* a..h-1 with any fraction (a itself: a nonzero fraction if exclusive). */
-            if (lo_x && lo >= 0) {
-                put(p, sizeof p, "%lld\\.\\d*[1-9]\\d*", a);
-                if (h < 0 || h > a + 1) {
-                    put(p, sizeof p, "|");
-                    int_range(a + 1, h < 0 ? -1 : h - 1, p, sizeof p);
-                    put(p, sizeof p, "(\\.\\d+)?");
-                }
-            } else {
-                int_range(a, h < 0 ? -1 : h - 1, p, sizeof p);
-                put(p, sizeof p, "(\\.\\d+)?");
-            }
-            any = 1;
-        }
-        if (h >= 0 && !hi_x && h >= a && !(lo_x && lo >= 0 && h == a)) {
-            put(p, sizeof p, "%s%lld(\\.0+)?", any ? "|" : "", h);
-            any = 1;
-        }
-    }
-    /* Negative part: -v for v in [m, l], m = max(0, -hi), l = -lo. */
-    if (lo < 0) {
-        const int l_inf = isinf(lo);
-        const long long l = l_inf ? 0 : (long long)-lo, m = hi < 0 ? (long long)-hi : 0;
-        char neg[4096] = "";
-        int k = 0;
-        if (l_inf || m < l) put(neg, sizeof neg, "%lld\\.\\d*[1-9]\\d*", m), k++; /* (m, m + 1) */
-        if (m > 0 && !hi_x && (l_inf || m < l || !lo_x)) put(neg, sizeof neg, "%s%lld(\\.0+)?", k++ ? "|" : "", m);
-        if (l_inf || l > m + 1) {
-            put(neg, sizeof neg, "%s", k++ ? "|" : "");
-            int_range(m + 1, l_inf ? -1 : l - 1, neg, sizeof neg);
-            put(neg, sizeof neg, "(\\.\\d+)?");
-        }
-        if (!l_inf && l > m && !lo_x) put(neg, sizeof neg, "%s%lld(\\.0+)?", k++ ? "|" : "", l);
-        if (k) {
-            put(p, sizeof p, "%s-(%s)", any ? "|" : "", neg);
-            any = 1;
-        }
-    }
-    put(p, sizeof p, ")");
-    if (!any) return fail(c, QERR_INVAL, "no number lies between minimum and maximum");
-    if (strlen(p) >= sizeof p - 1) return fail(c, QERR_LIMIT, "numeric bounds too wide");
-    return re(c, p, GRAM_RE_FULL);
-}
-
 /* ---- arrays ------------------------------------------------------------------------------ */
 
 /* The expression of schema s at path component name (for messages). */
 static gram_x sub(sctx *c, const json_t *s, const char *name)
 {
     const size_t l = strlen(c->path);
-    put(c->path, sizeof c->path, "/%s", name);
+    sc_put(c->path, sizeof c->path, "/%s", name);
     gram_x x = sx(c, s);
     c->path[l] = 0;
     return x;
@@ -751,19 +397,19 @@ static gram_x arr_x(sctx *c, const json_t *s)
     const json_t *addl = json_object_get(s, "additionalItems");
     const json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
     const json_t *uniq = json_object_get(s, "uniqueItems");
-    const int min = count_of(mn, 0), max = count_of(mx, -1);
-    if (min < 0 || max < -1 || (max >= 0 && max < min)) return fail(c, QERR_INVAL, "minItems / maxItems out of order");
-    if (min > 1000 || max > 1000) return fail(c, QERR_UNSUPPORTED, "minItems / maxItems above 1000");
+    const int min = sc_count_of(mn, 0), max = sc_count_of(mx, -1);
+    if (min < 0 || max < -1 || (max >= 0 && max < min)) return sc_fail(c, QERR_INVAL, "minItems / maxItems out of order");
+    if (min > 1000 || max > 1000) return sc_fail(c, QERR_UNSUPPORTED, "minItems / maxItems above 1000");
     if (json_is_true(uniq) && !(max >= 0 && max <= 1))
-        return fail(c, QERR_UNSUPPORTED, "uniqueItems cannot be enforced");
+        return sc_fail(c, QERR_UNSUPPORTED, "uniqueItems cannot be enforced");
     /* The tuple part and the schema of the rest (NULL: no more items). */
     const json_t *tuple = json_is_array(prefix) ? prefix : json_is_array(items) ? items : NULL;
     const json_t *rest = json_is_array(prefix) ? items : json_is_array(items) ? addl : items;
     if (!rest) rest = json_true();
     if (json_is_false(rest)) rest = NULL;
     const int k = tuple ? (int)json_array_size(tuple) : 0;
-    if (k > 1000) return fail(c, QERR_UNSUPPORTED, "more than 1000 prefixItems");
-    if (!rest && min > k) return fail(c, QERR_INVAL, "minItems above the items allowed");
+    if (k > 1000) return sc_fail(c, QERR_UNSUPPORTED, "more than 1000 prefixItems");
+    if (!rest && min > k) return sc_fail(c, QERR_INVAL, "minItems above the items allowed");
     if (max == 0) return LIT("[]");
     gram_x rx = NONE;
     if (rest) {
@@ -783,7 +429,7 @@ static gram_x arr_x(sctx *c, const json_t *s)
         char idx[32];
         snprintf(idx, sizeof idx, "prefixItems/%d", i);
         gram_x item = sub(c, json_array_get(tuple, (size_t)i), idx);
-        gram_x one = seq3(c, LIT(","), item, tail);
+        gram_x one = sc_seq3(c, LIT(","), item, tail);
         tail = as_rule(c, "tuple", i < min ? one : ALT(one, gram_b_empty(B)));
     }
     /* The first item: tuple[0] or the rest's. */
@@ -798,7 +444,7 @@ static gram_x arr_x(sctx *c, const json_t *s)
         return LIT("[]");
     }
     if (min == 0) body = ALT(body, gram_b_empty(B));
-    return seq3(c, LIT("["), body, LIT("]"));
+    return sc_seq3(c, LIT("["), body, LIT("]"));
 }
 
 /* ---- objects ------------------------------------------------------------------------------ */
@@ -828,33 +474,33 @@ static int minus_all(gram_re **base, gram_re *const *pre, int n, char *err, size
 }
 
 /* "key": value, with key the content of a string. */
-static gram_x member(sctx *c, gram_x key, gram_x value) { return SEQ(seq3(c, LIT("\""), key, LIT("\":")), value); }
+static gram_x member(sctx *c, gram_x key, gram_x value) { return SEQ(sc_seq3(c, LIT("\""), key, LIT("\":")), value); }
 
 static int has_type(const json_t *v, const char *t);
 
 /* The names propertyNames allows, as an automaton over the JSON-string
  * form of a key (NULL in *out: any name): a schema of string keywords only
  * (pattern, minLength, maxLength, format, enum / const of strings).  0, or
- * an error through fail(). */
+ * an error through sc_fail(). */
 static int names_dfa(sctx *c, const json_t *pn, gram_re **out)
 {
     *out = NULL;
     pn = deref(c, pn);
     if (!pn || json_is_true(pn) || (json_is_object(pn) && !constrains(pn, NULL, NULL))) return 0;
-    if (!json_is_object(pn)) return fail(c, QERR_UNSUPPORTED, "propertyNames false (no property at all) is not supported");
+    if (!json_is_object(pn)) return sc_fail(c, QERR_UNSUPPORTED, "propertyNames false (no property at all) is not supported");
     static const char *const ok[] = { "pattern", "minLength", "maxLength", "format", "enum", "const", "type" };
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)pn, k, v) if (IN(k, KNOWN) && !IN(k, ok))
-        return fail(c, QERR_UNSUPPORTED, "propertyNames with '%s' is not supported", k);
+        return sc_fail(c, QERR_UNSUPPORTED, "propertyNames with '%s' is not supported", k);
     const json_t *ty = json_object_get(pn, "type");
     if (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "string")))
-        return fail(c, QERR_UNSUPPORTED, "propertyNames with a type other than string");
+        return sc_fail(c, QERR_UNSUPPORTED, "propertyNames with a type other than string");
     char err[300] = "", lp[64];
     gram_re *re = NULL, *y = NULL, *t = NULL;
     const json_t *pat = json_object_get(pn, "pattern"), *fmt = json_object_get(pn, "format");
-    const char *fp = json_is_string(fmt) ? format_pattern(json_string_value(fmt)) : NULL;
-    if (fmt && !fp) return fail(c, QERR_UNSUPPORTED, "propertyNames: format not supported");
+    const char *fp = json_is_string(fmt) ? sc_format_pattern(json_string_value(fmt)) : NULL;
+    if (fmt && !fp) return sc_fail(c, QERR_UNSUPPORTED, "propertyNames: format not supported");
     int rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &re, err, sizeof err);
     /* Each keyword narrows the names (a key is classified: no subsets here). */
     if (!rc && json_is_string(pat)) {
@@ -869,7 +515,7 @@ static int names_dfa(sctx *c, const json_t *pn, gram_re **out)
         gram_re_free(y), y = NULL;
         if (!rc) gram_re_free(re), re = t, t = NULL;
     }
-    const int mn = count_of(json_object_get(pn, "minLength"), 0), mx = count_of(json_object_get(pn, "maxLength"), -1);
+    const int mn = sc_count_of(json_object_get(pn, "minLength"), 0), mx = sc_count_of(json_object_get(pn, "maxLength"), -1);
     if (!rc && (mn > 0 || mx >= 0)) {
         if (mn > 1000 || mx > 1000) rc = QERR_UNSUPPORTED, snprintf(err, sizeof err, "name lengths above 1000");
         else if (mx >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", mn, mx);
@@ -889,7 +535,7 @@ static int names_dfa(sctx *c, const json_t *pn, gram_re **out)
             const json_t *x = cn ? cn : json_array_get(en, i);
             char q[2048];
             if (!json_is_string(x) || json_string_length(x) > 500) continue;
-            quote_re(json_string_value(x), json_string_length(x), q, sizeof q);
+            sc_quote_re(json_string_value(x), json_string_length(x), q, sizeof q);
             if ((al && q_append(&alt, &al, &ac, "|", 1)) || q_append(&alt, &al, &ac, q, strlen(q))) rc = QERR_NOMEM;
         }
         if (!rc && !al) rc = QERR_UNSUPPORTED, snprintf(err, sizeof err, "propertyNames: no string in its enum");
@@ -901,7 +547,7 @@ static int names_dfa(sctx *c, const json_t *pn, gram_re **out)
     }
     if (rc) {
         gram_re_free(re);
-        return fail(c, rc, "propertyNames: %s", err[0] ? err : "out of memory");
+        return sc_fail(c, rc, "propertyNames: %s", err[0] ? err : "out of memory");
     }
     *out = re;
     return 0;
@@ -948,11 +594,11 @@ static gram_x obj_x(sctx *c, const json_t *s)
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     const json_t *addl = json_object_get(s, "additionalProperties");
     const json_t *mnp = json_object_get(s, "minProperties"), *mxp = json_object_get(s, "maxProperties");
-    if (props && !json_is_object(props)) return fail(c, QERR_INVAL, "properties must be an object");
-    if (req && !json_is_array(req)) return fail(c, QERR_INVAL, "required must be an array");
+    if (props && !json_is_object(props)) return sc_fail(c, QERR_INVAL, "properties must be an object");
+    if (req && !json_is_array(req)) return sc_fail(c, QERR_INVAL, "required must be an array");
     if (!addl) addl = json_true();
     const json_t *pp = json_object_get(s, "patternProperties");
-    if (pp && !json_is_object(pp)) return fail(c, QERR_INVAL, "patternProperties must be an object");
+    if (pp && !json_is_object(pp)) return sc_fail(c, QERR_INVAL, "patternProperties must be an object");
     const int npp = pp ? (int)json_object_size(pp) : 0;
     const int extras = !json_is_false(addl) || npp > 0;
     /* The properties: listed ones, then required names not listed (which
@@ -970,7 +616,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     gram_x out = 0;
     char rerr[300];
     if (!names || !schemas || !enc || !lens || !required || (npp && !pre)) {
-        out = fail(c, QERR_NOMEM, "out of memory");
+        out = sc_fail(c, QERR_NOMEM, "out of memory");
         goto done;
     }
     if (json_object_get(s, "propertyNames") && names_dfa(c, json_object_get(s, "propertyNames"), &pnames)) {
@@ -985,7 +631,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         {
             const int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &pre[i++], rerr, sizeof rerr);
             if (rc) {
-                out = fail(c, rc, "patternProperties: %s", rerr);
+                out = sc_fail(c, rc, "patternProperties: %s", rerr);
                 goto done;
             }
         }
@@ -999,7 +645,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
              * (so no extra takes its name), never given. */
             const int never = no_value(c, v);
             if (never && req && in_array(req, k)) {
-                out = fail(c, QERR_INVAL, "required property '%s' can have no value", k);
+                out = sc_fail(c, QERR_INVAL, "required property '%s' can have no value", k);
                 goto done;
             }
             names[n] = k, schemas[n] = never ? NULL : v, required[n] = req && in_array(req, k);
@@ -1009,7 +655,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     for (int i = 0; i < nreq; i++) {
         const char *r = json_string_value(json_array_get(req, (size_t)i));
         if (!r) {
-            out = fail(c, QERR_INVAL, "required must list strings");
+            out = sc_fail(c, QERR_INVAL, "required must list strings");
             goto done;
         }
         if (props && json_object_get(props, r)) continue;
@@ -1017,7 +663,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         for (int j = 0; j < n; j++) dup |= !strcmp(names[j], r);
         if (dup) continue;
         if (!extras) {
-            out = fail(c, QERR_INVAL, "required property '%s' is not allowed (additionalProperties false)", r);
+            out = sc_fail(c, QERR_INVAL, "required property '%s' is not allowed (additionalProperties false)", r);
             goto done;
         }
         names[n] = r, schemas[n] = addl, required[n] = 1;
@@ -1028,11 +674,11 @@ static gram_x obj_x(sctx *c, const json_t *s)
     /* minProperties beyond the required ones, and dependencies (a listed
      * property that needs others), hold in objects taken in any order:
      * the set of properties given decides whether the object may end. */
-    const int min_props = json_is_number(mnp) ? count_of(mnp, 0) : 0;
+    const int min_props = json_is_number(mnp) ? sc_count_of(mnp, 0) : 0;
     const json_t *deps = json_object_get(s, "dependentRequired");
     if (!deps) deps = json_object_get(s, "dependencies");
     if ((min_props > n_req || deps) && n > ANY_ORDER_MAX) {
-        out = fail(c, QERR_UNSUPPORTED, "minProperties / dependencies on an object of more than %d properties",
+        out = sc_fail(c, QERR_UNSUPPORTED, "minProperties / dependencies on an object of more than %d properties",
                    ANY_ORDER_MAX);
         goto done;
     }
@@ -1043,7 +689,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         json_object_foreach((json_t *)deps, dk, dv)
         {
             if (!json_is_array(dv)) {
-                out = fail(c, QERR_UNSUPPORTED, "dependencies with a schema ('%s') are not supported", dk);
+                out = sc_fail(c, QERR_UNSUPPORTED, "dependencies with a schema ('%s') are not supported", dk);
                 goto done;
             }
             int a = -1;
@@ -1057,7 +703,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
                 for (int i = 0; i < n && json_is_string(x); i++)
                     if (!strcmp(names[i], json_string_value(x))) bi = i;
                 if (bi < 0 || a < 0) {
-                    out = fail(c, QERR_UNSUPPORTED, "dependencies between properties that are not listed");
+                    out = sc_fail(c, QERR_UNSUPPORTED, "dependencies between properties that are not listed");
                     goto done;
                 }
                 need_of[a] |= 1u << bi;
@@ -1065,11 +711,11 @@ static gram_x obj_x(sctx *c, const json_t *s)
         }
     }
     if (min_props > n) {
-        out = fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed");
+        out = sc_fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed");
         goto done;
     }
     if (json_is_number(mxp) && (extras || json_number_value(mxp) < n)) {
-        out = fail(c, QERR_UNSUPPORTED, "maxProperties below the properties allowed");
+        out = sc_fail(c, QERR_UNSUPPORTED, "maxProperties below the properties allowed");
         goto done;
     }
     /* Keys as they appear in the output: the JSON text of the name. */
@@ -1078,7 +724,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         enc[i] = js ? json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         json_decref(js);
         if (!enc[i]) {
-            out = fail(c, QERR_NOMEM, "out of memory");
+            out = sc_fail(c, QERR_NOMEM, "out of memory");
             goto done;
         }
     }
@@ -1086,7 +732,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     for (int i = 0; i < n && pnames; i++) {
         if (gram_re_match(pnames, enc[i] + 1, strlen(enc[i]) - 2)) continue;
         if (required[i]) {
-            out = fail(c, QERR_INVAL, "required property '%s' is not allowed by propertyNames", names[i]);
+            out = sc_fail(c, QERR_INVAL, "required property '%s' is not allowed by propertyNames", names[i]);
             goto done;
         }
         schemas[i] = NULL;
@@ -1102,7 +748,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
             if (gram_re_match(pre[k++], enc[i] + 1, strlen(enc[i]) - 2)) {
                 schemas[i] = keep(c, merge(c, schemas[i], pv));
                 if (!schemas[i]) {
-                    out = c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+                    out = c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
                     goto done;
                 }
             }
@@ -1115,7 +761,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         const char **inner = q_callocn((size_t)n + 1, sizeof *inner);
         for (int i = 0; inner && i < n; i++) inner[i] = enc[i] + 1, lens[i] = strlen(enc[i]) - 2;
         if (!inner) {
-            out = fail(c, QERR_NOMEM, "out of memory");
+            out = sc_fail(c, QERR_NOMEM, "out of memory");
             goto done;
         }
         gram_x acc = NONE;
@@ -1131,7 +777,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
             if (!rc) rc = narrow_keys(&base, pnames, rerr, sizeof rerr);
             if (rc) {
                 free(inner);
-                out = fail(c, rc, "patternProperties: %s", rerr);
+                out = sc_fail(c, rc, "patternProperties: %s", rerr);
                 goto done;
             }
             char where[300];
@@ -1150,7 +796,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
             if (!rc) rc = narrow_keys(&base, pnames, rerr, sizeof rerr);
             if (rc) {
                 free(inner);
-                out = fail(c, rc, "patternProperties: %s", rerr);
+                out = sc_fail(c, rc, "patternProperties: %s", rerr);
                 goto done;
             }
             acc = alt_add(c, acc, member(c, gram_b_key(B, base, inner, lens, n), sub(c, addl, "additionalProperties")));
@@ -1165,7 +811,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     /* Each property as a rule: its key, a colon, its value. */
     gram_x *prop = q_callocn((size_t)n + 1, sizeof *prop);
     if (!prop) {
-        out = fail(c, QERR_NOMEM, "out of memory");
+        out = sc_fail(c, QERR_NOMEM, "out of memory");
         goto done;
     }
     for (int i = 0; i < n && !c->rc; i++) {
@@ -1198,10 +844,10 @@ static gram_x obj_x(sctx *c, const json_t *s)
             gram_x acc = may_end ? gram_b_empty(B) : NONE;
             for (int i = 0; i < n; i++)
                 if (!(mk >> i & 1) && prop[i] != NONE)
-                    acc = alt_add(c, acc, seq3(c, LIT(","), prop[i], gram_b_ref(B, rest_rule[mk | 1 << i])));
-            if (extras) acc = alt_add(c, acc, seq3(c, LIT(","), extra, gram_b_ref(B, rest_rule[mk])));
+                    acc = alt_add(c, acc, sc_seq3(c, LIT(","), prop[i], gram_b_ref(B, rest_rule[mk | 1 << i])));
+            if (extras) acc = alt_add(c, acc, sc_seq3(c, LIT(","), extra, gram_b_ref(B, rest_rule[mk])));
             if (acc == NONE) acc = gram_b_empty(B); /* all given: nothing can follow (not reached: req_mask covers) */
-            if (acc < 0 || gram_b_define(B, rest_rule[mk], acc)) fail(c, QERR_NOMEM, "out of memory");
+            if (acc < 0 || gram_b_define(B, rest_rule[mk], acc)) sc_fail(c, QERR_NOMEM, "out of memory");
         }
         gram_x first = req_mask || min_props > 0 ? NONE : gram_b_empty(B);
         for (int i = 0; i < n; i++)
@@ -1209,7 +855,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         if (extras) first = alt_add(c, first, SEQ(extra, gram_b_ref(B, rest_rule[0])));
         if (first == NONE) first = gram_b_empty(B);
         free(prop);
-        out = seq3(c, LIT("{"), first, LIT("}"));
+        out = sc_seq3(c, LIT("{"), first, LIT("}"));
         goto done;
     }
     /* More properties: in schema order.  From the end: rest(i) after some
@@ -1231,7 +877,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         first = as_rule(c, "first", f_i);
     }
     free(prop);
-    out = seq3(c, LIT("{"), first, LIT("}"));
+    out = sc_seq3(c, LIT("{"), first, LIT("}"));
 done:
     gram_re_free(pnames);
     for (int i = 0; i < npp && pre; i++) gram_re_free(pre[i]);
@@ -1281,10 +927,10 @@ static gram_x typed(sctx *c, const json_t *s, const char *t)
     }
     if (!strcmp(t, "object")) return obj_x(c, s);
     if (!strcmp(t, "array")) return arr_x(c, s);
-    if (!strcmp(t, "string")) return str_x(c, s);
-    if (!strcmp(t, "integer")) return num_x(c, s, 1);
-    if (!strcmp(t, "number")) return num_x(c, s, 0);
-    return fail(c, QERR_INVAL, "unknown type '%s'", t);
+    if (!strcmp(t, "string")) return sc_str(c, s);
+    if (!strcmp(t, "integer")) return sc_num(c, s, 1);
+    if (!strcmp(t, "number")) return sc_num(c, s, 0);
+    return sc_fail(c, QERR_INVAL, "unknown type '%s'", t);
 }
 
 /* s without the keys k1, k2 (kept alive). */
@@ -1310,7 +956,7 @@ static const json_t *not_rewrite(sctx *c, const json_t *s, const json_t *nt)
     const char *k = json_object_iter_key(json_object_iter((json_t *)nt));
     const json_t *v = json_object_get(nt, k);
     json_t *w = json_copy((json_t *)s);
-    if (!w) return fail(c, QERR_NOMEM, "out of memory"), NULL;
+    if (!w) return sc_fail(c, QERR_NOMEM, "out of memory"), NULL;
     json_object_del(w, "not");
     json_t *out = NULL;
     if (!strcmp(k, "not")) {
@@ -1379,11 +1025,11 @@ static const json_t *not_rewrite(sctx *c, const json_t *s, const json_t *nt)
 static gram_x sx_inner(sctx *c, const json_t *s)
 {
     if (json_is_true(s)) return gram_b_ref(B, c->r_value);
-    if (json_is_false(s)) return fail(c, QERR_UNSUPPORTED, "a false schema (no instance is valid)");
-    if (!json_is_object(s)) return fail(c, QERR_INVAL, "a schema must be an object or a boolean");
+    if (json_is_false(s)) return sc_fail(c, QERR_UNSUPPORTED, "a false schema (no instance is valid)");
+    if (!json_is_object(s)) return sc_fail(c, QERR_INVAL, "a schema must be an object or a boolean");
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)s, k, v) if (IN(k, REFUSED)) return fail(c, QERR_UNSUPPORTED, "keyword '%s' is not supported", k);
+    json_object_foreach((json_t *)s, k, v) if (IN(k, REFUSED)) return sc_fail(c, QERR_UNSUPPORTED, "keyword '%s' is not supported", k);
     /* not: only {} (nothing: an error here; a property's is handled by
      * its object) and a list of types taken out of the allowed ones. */
     const json_t *nt = json_object_get(s, "not");
@@ -1394,9 +1040,9 @@ static gram_x sx_inner(sctx *c, const json_t *s)
         nt = deref(c, nt);
         const json_t *nty = json_object_get(nt, "type");
         if (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt)))
-            return fail(c, QERR_UNSUPPORTED, "a schema no instance satisfies (not {})");
+            return sc_fail(c, QERR_UNSUPPORTED, "a schema no instance satisfies (not {})");
         if (!json_is_object(nt) || !nty || constrains(nt, "type", NULL))
-            return fail(c, QERR_UNSUPPORTED, "keyword 'not' is supported only with {} or a type");
+            return sc_fail(c, QERR_UNSUPPORTED, "keyword 'not' is supported only with {} or a type");
         json_t *w = json_copy((json_t *)s), *left = json_array();
         const json_t *have = json_object_get(s, "type");
         for (int t = 0; t < 6; t++) { /* number covers integer */
@@ -1419,24 +1065,24 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     /* $ref (its siblings, if any, must hold too). */
     const json_t *ref = json_object_get(s, "$ref");
     if (ref) {
-        if (!json_is_string(ref)) return fail(c, QERR_INVAL, "$ref must be a string");
+        if (!json_is_string(ref)) return sc_fail(c, QERR_INVAL, "$ref must be a string");
         const json_t *t = resolve(c, json_string_value(ref));
-        if (!t) return fail(c, QERR_UNSUPPORTED, "$ref '%s' does not name a schema in this document", json_string_value(ref));
+        if (!t) return sc_fail(c, QERR_UNSUPPORTED, "$ref '%s' does not name a schema in this document", json_string_value(ref));
         if (!constrains(s, "$ref", NULL)) return ref_rule(c, t);
         const json_t *m = keep(c, merge(c, without(c, s, "$ref", NULL), t));
-        return m ? sx(c, m) : c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+        return m ? sx(c, m) : c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
     }
     /* allOf: one schema. */
     const json_t *all = json_object_get(s, "allOf");
     if (all) {
-        if (!json_is_array(all) || !json_array_size(all)) return fail(c, QERR_INVAL, "allOf must be a non-empty array");
+        if (!json_is_array(all) || !json_array_size(all)) return sc_fail(c, QERR_INVAL, "allOf must be a non-empty array");
         const json_t *m = without(c, s, "allOf", NULL);
         size_t i;
         json_t *x;
         json_array_foreach(all, i, x)
         {
             m = keep(c, merge(c, m, x));
-            if (!m) return c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+            if (!m) return c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
         }
         return sx(c, m);
     }
@@ -1444,7 +1090,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const char *ak = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
     if (ak) {
         const json_t *alts = json_object_get(s, ak);
-        if (!json_is_array(alts) || !json_array_size(alts)) return fail(c, QERR_INVAL, "%s must be a non-empty array", ak);
+        if (!json_is_array(alts) || !json_array_size(alts)) return sc_fail(c, QERR_INVAL, "%s must be a non-empty array", ak);
         const json_t *base = without(c, s, ak, NULL);
         const int plain = !constrains(base, NULL, NULL);
         gram_x acc = NONE;
@@ -1455,18 +1101,18 @@ static gram_x sx_inner(sctx *c, const json_t *s)
             char where[32];
             snprintf(where, sizeof where, "%s/%zu", ak, i);
             const json_t *one = plain ? x : keep(c, merge(c, base, x));
-            if (!one) return c->rc ? c->rc : fail(c, QERR_NOMEM, "out of memory");
+            if (!one) return c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
             acc = alt_add(c, acc, sub(c, one, where));
             if (acc < 0) return acc;
         }
         return acc;
     }
     const json_t *type = json_object_get(s, "type");
-    if (type && !json_is_string(type) && !json_is_array(type)) return fail(c, QERR_INVAL, "type must be a string or a list");
+    if (type && !json_is_string(type) && !json_is_array(type)) return sc_fail(c, QERR_INVAL, "type must be a string or a list");
     /* enum / const: the values (of the allowed types) as literals. */
     const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     if (en || cn) {
-        if (en && !json_is_array(en)) return fail(c, QERR_INVAL, "enum must be an array");
+        if (en && !json_is_array(en)) return sc_fail(c, QERR_INVAL, "enum must be an array");
         gram_x acc = NONE;
         const size_t n = cn ? 1 : json_array_size(en);
         for (size_t i = 0; i < n; i++) {
@@ -1480,7 +1126,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
             acc = alt_add(c, acc, literal(c, val));
             if (acc < 0) return acc;
         }
-        if (acc == NONE) return fail(c, QERR_UNSUPPORTED, "no enum value has an allowed type");
+        if (acc == NONE) return sc_fail(c, QERR_UNSUPPORTED, "no enum value has an allowed type");
         if (json_is_true(json_object_get(s, "nullable")) && !(cn ? json_is_null(cn) : 0)) acc = ALT(acc, LIT("null"));
         return acc;
     }
@@ -1494,7 +1140,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
             int found = 0;
             for (int t = 0; tn && t < 7; t++)
                 if (!strcmp(tn, TYPES[t])) want[t] = found = 1;
-            if (!found) return fail(c, QERR_INVAL, "unknown type '%s'", tn ? tn : "?");
+            if (!found) return sc_fail(c, QERR_INVAL, "unknown type '%s'", tn ? tn : "?");
         }
         if (want[5]) want[6] = 0;
     }
@@ -1510,7 +1156,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
             acc = alt_add(c, acc, typed(c, s, TYPES[t]));
             if (acc < 0) return acc;
         }
-    if (acc == NONE) return fail(c, QERR_INVAL, "an empty type list");
+    if (acc == NONE) return sc_fail(c, QERR_INVAL, "an empty type list");
     return acc;
 }
 
@@ -1527,13 +1173,13 @@ static gram_x sx(sctx *c, const json_t *s)
 static gram_x sx_body(sctx *c, const json_t *s)
 {
     if (c->rc) return c->rc;
-    if (++c->depth > 200) return fail(c, QERR_LIMIT, "schemas nested more than 200 deep");
+    if (++c->depth > 200) return sc_fail(c, QERR_LIMIT, "schemas nested more than 200 deep");
     gram_x x = sx_inner(c, s);
     c->depth--;
     if (x < 0 && !c->rc) {
         const char *msg;
         const int rc = gram_b_error(B, &msg);
-        return fail(c, rc ? rc : x, "%s", rc ? msg : "cannot compile");
+        return sc_fail(c, rc ? rc : x, "%s", rc ? msg : "cannot compile");
     }
     return x;
 }
@@ -1546,19 +1192,19 @@ static int shared_rules(sctx *c)
     c->r_number = gram_b_rule(B, "number");
     c->r_integer = gram_b_rule(B, "integer");
     const int r_obj = gram_b_rule(B, "object"), r_arr = gram_b_rule(B, "array");
-    gram_b_define(B, c->r_string, seq3(c, LIT("\""), re(c, "[\\s\\S]*", GRAM_RE_JSON_STRING | GRAM_RE_FULL), LIT("\"")));
-    gram_b_define(B, c->r_number, re(c, "-?(0|[1-9]\\d*)(\\.\\d+)?([eE][+-]?\\d+)?", GRAM_RE_FULL));
-    gram_b_define(B, c->r_integer, re(c, "-?(0|[1-9]\\d*)", GRAM_RE_FULL));
+    gram_b_define(B, c->r_string, sc_seq3(c, LIT("\""), sc_re(c, "[\\s\\S]*", GRAM_RE_JSON_STRING | GRAM_RE_FULL), LIT("\"")));
+    gram_b_define(B, c->r_number, sc_re(c, "-?(0|[1-9]\\d*)(\\.\\d+)?([eE][+-]?\\d+)?", GRAM_RE_FULL));
+    gram_b_define(B, c->r_integer, sc_re(c, "-?(0|[1-9]\\d*)", GRAM_RE_FULL));
     gram_x member = SEQ(gram_b_ref(B, c->r_string), SEQ(LIT(":"), gram_b_ref(B, c->r_value)));
     gram_b_define(B, r_obj,
-                  seq3(c, LIT("{"),
+                  sc_seq3(c, LIT("{"),
                        ALT(SEQ(member, gram_b_rep(B, SEQ(LIT(","), SEQ(gram_b_ref(B, c->r_string),
                                                                       SEQ(LIT(":"), gram_b_ref(B, c->r_value)))),
                                                   0, -1)),
                            gram_b_empty(B)),
                        LIT("}")));
     gram_b_define(B, r_arr,
-                  seq3(c, LIT("["),
+                  sc_seq3(c, LIT("["),
                        ALT(SEQ(gram_b_ref(B, c->r_value), gram_b_rep(B, SEQ(LIT(","), gram_b_ref(B, c->r_value)), 0, -1)),
                            gram_b_empty(B)),
                        LIT("]")));
@@ -1569,7 +1215,7 @@ static int shared_rules(sctx *c)
     gram_b_define(B, c->r_value, v);
     const char *msg;
     const int rc = gram_b_error(B, &msg);
-    return rc ? fail(c, rc, "%s", msg) : 0;
+    return rc ? sc_fail(c, rc, "%s", msg) : 0;
 }
 
 /* The grammar whose root is what top(c, arg) builds, with the shared rules
@@ -1583,7 +1229,7 @@ static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, co
     c.keep = json_array();
     c.root = root;
     int rc = 0;
-    if (!c.b || !c.keep) rc = fail(&c, QERR_NOMEM, "out of memory");
+    if (!c.b || !c.keep) rc = sc_fail(&c, QERR_NOMEM, "out of memory");
     if (!rc) rc = shared_rules(&c);
     if (!rc) {
         gram_x x = top(&c, arg);
@@ -1636,14 +1282,14 @@ static gram_x one_call(sctx *c, const tools_arg *a)
         json_t *nm = json_stringn(a->t[i].name, a->t[i].name_len);
         char *q = nm ? json_dumps(nm, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         json_decref(nm);
-        if (!q) return fail(c, QERR_NOMEM, "out of memory");
+        if (!q) return sc_fail(c, QERR_NOMEM, "out of memory");
         gram_x head = SEQ(LIT("{\"name\":"), SEQ(LIT(q), LIT(",\"arguments\":")));
         free(q);
         /* The parameters are a schema of their own: its $refs start there. */
         c->root = a->t[i].params ? a->t[i].params : json_true();
         c->path[0] = 0;
         gram_x args = a->t[i].params ? sx(c, a->t[i].params) : sx(c, json_true());
-        any = alt_add(c, any, seq3(c, head, args, LIT("}")));
+        any = alt_add(c, any, sc_seq3(c, head, args, LIT("}")));
     }
     if (!c->rc) *a->bad = -1;
     return c->rc ? c->rc : any;
@@ -1654,7 +1300,7 @@ static gram_x top_tools(sctx *c, const void *arg)
     const tools_arg *a = arg;
     gram_x call = as_rule(c, "call", one_call(c, a));
     if (call < 0) return call;
-    gram_x wrapped = seq3(c, LIT(GRAM_TOOL_OPEN), call, LIT(GRAM_TOOL_CLOSE));
+    gram_x wrapped = sc_seq3(c, LIT(GRAM_TOOL_OPEN), call, LIT(GRAM_TOOL_CLOSE));
     gram_x calls = a->max_calls == 1 ? wrapped : SEQ(wrapped, gram_b_rep(B, SEQ(LIT("\n"), wrapped), 0, a->max_calls < 1 ? -1 : a->max_calls - 1));
     if (!a->text_first) return calls;
     /* Text first: any text without the opening tag, then calls or nothing. */
@@ -1666,7 +1312,7 @@ static gram_x top_tools(sctx *c, const void *arg)
     if (!rc) rc = gram_re_minus(all, with, &text, msg, sizeof msg);
     gram_re_free(all);
     gram_re_free(with);
-    if (rc) return fail(c, rc, "%s", msg);
+    if (rc) return sc_fail(c, rc, "%s", msg);
     return SEQ(gram_b_regex_take(B, text), ALT(calls, gram_b_empty(B)));
 }
 

@@ -1,0 +1,60 @@
+/* schema_int.h - what schema.c and schema_scalar.c share (grammar
+ * internal): the compiler's context and its helpers. */
+#ifndef QUIRE_GRAM_SCHEMA_INT_H
+#define QUIRE_GRAM_SCHEMA_INT_H
+
+#include <jansson.h>
+#include <string.h>
+
+#include "gram.h"
+
+typedef struct {
+    gram_b *b;
+    const json_t *root;
+    int rc;
+    char err[800];
+    int r_value, r_string, r_number, r_integer;
+    struct memo {
+        const json_t *s;
+        int rule;
+    } *memo;
+    int n_memo, cap_memo;
+    json_t *keep;       /* schemas made by merging, alive until the end */
+    char path[256];     /* JSON pointer of the schema being compiled */
+    int depth;
+} sctx;
+
+/* Records the first error (its message with the JSON pointer being
+ * compiled) and returns its code. */
+gram_x sc_fail(sctx *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A pattern (gram_re.h's syntax and flags) as an expression. */
+gram_x sc_re(sctx *c, const char *pattern, unsigned flags);
+
+#define B (c->b)
+#define SEQ(x, y) gram_b_seq(B, x, y)
+#define ALT(x, y) gram_b_alt(B, x, y)
+#define LIT(s) gram_b_lit(B, s, strlen(s))
+
+static inline gram_x sc_seq3(sctx *c, gram_x x, gram_x y, gram_x z) { return SEQ(x, SEQ(y, z)); }
+
+/* Internal: negations kept for the string, boolean and null alternatives
+ * (a list of {"pattern"} and {"enum"} schemas; schema.c's not_rewrite
+ * makes it). */
+#define NOT_KEY "$quire_not"
+
+/* Appends printf-style text to out (cap bytes; the end is cut, never
+ * overrun). */
+void sc_put(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The pattern of a supported format, or NULL. */
+const char *sc_format_pattern(const char *f);
+/* A count keyword (minLength, maxItems...) as an int: dflt when absent,
+ * clamped to [-1, 1e9]. */
+int sc_count_of(const json_t *v, int dflt);
+/* A pattern matching exactly the n bytes of v, into out (cap bytes). */
+void sc_quote_re(const char *v, size_t n, char *out, size_t cap);
+/* The string alternative of schema s. */
+gram_x sc_str(sctx *c, const json_t *s);
+/* The integer (integer != 0) or number alternative of schema s. */
+gram_x sc_num(sctx *c, const json_t *s, int integer);
+
+#endif
