@@ -53,7 +53,6 @@ gram_x sc_fail(sctx *c, int rc, const char *fmt, ...)
 
 
 /* Alternation that treats "none yet" (-1000) as nothing. */
-#define NONE (-1000)
 static gram_x alt_add(sctx *c, gram_x acc, gram_x x)
 {
     if (x < 0) return x;
@@ -77,7 +76,7 @@ static gram_x as_rule(sctx *c, const char *name, gram_x x)
 /* The compact JSON text of v, as a literal. */
 static gram_x literal(sctx *c, const json_t *v)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *s = gram_json_text(v);
     if (!s) return sc_fail(c, QERR_NOMEM, "out of memory");
     gram_x x = LIT(s);
     free(s);
@@ -159,7 +158,7 @@ static const json_t *find_anchor(const json_t *s, const char *f, int depth)
     return NULL;
 }
 
-static const json_t *resolve(sctx *c, const char *ref)
+const json_t *sc_resolve(sctx *c, const char *ref)
 {
     if (ref[0] != '#') return NULL;
     if (ref[1] && ref[1] != '/') return find_anchor(c->root, ref, 0);
@@ -224,7 +223,7 @@ static const json_t *deref(sctx *c, const json_t *s)
     for (int hops = 0; hops < 32 && json_is_object(s); hops++) {
         const json_t *r = json_object_get(s, "$ref");
         if (!json_is_string(r) || constrains(s, "$ref", NULL)) return s;
-        const json_t *t = resolve(c, json_string_value(r));
+        const json_t *t = sc_resolve(c, json_string_value(r));
         if (!t) return s;
         s = t;
     }
@@ -450,7 +449,6 @@ static gram_x arr_x(sctx *c, const json_t *s)
 /* ---- objects ------------------------------------------------------------------------------ */
 
 /* Objects with at most this many properties take them in any order. */
-#define ANY_ORDER_MAX 6
 
 static int in_array(const json_t *a, const char *s)
 {
@@ -476,7 +474,6 @@ static int minus_all(gram_re **base, gram_re *const *pre, int n, char *err, size
 /* "key": value, with key the content of a string. */
 static gram_x member(sctx *c, gram_x key, gram_x value) { return SEQ(sc_seq3(c, LIT("\""), key, LIT("\":")), value); }
 
-static int has_type(const json_t *v, const char *t);
 
 /* The names propertyNames allows, as an automaton over the JSON-string
  * form of a key (NULL in *out: any name): a schema of string keywords only
@@ -569,6 +566,8 @@ static int narrow_keys(gram_re **base, const gram_re *pn, char *err, size_t errl
 /* 1 when no value satisfies s, as far as is plain: false, not {}, or an
  * enum / const none of whose values has an allowed type (a schema written
  * {"type": "object", "enum": ["a", "b"]}, which validators reject always). */
+static const json_t *without(sctx *c, const json_t *s, const char *k1, const char *k2);
+
 static int no_value(sctx *c, const json_t *s)
 {
     s = deref(c, s);
@@ -576,17 +575,52 @@ static int no_value(sctx *c, const json_t *s)
     if (!json_is_object(s)) return 0;
     const json_t *nt = json_object_get(s, "not");
     if (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt))) return 1;
+    if (json_is_true(json_object_get(s, "nullable"))) return 0;
     const json_t *type = json_object_get(s, "type"), *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
-    if (!type || (!json_is_array(en) && !cn) || json_is_true(json_object_get(s, "nullable"))) return 0;
+    if (json_is_array(type) && !json_array_size(type)) return 1; /* types merged to none */
+    if (!json_is_array(en) && !cn) return 0;
+    /* An enum or const: none of whose values holds. */
+    const json_t *rest = without(c, s, cn ? "const" : "enum", NULL);
     const size_t n = cn ? 1 : json_array_size(en);
-    for (size_t i = 0; i < n; i++) {
-        const json_t *val = cn ? cn : json_array_get(en, i);
-        for (size_t t = 0; t < (json_is_array(type) ? json_array_size(type) : 1); t++) {
-            const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, t) : type);
-            if (!tn || has_type(val, tn)) return 0;
-        }
-    }
-    return 1;
+    for (size_t i = 0; rest && i < n; i++)
+        if (sc_check(c, rest, cn ? cn : json_array_get(en, i), NULL)) return 0;
+    return rest != NULL;
+}
+
+/* 1 when JSON-string content k matches one of the n patterns. */
+static int any_match(gram_re *const *pre, int n, const char *k)
+{
+    json_t *js = json_string(k);
+    char *e = js ? json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    int hit = 0;
+    for (int i = 0; e && i < n && !hit; i++) hit = gram_re_match(pre[i], e + 1, strlen(e) - 2);
+    free(e);
+    json_decref(js);
+    return hit;
+}
+
+/* The index of property k among names[0, *n); one not there is added,
+ * optional, with an extra key's schema (true when a pattern matches it:
+ * the patterns' schemas are merged in later).  -1 when k cannot appear. */
+static int listed(const char *k, const char **names, const json_t **schemas, uint8_t *required, int *n,
+                  const json_t *addl, gram_re *const *pre, int npp)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(names[i], k)) return schemas[i] ? i : -1;
+    const json_t *sch = any_match(pre, npp, k) ? json_true() : addl;
+    if (json_is_false(sch)) return -1;
+    names[*n] = k, schemas[*n] = sch, required[*n] = 0;
+    return (*n)++;
+}
+
+/* How many names dependencies hold (keys and listed names). */
+static int dep_names(const json_t *deps)
+{
+    const char *k;
+    json_t *v;
+    int nd = 0;
+    json_object_foreach((json_t *)deps, k, v) nd += 1 + (json_is_array(v) ? (int)json_array_size(v) : 0);
+    return nd;
 }
 
 static gram_x obj_x(sctx *c, const json_t *s)
@@ -605,17 +639,24 @@ static gram_x obj_x(sctx *c, const json_t *s)
      * take additionalProperties' schema). */
     const int np0 = props ? (int)json_object_size(props) : 0;
     const int nreq = req ? (int)json_array_size(req) : 0;
-    const char **names = q_callocn((size_t)(np0 + nreq) + 1, sizeof *names);
-    const json_t **schemas = q_callocn((size_t)(np0 + nreq) + 1, sizeof *schemas);
-    char **enc = q_callocn((size_t)(np0 + nreq) + 1, sizeof *enc);
-    size_t *lens = q_callocn((size_t)(np0 + nreq) + 1, sizeof *lens);
-    uint8_t *required = calloc((size_t)(np0 + nreq) + 1, 1);
+    const json_t *deps = json_object_get(s, "dependentRequired");
+    if (!deps) deps = json_object_get(s, "dependencies");
+    if (deps && !json_is_object(deps)) return sc_fail(c, QERR_INVAL, "dependencies must be an object");
+    const int nd = deps ? dep_names(deps) : 0;
+    const size_t cap = (size_t)(np0 + nreq + nd) + 1;
+    const char **names = q_callocn(cap, sizeof *names);
+    const json_t **schemas = q_callocn(cap, sizeof *schemas);
+    char **enc = q_callocn(cap, sizeof *enc);
+    size_t *lens = q_callocn(cap, sizeof *lens);
+    uint8_t *required = calloc(cap, 1);
+    int (*dep)[2] = q_callocn((size_t)nd + 1, sizeof *dep);
+    int ndep = 0;
     gram_re **pre = npp ? q_callocn((size_t)npp, sizeof *pre) : NULL; /* patternProperties' patterns */
     gram_re *pnames = NULL; /* propertyNames: the names allowed (NULL: any) */
     int n = 0;
     gram_x out = 0;
     char rerr[300];
-    if (!names || !schemas || !enc || !lens || !required || (npp && !pre)) {
+    if (!names || !schemas || !enc || !lens || !required || !dep || (npp && !pre)) {
         out = sc_fail(c, QERR_NOMEM, "out of memory");
         goto done;
     }
@@ -662,27 +703,18 @@ static gram_x obj_x(sctx *c, const json_t *s)
         int dup = 0;
         for (int j = 0; j < n; j++) dup |= !strcmp(names[j], r);
         if (dup) continue;
-        if (!extras) {
+        const int at = listed(r, names, schemas, required, &n, addl, pre, npp);
+        if (at < 0) {
             out = sc_fail(c, QERR_INVAL, "required property '%s' is not allowed (additionalProperties false)", r);
             goto done;
         }
-        names[n] = r, schemas[n] = addl, required[n] = 1;
-        n++;
+        required[at] = 1;
     }
-    int n_req = 0;
-    for (int i = 0; i < n; i++) n_req += required[i];
-    /* minProperties beyond the required ones, and dependencies (a listed
-     * property that needs others), hold in objects taken in any order:
-     * the set of properties given decides whether the object may end. */
-    const int min_props = json_is_number(mnp) ? sc_count_of(mnp, 0) : 0;
-    const json_t *deps = json_object_get(s, "dependentRequired");
-    if (!deps) deps = json_object_get(s, "dependencies");
-    if ((min_props > n_req || deps) && n > ANY_ORDER_MAX) {
-        out = sc_fail(c, QERR_UNSUPPORTED, "minProperties / dependencies on an object of more than %d properties",
-                   ANY_ORDER_MAX);
-        goto done;
-    }
-    unsigned need_of[ANY_ORDER_MAX + 1] = { 0 }; /* property i given: these must be too */
+    /* Dependencies (dependentRequired, or dependencies' lists) as pairs of
+     * properties.  A name not listed is listed here (optional, its value
+     * an extra one's) when extra keys are allowed; else it never appears:
+     * as a source its dependency holds, as a target its source is never
+     * given. */
     if (deps) {
         const char *dk;
         json_t *dv;
@@ -692,30 +724,35 @@ static gram_x obj_x(sctx *c, const json_t *s)
                 out = sc_fail(c, QERR_UNSUPPORTED, "dependencies with a schema ('%s') are not supported", dk);
                 goto done;
             }
-            int a = -1;
-            for (int i = 0; i < n; i++)
-                if (!strcmp(names[i], dk)) a = i;
+            const int a = listed(dk, names, schemas, required, &n, addl, pre, npp);
             size_t j;
             json_t *x;
             json_array_foreach(dv, j, x)
             {
-                int bi = -1;
-                for (int i = 0; i < n && json_is_string(x); i++)
-                    if (!strcmp(names[i], json_string_value(x))) bi = i;
-                if (bi < 0 || a < 0) {
-                    out = sc_fail(c, QERR_UNSUPPORTED, "dependencies between properties that are not listed");
+                if (!json_is_string(x)) {
+                    out = sc_fail(c, QERR_INVAL, "dependencies must list strings");
                     goto done;
                 }
-                need_of[a] |= 1u << bi;
+                const int bi = listed(json_string_value(x), names, schemas, required, &n, addl, pre, npp);
+                if (a < 0 || bi == a) continue;
+                if (bi < 0) {
+                    if (required[a]) {
+                        out = sc_fail(c, QERR_INVAL, "required property '%s' needs '%s', which is not allowed", dk,
+                                      json_string_value(x));
+                        goto done;
+                    }
+                    schemas[a] = NULL;
+                    continue;
+                }
+                dep[ndep][0] = a, dep[ndep][1] = bi;
+                ndep++;
             }
         }
     }
-    if (min_props > n) {
-        out = sc_fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed");
-        goto done;
-    }
-    if (json_is_number(mxp) && (extras || json_number_value(mxp) < n)) {
-        out = sc_fail(c, QERR_UNSUPPORTED, "maxProperties below the properties allowed");
+    const int min_props = json_is_number(mnp) ? sc_count_of(mnp, 0) : 0;
+    const int max_props = json_is_number(mxp) ? sc_count_of(mxp, -1) : -1;
+    if (min_props > n + extras) {
+        out = sc_fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed%s", extras ? " and one more" : "");
         goto done;
     }
     /* Keys as they appear in the output: the JSON text of the name. */
@@ -752,6 +789,13 @@ static gram_x obj_x(sctx *c, const json_t *s)
                     goto done;
                 }
             }
+        }
+        if (no_value(c, schemas[i])) { /* the schemas have no value in common */
+            if (required[i]) {
+                out = sc_fail(c, QERR_INVAL, "required property '%s' can have no value", names[i]);
+                goto done;
+            }
+            schemas[i] = NULL;
         }
     }
     /* The extra properties: a key none of the names, its value from the
@@ -829,55 +873,10 @@ static gram_x obj_x(sctx *c, const json_t *s)
         out = c->rc;
         goto done;
     }
-    if (n <= ANY_ORDER_MAX) {
-        /* Any order: a rule for each set of properties given so far (after
-         * at least one member), and one for the start. */
-        const int nm = 1 << n;
-        unsigned req_mask = 0;
-        for (int i = 0; i < n; i++) req_mask |= (unsigned)required[i] << i;
-        int rest_rule[1 << ANY_ORDER_MAX];
-        for (int mk = 0; mk < nm; mk++) rest_rule[mk] = gram_b_rule(B, "props");
-        for (int mk = 0; mk < nm && !c->rc; mk++) {
-            int may_end = !(req_mask & ~(unsigned)mk) && __builtin_popcount((unsigned)mk) >= min_props;
-            for (int i = 0; i < n; i++)
-                if ((mk >> i & 1) && (need_of[i] & ~(unsigned)mk)) may_end = 0;
-            gram_x acc = may_end ? gram_b_empty(B) : NONE;
-            for (int i = 0; i < n; i++)
-                if (!(mk >> i & 1) && prop[i] != NONE)
-                    acc = alt_add(c, acc, sc_seq3(c, LIT(","), prop[i], gram_b_ref(B, rest_rule[mk | 1 << i])));
-            if (extras) acc = alt_add(c, acc, sc_seq3(c, LIT(","), extra, gram_b_ref(B, rest_rule[mk])));
-            if (acc == NONE) acc = gram_b_empty(B); /* all given: nothing can follow (not reached: req_mask covers) */
-            if (acc < 0 || gram_b_define(B, rest_rule[mk], acc)) sc_fail(c, QERR_NOMEM, "out of memory");
-        }
-        gram_x first = req_mask || min_props > 0 ? NONE : gram_b_empty(B);
-        for (int i = 0; i < n; i++)
-            if (prop[i] != NONE) first = alt_add(c, first, SEQ(prop[i], gram_b_ref(B, rest_rule[1 << i])));
-        if (extras) first = alt_add(c, first, SEQ(extra, gram_b_ref(B, rest_rule[0])));
-        if (first == NONE) first = gram_b_empty(B);
-        free(prop);
-        out = sc_seq3(c, LIT("{"), first, LIT("}"));
-        goto done;
-    }
-    /* More properties: in schema order.  From the end: rest(i) after some
-     * property, first(i) before any. */
-    gram_x rest = extras ? gram_b_rep(B, SEQ(LIT(","), extra), 0, -1) : gram_b_empty(B);
-    gram_x first = extras ? ALT(SEQ(extra, gram_b_rep(B, SEQ(LIT(","), extra), 0, -1)), gram_b_empty(B))
-                          : gram_b_empty(B);
-    rest = as_rule(c, "rest", rest);
-    first = as_rule(c, "first", first);
-    for (int i = n - 1; i >= 0 && !c->rc; i--) {
-        if (prop[i] == NONE) continue;
-        gram_x r_i = SEQ(LIT(","), SEQ(prop[i], rest));
-        gram_x f_i = SEQ(prop[i], rest);
-        if (!required[i]) {
-            r_i = ALT(r_i, rest);
-            f_i = ALT(f_i, first);
-        }
-        rest = as_rule(c, "rest", r_i);
-        first = as_rule(c, "first", f_i);
-    }
+    const sc_obj ob = { n, prop, required, (const int (*)[2])dep, ndep, extra, min_props, max_props };
+    const gram_x body = sc_members(c, &ob);
     free(prop);
-    out = sc_seq3(c, LIT("{"), first, LIT("}"));
+    out = body < 0 ? body : sc_seq3(c, LIT("{"), body, LIT("}"));
 done:
     gram_re_free(pnames);
     for (int i = 0; i < npp && pre; i++) gram_re_free(pre[i]);
@@ -888,6 +887,7 @@ done:
     free(enc);
     free(lens);
     free(required);
+    free(dep);
     return c->rc ? c->rc : out;
 }
 
@@ -901,19 +901,6 @@ static int negated(const json_t *s, const json_t *val)
     size_t i, j;
     json_t *n, *x;
     json_array_foreach(json_object_get(s, NOT_KEY), i, n) json_array_foreach(json_object_get(n, "enum"), j, x) if (json_equal(x, (json_t *)val)) return 1;
-    return 0;
-}
-
-/* 1 when JSON value v has type t. */
-static int has_type(const json_t *v, const char *t)
-{
-    if (!strcmp(t, "null")) return json_is_null(v);
-    if (!strcmp(t, "boolean")) return json_is_boolean(v);
-    if (!strcmp(t, "object")) return json_is_object(v);
-    if (!strcmp(t, "array")) return json_is_array(v);
-    if (!strcmp(t, "string")) return json_is_string(v);
-    if (!strcmp(t, "integer")) return json_is_integer(v) || (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)));
-    if (!strcmp(t, "number")) return json_is_number(v);
     return 0;
 }
 
@@ -1022,11 +1009,39 @@ static const json_t *not_rewrite(sctx *c, const json_t *s, const json_t *nt)
     return out ? keep(c, out) : NULL;
 }
 
+/* enum / const: the values that satisfy everything beside them (checked
+ * one by one, whatever the other keywords), as literals. */
+static gram_x enum_x(sctx *c, const json_t *s)
+{
+    const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (en && !json_is_array(en)) return sc_fail(c, QERR_INVAL, "enum must be an array");
+    const json_t *rest = without(c, s, en ? "enum" : "const", "nullable");
+    if (!rest) return sc_fail(c, QERR_NOMEM, "out of memory");
+    const int nullable = json_is_true(json_object_get(s, "nullable"));
+    gram_x acc = NONE;
+    int has_null = 0;
+    const size_t n = en ? json_array_size(en) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *val = en ? json_array_get(en, i) : cn;
+        const char *why;
+        const int r = nullable && json_is_null(val) ? 1 : sc_check(c, rest, val, &why);
+        if (r < 0) return sc_fail(c, QERR_UNSUPPORTED, "enum / const beside '%s', which cannot be checked", why);
+        if (!r) continue;
+        has_null |= json_is_null(val);
+        acc = alt_add(c, acc, literal(c, val));
+        if (acc < 0) return acc;
+    }
+    if (nullable && !has_null) acc = alt_add(c, acc, LIT("null"));
+    if (acc == NONE) return sc_fail(c, QERR_UNSUPPORTED, "no enum / const value satisfies the schema");
+    return acc;
+}
+
 static gram_x sx_inner(sctx *c, const json_t *s)
 {
     if (json_is_true(s)) return gram_b_ref(B, c->r_value);
     if (json_is_false(s)) return sc_fail(c, QERR_UNSUPPORTED, "a false schema (no instance is valid)");
     if (!json_is_object(s)) return sc_fail(c, QERR_INVAL, "a schema must be an object or a boolean");
+    if (json_object_get(s, "enum") || json_object_get(s, "const")) return enum_x(c, s);
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v) if (IN(k, REFUSED)) return sc_fail(c, QERR_UNSUPPORTED, "keyword '%s' is not supported", k);
@@ -1066,7 +1081,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const json_t *ref = json_object_get(s, "$ref");
     if (ref) {
         if (!json_is_string(ref)) return sc_fail(c, QERR_INVAL, "$ref must be a string");
-        const json_t *t = resolve(c, json_string_value(ref));
+        const json_t *t = sc_resolve(c, json_string_value(ref));
         if (!t) return sc_fail(c, QERR_UNSUPPORTED, "$ref '%s' does not name a schema in this document", json_string_value(ref));
         if (!constrains(s, "$ref", NULL)) return ref_rule(c, t);
         const json_t *m = keep(c, merge(c, without(c, s, "$ref", NULL), t));
@@ -1102,34 +1117,15 @@ static gram_x sx_inner(sctx *c, const json_t *s)
             snprintf(where, sizeof where, "%s/%zu", ak, i);
             const json_t *one = plain ? x : keep(c, merge(c, base, x));
             if (!one) return c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
+            if (no_value(c, one)) continue; /* an alternative the keywords beside it rule out */
             acc = alt_add(c, acc, sub(c, one, where));
             if (acc < 0) return acc;
         }
+        if (acc == NONE) return sc_fail(c, QERR_UNSUPPORTED, "no alternative of %s can hold", ak);
         return acc;
     }
     const json_t *type = json_object_get(s, "type");
     if (type && !json_is_string(type) && !json_is_array(type)) return sc_fail(c, QERR_INVAL, "type must be a string or a list");
-    /* enum / const: the values (of the allowed types) as literals. */
-    const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
-    if (en || cn) {
-        if (en && !json_is_array(en)) return sc_fail(c, QERR_INVAL, "enum must be an array");
-        gram_x acc = NONE;
-        const size_t n = cn ? 1 : json_array_size(en);
-        for (size_t i = 0; i < n; i++) {
-            const json_t *val = cn ? cn : json_array_get(en, i);
-            int ok = !type;
-            for (size_t t = 0; type && t < (json_is_array(type) ? json_array_size(type) : 1); t++) {
-                const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, t) : type);
-                ok |= tn && has_type(val, tn);
-            }
-            if (!ok) continue;
-            acc = alt_add(c, acc, literal(c, val));
-            if (acc < 0) return acc;
-        }
-        if (acc == NONE) return sc_fail(c, QERR_UNSUPPORTED, "no enum value has an allowed type");
-        if (json_is_true(json_object_get(s, "nullable")) && !(cn ? json_is_null(cn) : 0)) acc = ALT(acc, LIT("null"));
-        return acc;
-    }
     /* One alternative a type; "integer" is left out when "number" is in. */
     int want[7] = { 0 };
     if (!type) {

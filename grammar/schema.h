@@ -43,6 +43,11 @@
  * is), QERR_LIMIT, QERR_NOMEM. */
 int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errlen);
 
+/* The compact JSON text of v as the grammars write it (jansson's
+ * strings, numbers in the fewest digits that read back the same: 2.1, not
+ * 2.1000000000000001); NULL when out of memory.  free() it. */
+char *gram_json_text(const json_t *v);
+
 /* The grammar of any compact JSON value (json_object mode): 0 or as above. */
 int gram_json_any(gram **out, char *err, size_t errlen);
 

@@ -42,11 +42,38 @@ static inline gram_x sc_seq3(sctx *c, gram_x x, gram_x y, gram_x z) { return SEQ
  * makes it). */
 #define NOT_KEY "$quire_not"
 
+/* No expression (an alternative left out). */
+#define NONE (-1000)
+/* Objects of up to this many listed properties take them in any order. */
+#define ANY_ORDER_MAX 6
+
+/* An object's members, for sc_members. */
+typedef struct {
+    int n;                   /* listed properties */
+    const gram_x *prop;      /* each one's member (key, colon, value); NONE: never given */
+    const unsigned char *required;
+    const int (*deps)[2];    /* property deps[d][0] given: deps[d][1] must be too */
+    int ndeps;
+    gram_x extra;            /* a member of another key; NONE: none allowed */
+    int min, max;            /* minProperties, maxProperties (-1: none) */
+} sc_obj;
+/* The members of an object, between its braces (schema_obj.c). */
+gram_x sc_members(sctx *c, const sc_obj *o);
+
 /* Appends printf-style text to out (cap bytes; the end is cut, never
  * overrun). */
 void sc_put(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The pattern of a supported format, or NULL. */
 const char *sc_format_pattern(const char *f);
+/* 1 for a format of the specifications quire cannot generate (formats
+ * none defines only annotate). */
+int sc_format_refused(const char *f);
+/* The schema a local reference names, or NULL. */
+const json_t *sc_resolve(sctx *c, const char *ref);
+/* Whether the JSON value v is an instance of schema s (read as Python's
+ * jsonschema reads it): 1 yes, 0 no, -1 when a keyword cannot be decided
+ * (named in *why). */
+int sc_check(sctx *c, const json_t *s, const json_t *v, const char **why);
 /* A count keyword (minLength, maxItems...) as an int: dflt when absent,
  * clamped to [-1, 1e9]. */
 int sc_count_of(const json_t *v, int dflt);

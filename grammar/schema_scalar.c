@@ -46,12 +46,29 @@ const char *sc_format_pattern(const char *f)
         { "uri-reference", "[^\\s\"<>\\\\^`{|}]*" },
         { "json-pointer", "(/([^~/]|~[01])*)*" },
         { "byte", "([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?" },
+        /* Draft 3's names. */
+        { "host-name", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
+        { "ip-address", "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)" },
+        { "color", "#[0-9A-Fa-f]{3}([0-9A-Fa-f]{3})?|aqua|black|blue|fuchsia|gray|green|lime|maroon|navy|olive|orange|"
+                   "purple|red|silver|teal|white|yellow" },
         { "semver", "(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(-[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?"
                     "(\\+[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?" },
     };
     for (size_t i = 0; i < sizeof F / sizeof F[0]; i++)
         if (!strcmp(f, F[i].name)) return F[i].pattern;
     return NULL;
+}
+
+/* 1 for a format the JSON Schema specifications define that quire cannot
+ * generate (an error); formats no specification defines only annotate, as
+ * the specification says, and leave the string free. */
+int sc_format_refused(const char *f)
+{
+    static const char *const R[] = { "idn-email", "idn-hostname", "iri", "iri-reference", "uri-template",
+                                     "relative-json-pointer", "duration", "regex", "utc-millisec", "phone", "style" };
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++)
+        if (!strcmp(f, R[i])) return 1;
+    return 0;
 }
 
 /* A count keyword (minLength, maxItems...) as an int: dflt when absent,
@@ -151,8 +168,9 @@ gram_x sc_str(sctx *c, const json_t *s)
     const char *p = NULL;
     if (fmt) {
         p = sc_format_pattern(json_string_value(fmt));
-        if (!p) return sc_fail(c, QERR_UNSUPPORTED, "format '%s' is not supported", json_string_value(fmt));
-        if (pat) return sc_fail(c, QERR_UNSUPPORTED, "pattern and format together are not supported");
+        if (!p && sc_format_refused(json_string_value(fmt)))
+            return sc_fail(c, QERR_UNSUPPORTED, "format '%s' is not supported", json_string_value(fmt));
+        if (p && pat) return sc_fail(c, QERR_UNSUPPORTED, "pattern and format together are not supported");
     }
     gram_x body;
     const json_t *negs = json_object_get(s, NOT_KEY);

@@ -5,6 +5,7 @@
  *   bench_grammar [DIR] [--tokenizer tokenizer.json]
  *                        [--model PATH | --random-weights CONFIG.json]
  *                        [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--only-e2e]
+ *                        [--list-refused]  (each refused file and its reason, on stderr)
  *                        (DIR default ../shared/schemas/maskbench)
  *
  * For every schema: compiled or refused (the reasons are counted); for each
@@ -115,14 +116,19 @@ static json_t *normal(json_t *v)
 }
 
 /* 1 when the grammar takes text whole. */
-static int accepts(const gram *g, const char *text)
+/* 1 when g takes text whole; else 0, with *stuck the bytes it took. */
+static int accepts_at(const gram *g, const char *text, size_t *stuck)
 {
     gram_m *m = gram_m_new(g);
-    if (!m) return 0;
-    const int ok = gram_m_feed(m, (const uint8_t *)text, strlen(text)) == 0 && gram_m_can_end(m);
+    const size_t n = strlen(text);
+    size_t i = 0;
+    while (m && i < n && gram_m_feed(m, (const uint8_t *)text + i, 1) == 0) i++;
+    const int ok = m && i == n && gram_m_can_end(m);
     gram_m_free(m);
+    if (stuck) *stuck = i;
     return ok;
 }
+static int accepts(const gram *g, const char *text) { return accepts_at(g, text, NULL); }
 
 /* ---- token by token ----------------------------------------------------------- */
 
@@ -368,7 +374,7 @@ int main(int argc, char **argv)
 {
     const char *dir = "../shared/schemas/maskbench", *tokp = NULL;
     e2e_opts eo = { NULL, NULL, QDEVICE_CPU, 0, 32, 128 };
-    int only_e2e = 0;
+    int only_e2e = 0, list_refused = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--tokenizer") && v) tokp = v, i++;
@@ -379,9 +385,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--requests") && v) eo.n_req = atoi(v), i++;
         else if (!strcmp(a, "--max-tokens") && v) eo.max_tokens = atoi(v), i++;
         else if (!strcmp(a, "--only-e2e")) only_e2e = 1;
+        else if (!strcmp(a, "--list-refused")) list_refused = 1;
         else if (a[0] == '-') {
             fprintf(stderr, "usage: bench_grammar [DIR] [--tokenizer tokenizer.json] [--model PATH | --random-weights "
-                            "CONFIG.json] [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--only-e2e]\n");
+                            "CONFIG.json] [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--only-e2e] [--list-refused]\n");
             return 2;
         } else dir = a;
     }
@@ -423,6 +430,7 @@ int main(int argc, char **argv)
         ct[nct++] = q_now() - t0;
         if (rc) {
             count_why(err);
+            if (list_refused) fprintf(stderr, "%s: %s\n", files[i], err);
         } else {
             s->compiled++;
             size_t k;
@@ -430,7 +438,7 @@ int main(int argc, char **argv)
             json_array_foreach(json_object_get(doc, "tests"), k, t)
             {
                 json_t *data = normal(json_object_get(t, "data"));
-                char *text = json_dumps(data, JSON_COMPACT | JSON_ENCODE_ANY);
+                char *text = gram_json_text(data);
                 json_decref(data);
                 if (!text) continue;
                 const int valid = json_is_true(json_object_get(t, "valid")), ok = accepts(g, text);
@@ -445,6 +453,12 @@ int main(int argc, char **argv)
                     printf("%s: %s instance %s: %.200s\n", files[i], valid ? "valid" : "invalid",
                            valid ? "refused" : "accepted", text);
                     shown++;
+                }
+                if (ok != valid && list_refused) {
+                    size_t at = 0;
+                    accepts_at(g, text, &at);
+                    fprintf(stderr, "%s: %s instance %s at byte %zu: ...%.*s|%.40s\n", files[i], valid ? "valid" : "invalid",
+                            valid ? "refused" : "accepted", at, (int)(at > 60 ? 60 : at), text + (at > 60 ? at - 60 : 0), text + at);
                 }
                 free(text);
             }
