@@ -37,7 +37,7 @@
 #include "qerr.h"
 #include "util.h"
 
-#define MAX_STATES 300000
+#define MAX_STATES 1000000
 #define MAX_CLOSURE 100000   /* nodes one closure may visit */
 
 /* ---- the builder ------------------------------------------------------------------ */

@@ -866,7 +866,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         char where[300];
         snprintf(where, sizeof where, "properties/%s", names[i]);
         gram_x val = sub(c, schemas[i], where);
-        prop[i] = as_rule(c, "prop", SEQ(LIT(enc[i]), SEQ(LIT(":"), val)));
+        prop[i] = as_rule(c, where, SEQ(LIT(enc[i]), SEQ(LIT(":"), val)));
     }
     if (c->rc) {
         free(prop);
@@ -1087,9 +1087,11 @@ static gram_x sx_inner(sctx *c, const json_t *s)
         const json_t *m = keep(c, merge(c, without(c, s, "$ref", NULL), t));
         return m ? sx(c, m) : c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
     }
-    /* allOf: one schema. */
+    /* allOf: one schema.  Beside anyOf / oneOf, the alternatives come
+     * first (each merges the allOf), so that alternatives met in its
+     * members are not pushed back into it again and again. */
     const json_t *all = json_object_get(s, "allOf");
-    if (all) {
+    if (all && !json_object_get(s, "anyOf") && !json_object_get(s, "oneOf")) {
         if (!json_is_array(all) || !json_array_size(all)) return sc_fail(c, QERR_INVAL, "allOf must be a non-empty array");
         const json_t *m = without(c, s, "allOf", NULL);
         size_t i;
@@ -1166,10 +1168,16 @@ static gram_x sx(sctx *c, const json_t *s)
     return sx_body(c, s);
 }
 
+/* Subschemas one compile may go through (each merge makes a new one). */
+#define MAX_VISITS 20000
+
 static gram_x sx_body(sctx *c, const json_t *s)
 {
     if (c->rc) return c->rc;
     if (++c->depth > 200) return sc_fail(c, QERR_LIMIT, "schemas nested more than 200 deep");
+    if (++c->visits > MAX_VISITS)
+        return sc_fail(c, QERR_LIMIT, "more than %d subschemas to compile (merges and alternatives multiply them)",
+                       MAX_VISITS);
     gram_x x = sx_inner(c, s);
     c->depth--;
     if (x < 0 && !c->rc) {
@@ -1183,6 +1191,7 @@ static gram_x sx_body(sctx *c, const json_t *s)
 /* The shared rules: value, string, number, integer (compact JSON). */
 static int shared_rules(sctx *c)
 {
+    c->r_char = -1;
     c->r_value = gram_b_rule(B, "value");
     c->r_string = gram_b_rule(B, "string");
     c->r_number = gram_b_rule(B, "number");

@@ -14,6 +14,7 @@ typedef struct {
     int rc;
     char err[800];
     int r_value, r_string, r_number, r_integer;
+    int r_char; /* one JSON-string character (made on first use; -1 before) */
     struct memo {
         const json_t *s;
         int rule;
@@ -22,6 +23,7 @@ typedef struct {
     json_t *keep;       /* schemas made by merging, alive until the end */
     char path[256];     /* JSON pointer of the schema being compiled */
     int depth;
+    int visits; /* subschemas compiled so far */
 } sctx;
 
 /* Records the first error (its message with the JSON pointer being

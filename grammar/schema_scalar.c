@@ -14,6 +14,9 @@
 #include "schema_int.h"
 #include "util.h"
 
+/* String length bounds above this count rule calls (schema_int.h's r_char). */
+#define LONG_BOUND 16
+
 /* ---- strings ----------------------------------------------------------------------------- */
 
 /* Month and day: 31 days in the long months, 30 in the short ones, 29 in
@@ -109,7 +112,7 @@ static gram_x str_negated(sctx *c, const json_t *s, const json_t *pat, const cha
     if (!rc && bounded) {
         if (max >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", min, max);
         else snprintf(lp, sizeof lp, "[\\s\\S]{%d,}", min);
-        rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &y, err, sizeof err);
+        rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL | GRAM_RE_SUBSET, &y, err, sizeof err);
         if (!rc) rc = gram_re_intersect(rx, y, &tmp, err, sizeof err);
         gram_re_free(y), y = NULL;
         if (!rc) gram_re_free(rx), rx = tmp, tmp = NULL;
@@ -182,18 +185,34 @@ gram_x sc_str(sctx *c, const json_t *s)
         int rc = pat ? gram_re_compile(json_string_value(pat), json_string_length(pat),
                                        GRAM_RE_JSON_STRING | GRAM_RE_SUBSET, &rx, err, sizeof err)
                      : gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &rx, err, sizeof err);
-        if (!rc && bounded) {
+        /* A long maximum whose product with the pattern has too many
+         * states is halved until it fits (shorter strings, as valid). */
+        for (int tries = 0; !rc && bounded; tries++) {
             char lp[64];
             if (max >= 0) snprintf(lp, sizeof lp, "[\\s\\S]{%d,%d}", min, max);
             else snprintf(lp, sizeof lp, "[\\s\\S]{%d,}", min);
-            rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &len, err, sizeof err);
+            rc = gram_re_compile(lp, strlen(lp), GRAM_RE_JSON_STRING | GRAM_RE_FULL | GRAM_RE_SUBSET, &len, err, sizeof err);
             if (!rc) rc = gram_re_intersect(rx, len, &both, err, sizeof err);
+            gram_re_free(len), len = NULL;
+            if (rc == QERR_LIMIT && max > 64 && max / 2 >= min && tries < 8) {
+                max /= 2, rc = 0;
+                continue;
+            }
             gram_re_free(rx);
-            gram_re_free(len);
             rx = both;
+            break;
         }
         if (rc) return sc_fail(c, rc, "%s", err);
         body = gram_b_regex_take(B, rx);
+    } else if (bounded && (max < 0 ? min : max) > LONG_BOUND) {
+        /* A long bound counts calls of a one-character rule: inlined, its
+         * copies would be too many states. */
+        if (c->r_char < 0) {
+            c->r_char = gram_b_rule(B, "char");
+            if (c->r_char < 0 || gram_b_define(B, c->r_char, sc_re(c, "[\\s\\S]", GRAM_RE_JSON_STRING | GRAM_RE_FULL)))
+                return sc_fail(c, QERR_NOMEM, "out of memory");
+        }
+        body = gram_b_rep(B, gram_b_ref(B, c->r_char), min, max);
     } else if (bounded) {
         body = gram_b_rep(B, sc_re(c, "[\\s\\S]", GRAM_RE_JSON_STRING | GRAM_RE_FULL), min, max);
     } else {
