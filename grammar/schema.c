@@ -86,8 +86,7 @@ static gram_x literal(sctx *c, const json_t *v)
 /* ---- keywords --------------------------------------------------------------------- */
 
 /* Validation keywords quire cannot enforce: an error, never ignored. */
-static const char *const REFUSED[] = { "if", "then", "else",
-                                       "dependentSchemas", "contains",
+static const char *const REFUSED[] = { "if", "then", "else", "contains",
                                        "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
                                        "$dynamicRef", "$recursiveRef" };
 
@@ -102,7 +101,7 @@ static const char *const KNOWN[] = { "type", "properties", "required", "addition
                                      "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
                                      "minProperties", "maxProperties", "uniqueItems", "patternProperties", "not",
-                                     "dependencies", "dependentRequired", "propertyNames", NOT_KEY };
+                                     "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", NOT_KEY };
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -1036,6 +1035,52 @@ static gram_x enum_x(sctx *c, const json_t *s)
     return acc;
 }
 
+/* s with its first dependency on a schema (dependentSchemas, or a schema
+ * in dependencies) said another way: an object without that property, or
+ * with it and the schema holding too.  NULL when it has none (c->rc set
+ * only on errors). */
+static const json_t *dep_rewrite(sctx *c, const json_t *s)
+{
+    static const char *const KEYS[] = { "dependentSchemas", "dependencies" };
+    for (int k = 0; k < 2; k++) {
+        const json_t *deps = json_object_get(s, KEYS[k]);
+        const char *dk;
+        json_t *dv;
+        json_object_foreach((json_t *)deps, dk, dv)
+        {
+            if (json_is_array(dv)) continue;
+            json_t *w = json_copy((json_t *)s), *rest = json_copy((json_t *)deps);
+            json_object_del(rest, dk);
+            if (json_object_size(rest)) json_object_set(w, KEYS[k], rest);
+            else json_object_del(w, KEYS[k]);
+            json_decref(rest);
+            json_t *gone = json_pack("{s:{s:b}}", "properties", dk, 0), *has = json_pack("{s:[s]}", "required", dk);
+            json_t *without_k = merge(c, w, gone), *with_k = NULL;
+            /* With it: only where it may appear at all. */
+            const json_t *props = json_object_get(w, "properties");
+            const int may = !json_is_false(dv) && !json_is_false(json_object_get(props, dk)) &&
+                            (json_object_get(props, dk) || !json_is_false(json_object_get(w, "additionalProperties")) ||
+                             json_object_get(w, "patternProperties"));
+            if (without_k && may) {
+                json_t *req = merge(c, w, has);
+                with_k = req ? merge(c, req, dv) : NULL;
+                json_decref(req);
+            }
+            json_decref(gone);
+            json_decref(has);
+            json_decref(w);
+            if (!without_k || (may && !with_k)) {
+                json_decref(without_k);
+                json_decref(with_k);
+                if (!c->rc) sc_fail(c, QERR_NOMEM, "out of memory");
+                return NULL;
+            }
+            return keep(c, with_k ? json_pack("{s:[oo]}", "anyOf", without_k, with_k) : without_k);
+        }
+    }
+    return NULL;
+}
+
 static gram_x sx_inner(sctx *c, const json_t *s)
 {
     if (json_is_true(s)) return gram_b_ref(B, c->r_value);
@@ -1045,6 +1090,9 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v) if (IN(k, REFUSED)) return sc_fail(c, QERR_UNSUPPORTED, "keyword '%s' is not supported", k);
+    const json_t *dr = dep_rewrite(c, s);
+    if (dr) return sx(c, dr);
+    if (c->rc) return c->rc;
     /* not: only {} (nothing: an error here; a property's is handled by
      * its object) and a list of types taken out of the allowed ones. */
     const json_t *nt = json_object_get(s, "not");

@@ -268,6 +268,89 @@ static void int_range(long long lo, long long hi, char *out, size_t cap)
     sc_put(out, cap, ")");
 }
 
+/* Numbers without an exponent: any, non-negative, above zero. */
+#define ANY_NUM "-?(0|[1-9]\\d*)(\\.\\d+)?"
+#define NONNEG "((0|[1-9]\\d*)(\\.\\d+)?)"
+#define POSITIVE "(0\\.\\d*[1-9]\\d*|[1-9]\\d*(\\.\\d+)?)"
+
+/* A non-negative bound v as a decimal: its integer part and its fraction's
+ * digits (none trailing zero), in the fewest digits that read back as v. */
+static void decimal_of(double v, long long *ip, char *frac, size_t cap)
+{
+    char e[64], dig[32];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, v);
+        if (strtod(e, NULL) == v) break;
+    }
+    snprintf(e, sizeof e, "%.*e", p - 1, v);
+    int nd = 0;
+    const char *q = e;
+    for (; *q && *q != 'e' && nd < (int)sizeof dig; q++)
+        if (*q >= '0' && *q <= '9') dig[nd++] = *q;
+    const int nint = (*q == 'e' ? atoi(q + 1) : 0) + 1; /* digits before the point */
+    long long ipart = 0;
+    for (int i = 0; i < nint; i++) ipart = ipart * 10 + (i < nd ? dig[i] - '0' : 0);
+    size_t k = 0;
+    for (int z = 0; z < -nint && k + 1 < cap; z++) frac[k++] = '0';
+    for (int i = nint > 0 ? nint : 0; i < nd && k + 1 < cap; i++) frac[k++] = dig[i];
+    while (k > 0 && frac[k - 1] == '0') k--;
+    frac[k] = 0;
+    *ip = ipart;
+}
+
+/* Non-negative decimals (no exponent) at least v (above it: excl). */
+static void ge_re(double v, int excl, char *out, size_t cap)
+{
+    long long a;
+    char d[40];
+    decimal_of(v, &a, d, sizeof d);
+    sc_put(out, cap, "(");
+    int_range(a + 1, -1, out, cap);
+    sc_put(out, cap, "(\\.\\d+)?");
+    if (!d[0]) {
+        sc_put(out, cap, excl ? "|%lld\\.\\d*[1-9]\\d*" : "|%lld(\\.\\d+)?", a);
+    } else {
+        /* The integer part a: a fraction above d, or d itself then more. */
+        const int k = (int)strlen(d);
+        for (int i = 0; i < k; i++)
+            if (d[i] < '9') sc_put(out, cap, "|%lld\\.%.*s[%c-9]\\d*", a, i, d, d[i] + 1);
+        sc_put(out, cap, "|%lld\\.%s\\d*%s", a, d, excl ? "[1-9]\\d*" : "");
+    }
+    sc_put(out, cap, ")");
+}
+
+/* Non-negative decimals (no exponent) at most v (below it: excl); 0 when
+ * there are none. */
+static int le_re(double v, int excl, char *out, size_t cap)
+{
+    long long b;
+    char g[40];
+    decimal_of(v, &b, g, sizeof g);
+    int any = 0;
+    sc_put(out, cap, "(");
+    if (b >= 1) {
+        int_range(0, b - 1, out, cap);
+        sc_put(out, cap, "(\\.\\d+)?");
+        any = 1;
+    }
+    if (!g[0]) {
+        if (!excl) sc_put(out, cap, "%s%lld(\\.0+)?", any ? "|" : "", b), any = 1;
+    } else {
+        /* The integer part b: a fraction below g (a digit under g's, or a
+         * part of g), or g itself then zeros. */
+        const int k = (int)strlen(g);
+        sc_put(out, cap, "%s%lld(\\.0+)?", any ? "|" : "", b);
+        any = 1;
+        for (int i = 0; i < k; i++)
+            if (g[i] > '0') sc_put(out, cap, "|%lld\\.%.*s[0-%c]\\d*", b, i, g, g[i] - 1);
+        for (int j = 1; j < k; j++) sc_put(out, cap, "|%lld\\.%.*s", b, j, g);
+        if (!excl) sc_put(out, cap, "|%lld\\.%s0*", b, g);
+    }
+    sc_put(out, cap, ")");
+    return any;
+}
+
 gram_x sc_num(sctx *c, const json_t *s, int integer)
 {
     const json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
@@ -330,57 +413,39 @@ gram_x sc_num(sctx *c, const json_t *s, int integer)
         }
         return gram_b_regex_take(B, both);
     }
-    /* Numbers: integer bounds only; no exponent within bounds. */
-    if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi)))
-        return sc_fail(c, QERR_UNSUPPORTED, "minimum / maximum that are not integers on a number");
-    char p[8192] = "";
-    sc_put(p, sizeof p, "(");
-    int any = 0;
-    /* Non-negative part: [max(lo, 0), hi]. */
-    if (hi >= 0) {
-        const long long a = lo > 0 ? (long long)lo : 0;
-        const long long h = isinf(hi) ? -1 : (long long)hi;
-        if (h < 0 || h > a) {
-            /* a..h-1 with any fraction (a itself: a nonzero fraction if exclusive). */
-            if (lo_x && lo >= 0) {
-                sc_put(p, sizeof p, "%lld\\.\\d*[1-9]\\d*", a);
-                if (h < 0 || h > a + 1) {
-                    sc_put(p, sizeof p, "|");
-                    int_range(a + 1, h < 0 ? -1 : h - 1, p, sizeof p);
-                    sc_put(p, sizeof p, "(\\.\\d+)?");
-                }
-            } else {
-                int_range(a, h < 0 ? -1 : h - 1, p, sizeof p);
-                sc_put(p, sizeof p, "(\\.\\d+)?");
-            }
-            any = 1;
-        }
-        if (h >= 0 && !hi_x && h >= a && !(lo_x && lo >= 0 && h == a)) {
-            sc_put(p, sizeof p, "%s%lld(\\.0+)?", any ? "|" : "", h);
-            any = 1;
-        }
+    /* Numbers: the bounds compared as decimals (no exponent within bounds). */
+    char lp[8192] = "", hp[8192] = "";
+    if (isinf(lo)) sc_put(lp, sizeof lp, "%s", ANY_NUM);
+    else if (lo >= 0) ge_re(lo, lo_x, lp, sizeof lp);
+    else {
+        char le[8192] = "";
+        le_re(-lo, lo_x, le, sizeof le);
+        sc_put(lp, sizeof lp, "(%s|-%s)", NONNEG, le);
     }
-    /* Negative part: -v for v in [m, l], m = max(0, -hi), l = -lo. */
-    if (lo < 0) {
-        const int l_inf = isinf(lo);
-        const long long l = l_inf ? 0 : (long long)-lo, m = hi < 0 ? (long long)-hi : 0;
-        char neg[4096] = "";
-        int k = 0;
-        if (l_inf || m < l) sc_put(neg, sizeof neg, "%lld\\.\\d*[1-9]\\d*", m), k++; /* (m, m + 1) */
-        if (m > 0 && !hi_x && (l_inf || m < l || !lo_x)) sc_put(neg, sizeof neg, "%s%lld(\\.0+)?", k++ ? "|" : "", m);
-        if (l_inf || l > m + 1) {
-            sc_put(neg, sizeof neg, "%s", k++ ? "|" : "");
-            int_range(m + 1, l_inf ? -1 : l - 1, neg, sizeof neg);
-            sc_put(neg, sizeof neg, "(\\.\\d+)?");
-        }
-        if (!l_inf && l > m && !lo_x) sc_put(neg, sizeof neg, "%s%lld(\\.0+)?", k++ ? "|" : "", l);
-        if (k) {
-            sc_put(p, sizeof p, "%s-(%s)", any ? "|" : "", neg);
-            any = 1;
-        }
+    if (isinf(hi)) sc_put(hp, sizeof hp, "%s", ANY_NUM);
+    else if (hi < 0) {
+        char ge[8192] = "";
+        ge_re(-hi, hi_x, ge, sizeof ge);
+        sc_put(hp, sizeof hp, "-%s", ge);
+    } else {
+        char le[8192] = "";
+        const int some = le_re(hi, hi_x, le, sizeof le);
+        const char *neg = hi == 0 && hi_x ? POSITIVE : NONNEG;
+        if (some) sc_put(hp, sizeof hp, "(%s|-%s)", le, neg);
+        else sc_put(hp, sizeof hp, "-%s", neg);
     }
-    sc_put(p, sizeof p, ")");
-    if (!any) return sc_fail(c, QERR_INVAL, "no number lies between minimum and maximum");
-    if (strlen(p) >= sizeof p - 1) return sc_fail(c, QERR_LIMIT, "numeric bounds too wide");
-    return sc_re(c, p, GRAM_RE_FULL);
+    if (strlen(lp) >= sizeof lp - 1 || strlen(hp) >= sizeof hp - 1) return sc_fail(c, QERR_LIMIT, "numeric bounds too wide");
+    gram_re *lr = NULL, *hr = NULL, *both = NULL;
+    char err[300];
+    int rc = gram_re_compile(lp, strlen(lp), GRAM_RE_FULL, &lr, err, sizeof err);
+    if (!rc) rc = gram_re_compile(hp, strlen(hp), GRAM_RE_FULL, &hr, err, sizeof err);
+    if (!rc) rc = gram_re_intersect(lr, hr, &both, err, sizeof err);
+    gram_re_free(lr);
+    gram_re_free(hr);
+    if (rc) return sc_fail(c, rc, "numeric bounds: %s", err);
+    if (gram_re_empty(both)) {
+        gram_re_free(both);
+        return sc_fail(c, QERR_INVAL, "no number lies between minimum and maximum");
+    }
+    return gram_b_regex_take(B, both);
 }

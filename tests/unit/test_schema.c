@@ -140,6 +140,11 @@ static const kase CASES[] = {
       { "{\"b\":1}", "{}" }, { "{\"a\":1}", "{\"a\":1,\"z\":1}" } },
     { "{\"type\":\"object\",\"patternProperties\":{\"^x\":{\"type\":\"integer\"}},\"additionalProperties\":false,\"required\":[\"x1\"]}",
       { "{\"x1\":1}", "{\"x1\":1,\"x2\":2}" }, { "{}", "{\"x1\":\"s\"}", "{\"x1\":1,\"y\":1}" } },
+    /* Dependencies on a schema: without the property, or with it and the schema. */
+    { "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{\"type\":\"integer\"}},\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}",
+      { "{}", "{\"b\":1}", "{\"a\":1,\"b\":2}" }, { "{\"a\":1}", "{\"a\":1,\"b\":\"x\"}" } },
+    { "{\"type\":\"object\",\"dependentSchemas\":{\"x\":{\"properties\":{\"y\":{\"type\":\"string\"}}}}}",
+      { "{\"x\":1,\"y\":\"s\"}", "{\"y\":2}", "{\"x\":[]}" }, { "{\"x\":1,\"y\":2}" } },
     /* Formats no specification defines only annotate; draft 3's names. */
     { "{\"type\":\"string\",\"format\":\"topic\"}", { "\"anything\"", "\"\"" }, { "1" } },
     { "{\"type\":\"string\",\"format\":\"host-name\"}", { "\"a.example\"" }, { "\"a b\"" } },
@@ -250,6 +255,39 @@ static void test_ranges(void)
         CHECK_EQ_INT(takes(g, nums[i]), want);
     }
     gram_free(g);
+    /* Bounds that are not integers, against brute force over decimals of
+     * up to three fraction digits in [-3.5, 3.5] (and trailing zeros). */
+    static const struct {
+        const char *lo, *hi;
+        int lo_x, hi_x;
+    } DB[] = { { "0.5", NULL, 0, 0 }, { "0.5", "2.25", 1, 0 }, { "-1.05", "0.3", 0, 1 }, { NULL, "-0.75", 0, 0 },
+               { "-2.5", "-0.125", 1, 1 }, { "1.2", "1.25", 0, 0 }, { "0", "0.1", 1, 1 }, { "-0.001", NULL, 0, 0 },
+               { "2.999", "3", 1, 0 } };
+    for (size_t i = 0; i < sizeof DB / sizeof DB[0]; i++) {
+        char sch[256] = "{\"type\":\"number\"";
+        if (DB[i].lo) snprintf(sch + strlen(sch), sizeof sch - strlen(sch), ",\"%s\":%s", DB[i].lo_x ? "exclusiveMinimum" : "minimum", DB[i].lo);
+        if (DB[i].hi) snprintf(sch + strlen(sch), sizeof sch - strlen(sch), ",\"%s\":%s", DB[i].hi_x ? "exclusiveMaximum" : "maximum", DB[i].hi);
+        strcat(sch, "}");
+        gram *gd = compile(sch);
+        REQUIRE(gd);
+        const double lo = DB[i].lo ? atof(DB[i].lo) : -INFINITY, hi = DB[i].hi ? atof(DB[i].hi) : INFINITY;
+        int wrong = 0;
+        for (int v = -3500; v <= 3500; v++) {
+            for (int form = 0; form < 3; form++) {
+                char t[32];
+                const int a = abs(v);
+                if (form == 0) snprintf(t, sizeof t, "%s%d.%03d", v < 0 ? "-" : "", a / 1000, a % 1000);
+                else if (form == 1 && a % 100 == 0) snprintf(t, sizeof t, "%s%d.%d", v < 0 ? "-" : "", a / 1000, a % 1000 / 100);
+                else if (form == 2 && a % 1000 == 0) snprintf(t, sizeof t, "%s%d", v < 0 ? "-" : "", a / 1000);
+                else continue;
+                const double x = v / 1000.0;
+                const int want = (DB[i].lo_x ? x > lo : x >= lo) && (DB[i].hi_x ? x < hi : x <= hi);
+                if (takes(gd, t) != want && wrong++ < 3) fprintf(stderr, "  %s: %s\n", sch, t);
+            }
+        }
+        CHECK_EQ_INT(wrong, 0);
+        gram_free(gd);
+    }
 }
 
 /* Tool calls: named calls with their arguments' schemas, one or several,
