@@ -483,7 +483,7 @@ typedef struct {
  * the stack. */
 typedef struct {
     uint32_t *accept;       /* bits; NULL until made */
-    int32_t *uncertain;     /* token ids, increasing */
+    int32_t *uncertain;     /* positions in the vocabulary's order (gram_vocab.order), increasing */
     int n_uncertain;
 } gclass;
 
@@ -1220,7 +1220,7 @@ static uint64_t front_hash(const int32_t *f, int n, int end)
     return h;
 }
 
-static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int end0, const uint32_t *only,
+static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int end0, const int32_t *pos, int npos,
                 uint32_t *acc, uint32_t *unk);
 
 #define BIT(w, i) (((w)[(i) / 32] >> ((i) % 32)) & 1u)
@@ -1244,13 +1244,13 @@ static const gclass *class_of(gram_m *m, const gram_vocab *v, int32_t s)
             const size_t words = ((size_t)v->n + 31) / 32;
             uint32_t *acc = q_callocn(words, sizeof *acc), *unk = q_callocn(words, sizeof *unk);
             const int32_t node = intern(m, s, UNKNOWN);
-            if (acc && unk && node >= 0 && walk(m, v, &node, 1, 0, NULL, acc, unk) == 0) {
+            if (acc && unk && node >= 0 && walk(m, v, &node, 1, 0, NULL, 0, acc, unk) == 0) {
                 int n = 0;
                 for (int i = 0; i < v->n; i++) n += (int)BIT(unk, i);
                 k->uncertain = q_mallocn((size_t)n + 1, sizeof *k->uncertain);
                 if (k->uncertain) {
-                    for (int i = 0; i < v->n; i++)
-                        if (BIT(unk, i)) k->uncertain[k->n_uncertain++] = i;
+                    for (int p = 0; p < v->n_usable; p++)
+                        if (BIT(unk, v->order[p])) k->uncertain[k->n_uncertain++] = p;
                     k->accept = acc, acc = NULL;
                 }
             }
@@ -1266,25 +1266,51 @@ static const gclass *class_of(gram_m *m, const gram_vocab *v, int32_t s)
 /* The mask from the token classes of the frontier's states, with the
  * uncertain tokens decided by a walk of the whole frontier over them only;
  * 1 when some class was missing (the caller walks everything). */
+static int cmp_int32(const void *a, const void *b)
+{
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
 static int mask_by_classes(gram_m *m, const gram_vocab *v, uint32_t *mask, int *rc)
 {
     const size_t words = ((size_t)v->n + 31) / 32;
     memset(mask, 0, sizeof *mask * words);
-    uint32_t *u = q_callocn(words, sizeof *u);
-    if (!u) return 1;
+    const gclass *one[8], **ks = m->n_front <= 8 ? one : q_mallocn((size_t)m->n_front, sizeof *ks);
+    if (!ks) return 1;
+    int total = 0;
     for (int i = 0; i < m->n_front; i++) {
-        const gclass *k = class_of(m, v, m->nodes[m->front[i]].state);
-        if (!k) {
-            free(u);
+        ks[i] = class_of(m, v, m->nodes[m->front[i]].state);
+        if (!ks[i]) {
+            if (ks != one) free(ks);
             return 1;
         }
-        for (size_t w = 0; w < words; w++) mask[w] |= k->accept[w];
-        for (int j = 0; j < k->n_uncertain; j++) SET(u, k->uncertain[j]);
+        for (size_t w = 0; w < words; w++) mask[w] |= ks[i]->accept[w];
+        total += ks[i]->n_uncertain;
     }
-    int any = 0;
-    for (size_t w = 0; w < words; w++) any |= (u[w] &= ~mask[w]) != 0;
-    *rc = any ? walk(m, v, m->front, m->n_front, m->can_end, u, mask, NULL) : 0;
-    free(u);
+    /* The uncertain tokens no class accepts, by their positions in the
+     * vocabulary's order (once each). */
+    int32_t *pos = q_mallocn((size_t)total + 1, sizeof *pos);
+    uint32_t *seen = m->n_front > 1 ? q_callocn(words, sizeof *seen) : NULL;
+    int n = 0;
+    if (!pos || (m->n_front > 1 && !seen)) {
+        free(pos);
+        free(seen);
+        if (ks != one) free(ks);
+        return 1;
+    }
+    for (int i = 0; i < m->n_front; i++)
+        for (int j = 0; j < ks[i]->n_uncertain; j++) {
+            const int p = ks[i]->uncertain[j], tok = v->order[p];
+            if (BIT(mask, tok) || (seen && BIT(seen, tok))) continue;
+            if (seen) SET(seen, tok);
+            pos[n++] = p;
+        }
+    if (seen) qsort(pos, (size_t)n, sizeof *pos, cmp_int32);
+    *rc = n ? walk(m, v, m->front, m->n_front, m->can_end, pos, n, mask, NULL) : 0;
+    free(pos);
+    free(seen);
+    if (ks != one) free(ks);
     return 0;
 }
 
@@ -1307,7 +1333,7 @@ int gram_m_mask(gram_m *m, const gram_vocab *v, uint32_t *mask)
     int rc = 0;
     if (!m->g->cache || mask_by_classes(m, v, mask, &rc)) {
         memset(mask, 0, sizeof *mask * words);
-        rc = walk(m, v, m->front, m->n_front, m->can_end, NULL, mask, NULL);
+        rc = walk(m, v, m->front, m->n_front, m->can_end, NULL, 0, mask, NULL);
     }
     if (rc) return rc;
     struct mcache *c = &m->mc[m->mc_next];
@@ -1326,11 +1352,12 @@ int gram_m_mask(gram_m *m, const gram_vocab *v, uint32_t *mask)
     return 0;
 }
 
-/* Walks the vocabulary (the tokens in only, when not NULL) from frontier
- * f0 (end0: complete there): sets in acc the tokens the frontier takes.
+/* Walks the vocabulary (only the npos tokens at positions pos of its
+ * order, increasing, when pos is not NULL) from frontier f0 (end0:
+ * complete there): sets in acc the tokens the frontier takes.
  * With unk (classifying a state whose stack below is UNKNOWN), sets in unk
  * the tokens not taken on whose way some path returned into UNKNOWN. */
-static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int end0, const uint32_t *only,
+static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int end0, const int32_t *pos, int npos,
                 uint32_t *acc, uint32_t *unk)
 {
     /* Frontiers by depth: depth d is the frontier after d bytes of the
@@ -1351,12 +1378,25 @@ static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int e
     int dead = -1;     /* tokens sharing this many bytes with the last refused one are refused */
     int dead_un = 0;   /* ... and that one met UNKNOWN */
     int eff = 1 << 30; /* bytes shared with the last token walked */
-    for (int k = 0; !rc && k < v->n_usable; k++) {
-        if (v->lcp[k] < eff) eff = v->lcp[k];
-        const int tok = v->order[k];
-        if (only && !BIT(only, tok)) continue;
-        const int shared = eff;
-        eff = 1 << 30;
+    const int nk = pos ? npos : v->n_usable;
+    int prev = -1; /* the last token walked (pos given) */
+    for (int j = 0; !rc && j < nk; j++) {
+        const int tok = v->order[pos ? pos[j] : j];
+        int shared;
+        if (pos) {
+            /* Bytes shared with the last one walked, counted. */
+            shared = 0;
+            if (prev >= 0) {
+                const uint8_t *x = v->bytes + v->off[prev], *y = v->bytes + v->off[tok];
+                const size_t lx = v->off[prev + 1] - v->off[prev], ly = v->off[tok + 1] - v->off[tok];
+                while ((size_t)shared < lx && (size_t)shared < ly && x[shared] == y[shared]) shared++;
+            }
+            prev = tok;
+        } else {
+            if (v->lcp[j] < eff) eff = v->lcp[j];
+            shared = eff;
+            eff = 1 << 30;
+        }
         if (dead >= 0) {
             if (shared >= dead) {
                 if (unk && dead_un) SET(unk, tok);

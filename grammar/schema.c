@@ -86,7 +86,7 @@ static gram_x literal(sctx *c, const json_t *v)
 /* ---- keywords --------------------------------------------------------------------- */
 
 /* Validation keywords quire cannot enforce: an error, never ignored. */
-static const char *const REFUSED[] = { "if", "then", "else", "contains",
+static const char *const REFUSED[] = { "contains",
                                        "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems",
                                        "$dynamicRef", "$recursiveRef" };
 
@@ -101,7 +101,8 @@ static const char *const KNOWN[] = { "type", "properties", "required", "addition
                                      "allOf", "$ref", "pattern", "format", "minLength", "maxLength", "minimum",
                                      "maximum", "exclusiveMinimum", "exclusiveMaximum", "nullable", "multipleOf",
                                      "minProperties", "maxProperties", "uniqueItems", "patternProperties", "not",
-                                     "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", NOT_KEY };
+                                     "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "if", "then",
+                                     "else", NOT_KEY };
 
 static int in_list(const char *k, const char *const *list, size_t n)
 {
@@ -267,6 +268,24 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
     /* Shallow: subschemas are shared, so that a schema met again (through
      * recursion) is the same object and compiles to the same rule. */
     json_t *m = json_copy((json_t *)a);
+    if (json_object_get(a, "if") && json_object_get(bb, "if")) {
+        /* Two conditions: the other one's becomes one more allOf member. */
+        json_t *cond = json_object(), *rest = json_copy((json_t *)bb);
+        static const char *const IF[] = { "if", "then", "else" };
+        for (int i = 0; i < 3; i++) {
+            const json_t *x = json_object_get(bb, IF[i]);
+            if (x) json_object_set(cond, IF[i], (json_t *)x);
+            json_object_del(rest, IF[i]);
+        }
+        json_t *all = json_object_get(m, "allOf");
+        all = json_is_array(all) ? json_copy(all) : json_array();
+        json_array_append_new(all, cond);
+        json_object_set_new(m, "allOf", all);
+        json_t *out = merge(c, m, rest);
+        json_decref(m);
+        json_decref(rest);
+        return out;
+    }
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)bb, k, v)
@@ -892,7 +911,18 @@ done:
 
 /* ---- the walk ------------------------------------------------------------------------------- */
 
-static const char *const TYPES[] = { "null", "boolean", "object", "array", "string", "number", "integer" };
+static const char *const TYPES[] = { "null", "boolean", "object", "array", "string", "number", "integer", FRACTION_TYPE };
+#define N_TYPES 8
+
+/* 1 when a "type" value (a string or a list) names t. */
+static int in_types(const json_t *ty, const char *t)
+{
+    for (size_t i = 0; i < (json_is_array(ty) ? json_array_size(ty) : 1); i++) {
+        const char *n = json_string_value(json_is_array(ty) ? json_array_get(ty, i) : ty);
+        if (n && !strcmp(n, t)) return 1;
+    }
+    return 0;
+}
 
 /* 1 when s's kept negations list val among values it may not take. */
 static int negated(const json_t *s, const json_t *val)
@@ -916,6 +946,14 @@ static gram_x typed(sctx *c, const json_t *s, const char *t)
     if (!strcmp(t, "string")) return sc_str(c, s);
     if (!strcmp(t, "integer")) return sc_num(c, s, 1);
     if (!strcmp(t, "number")) return sc_num(c, s, 0);
+    if (!strcmp(t, FRACTION_TYPE)) {
+        /* No exponent: a nonzero digit in the fraction makes it no integer. */
+        static const char *const NUM_KEYS[] = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf" };
+        for (size_t i = 0; i < sizeof NUM_KEYS / sizeof NUM_KEYS[0]; i++)
+            if (json_object_get(s, NUM_KEYS[i]))
+                return sc_fail(c, QERR_UNSUPPORTED, "a number that is not an integer, with '%s'", NUM_KEYS[i]);
+        return sc_re(c, "-?(0|[1-9]\\d*)\\.\\d*[1-9]\\d*", GRAM_RE_FULL);
+    }
     return sc_fail(c, QERR_INVAL, "unknown type '%s'", t);
 }
 
@@ -929,15 +967,65 @@ static const json_t *without(sctx *c, const json_t *s, const char *k1, const cha
     return keep(c, w);
 }
 
+/* w (s without its "not") and not nt, where nt holds only an object's
+ * keywords (properties, required, type "object"; properties among them): a
+ * value that is not an object where nt wants one, an object without one of
+ * the required names, or one with a listed property whose value fails its
+ * schema.  NULL for other forms. */
+static json_t *not_object(sctx *c, const json_t *w, const json_t *nt)
+{
+    const char *k;
+    json_t *v;
+    int props = 0, obj = 0;
+    json_object_foreach((json_t *)nt, k, v)
+    {
+        if (IN(k, ANNOTATIONS)) continue;
+        if (!strcmp(k, "properties") && json_is_object(v)) props = 1;
+        else if (!strcmp(k, "type") && json_is_string(v) && !strcmp(json_string_value(v), "object")) obj = 1;
+        else if (strcmp(k, "required") || !json_is_array(v)) return NULL;
+    }
+    if (!props) return NULL;
+    json_t *alts = json_array();
+    if (obj) json_array_append_new(alts, json_pack("{s:[sssss]}", "type", "null", "boolean", "array", "string", "number"));
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(nt, "required"), i, x) if (json_is_string(x))
+        json_array_append_new(alts, json_pack("{s:s,s:{s:b}}", "type", "object", "properties", json_string_value(x), 0));
+    json_object_foreach(json_object_get(nt, "properties"), k, v)
+    {
+        if (json_is_true(v) || (json_is_object(v) && !constrains(v, NULL, NULL))) continue; /* never fails */
+        json_array_append_new(alts, json_pack("{s:s,s:[s],s:{s:{s:O}}}", "type", "object", "required", k, "properties",
+                                              k, "not", v));
+    }
+    json_t *out = NULL;
+    if (json_array_size(alts)) {
+        json_t *any = json_pack("{s:o}", "anyOf", alts);
+        out = any ? merge(c, w, any) : NULL;
+        json_decref(any);
+    } else {
+        json_decref(alts);
+    }
+    return out;
+}
+
 /* s with its "not" said another way, for the forms that have one:
  *   not {not X}               X, merged with the rest (allOf);
  *   not {anyOf [A, B, ...]}   allOf [{not A}, {not B}, ...];
  *   not {allOf [A]}           not A;
  *   not {required [k, ...]}   an object without k or without ... (each
- *                             absence a property that may not appear).
+ *                             absence a property that may not appear);
+ *   not {properties ...}      not_object's alternatives.
  * NULL for other forms (c->rc set only when out of memory). */
 static const json_t *not_rewrite(sctx *c, const json_t *s, const json_t *nt)
 {
+    if (json_is_object(nt) && json_object_get(nt, "properties")) {
+        json_t *w = json_copy((json_t *)s);
+        if (!w) return sc_fail(c, QERR_NOMEM, "out of memory"), NULL;
+        json_object_del(w, "not");
+        json_t *out = not_object(c, w, nt);
+        json_decref(w);
+        return out ? keep(c, out) : NULL;
+    }
     if (!json_is_object(nt) || json_object_size(nt) != 1) return NULL;
     const char *k = json_object_iter_key(json_object_iter((json_t *)nt));
     const json_t *v = json_object_get(nt, k);
@@ -1093,6 +1181,27 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const json_t *dr = dep_rewrite(c, s);
     if (dr) return sx(c, dr);
     if (c->rc) return c->rc;
+    /* if / then / else: (if and then) or (not if and else). */
+    const json_t *cond = json_object_get(s, "if");
+    if (cond) {
+        json_t *w = json_copy((json_t *)s), *nc = json_pack("{s:O}", "not", cond);
+        json_object_del(w, "if");
+        json_object_del(w, "then");
+        json_object_del(w, "else");
+        json_t *yes = merge(c, w, cond), *no = merge(c, w, nc);
+        const json_t *th = json_object_get(s, "then"), *el = json_object_get(s, "else");
+        json_t *t;
+        if (yes && th) t = merge(c, yes, th), json_decref(yes), yes = t;
+        if (no && el) t = merge(c, no, el), json_decref(no), no = t;
+        json_decref(w);
+        json_decref(nc);
+        if (!yes || !no) {
+            json_decref(yes);
+            json_decref(no);
+            return c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
+        }
+        return sx(c, keep(c, json_pack("{s:[oo]}", "anyOf", yes, no)));
+    }
     /* not: only {} (nothing: an error here; a property's is handled by
      * its object) and a list of types taken out of the allowed ones. */
     const json_t *nt = json_object_get(s, "not");
@@ -1108,18 +1217,20 @@ static gram_x sx_inner(sctx *c, const json_t *s)
             return sc_fail(c, QERR_UNSUPPORTED, "keyword 'not' is supported only with {} or a type");
         json_t *w = json_copy((json_t *)s), *left = json_array();
         const json_t *have = json_object_get(s, "type");
-        for (int t = 0; t < 6; t++) { /* number covers integer */
-            int allowed = !have;
+        for (int t = 0; t < 7; t++) {
+            int allowed = !have && t < 6, banned = 0;
             for (size_t i = 0; have && i < (json_is_array(have) ? json_array_size(have) : 1); i++) {
                 const char *hn = json_string_value(json_is_array(have) ? json_array_get(have, i) : have);
-                allowed |= hn && (!strcmp(hn, TYPES[t]) || (t == 5 && !strcmp(hn, "integer")));
+                allowed |= hn && !strcmp(hn, TYPES[t]);
             }
-            int banned = 0;
             for (size_t i = 0; i < (json_is_array(nty) ? json_array_size(nty) : 1); i++) {
                 const char *bn = json_string_value(json_is_array(nty) ? json_array_get(nty, i) : nty);
-                banned |= bn && !strcmp(bn, TYPES[t]);
+                banned |= bn && (!strcmp(bn, TYPES[t]) || (t == 6 && !strcmp(bn, "number")));
             }
-            if (allowed && !banned) json_array_append_new(left, json_string(TYPES[t]));
+            if (!allowed || banned) continue;
+            /* A number that may not be an integer: one with a fraction. */
+            const int frac = t == 5 && in_types(nty, "integer");
+            json_array_append_new(left, json_string(frac ? FRACTION_TYPE : TYPES[t]));
         }
         json_object_del(w, "not");
         json_object_set_new(w, "type", left);
@@ -1177,18 +1288,18 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const json_t *type = json_object_get(s, "type");
     if (type && !json_is_string(type) && !json_is_array(type)) return sc_fail(c, QERR_INVAL, "type must be a string or a list");
     /* One alternative a type; "integer" is left out when "number" is in. */
-    int want[7] = { 0 };
+    int want[N_TYPES] = { 0 };
     if (!type) {
         for (int t = 0; t < 6; t++) want[t] = 1;
     } else {
         for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
             const char *tn = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
             int found = 0;
-            for (int t = 0; tn && t < 7; t++)
+            for (int t = 0; tn && t < N_TYPES; t++)
                 if (!strcmp(tn, TYPES[t])) want[t] = found = 1;
             if (!found) return sc_fail(c, QERR_INVAL, "unknown type '%s'", tn ? tn : "?");
         }
-        if (want[5]) want[6] = 0;
+        if (want[5]) want[6] = want[7] = 0;
     }
     if (json_is_true(json_object_get(s, "nullable"))) want[0] = 1;
     /* Values a kept negation rules out entirely. */
@@ -1197,7 +1308,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     /* Without "type" and without keywords of a type, any value. */
     if (!type && !constrains(s, NULL, NULL)) return gram_b_ref(B, c->r_value);
     gram_x acc = NONE;
-    for (int t = 0; t < 7; t++)
+    for (int t = 0; t < N_TYPES; t++)
         if (want[t]) {
             acc = alt_add(c, acc, typed(c, s, TYPES[t]));
             if (acc < 0) return acc;
@@ -1239,7 +1350,6 @@ static gram_x sx_body(sctx *c, const json_t *s)
 /* The shared rules: value, string, number, integer (compact JSON). */
 static int shared_rules(sctx *c)
 {
-    c->r_char = -1;
     c->r_value = gram_b_rule(B, "value");
     c->r_string = gram_b_rule(B, "string");
     c->r_number = gram_b_rule(B, "number");

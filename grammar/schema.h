@@ -3,10 +3,10 @@
  *
  * Output form: compact (no whitespace anywhere), strings with raw UTF-8 and
  * only the escapes a compact serializer writes (\" \\ \b \f \n \r \t,
- * \u00xx for other controls), object properties in the order the schema
- * lists them (required ones always, optional ones may be left out),
- * further properties - when additionalProperties allows them - after
- * those, with names other than the listed ones.  Numbers: integers as
+ * \u00xx for other controls), object properties in any order when the
+ * schema lists up to 6, else in the order it lists them (required ones
+ * always, optional ones may be left out) with further properties - when
+ * additionalProperties allows them - after those, named otherwise.  Numbers: integers as
  * -?(0|[1-9][0-9]*), numbers with an optional fraction and exponent.
  *
  * Keywords enforced: type (also a list), properties, required,
@@ -15,21 +15,26 @@
  * as anyOf), allOf (merged), $ref with $defs / definitions (local JSON
  * pointers, recursion allowed), pattern, format (date, time, date-time,
  * email, uuid, ipv4, ipv6, uri, hostname; and url, uri-reference,
- * json-pointer, byte, semver), minLength, maxLength, minimum, maximum,
- * exclusiveMinimum, exclusiveMaximum (integers; numbers with integer
- * bounds), nullable, patternProperties, dependencies / dependentRequired
- * and minProperties (objects of up to 6 properties), not (of {}, of types,
- * of not, anyOf, a one-schema allOf, required, a pattern, and an enum or
- * const of strings, true, false and null), multipleOf a whole
- * number up to 10000 (the integers that are multiples, for a number too),
- * propertyNames of string keywords.
- * minProperties, maxProperties and uniqueItems elsewhere only where they
- * hold by themselves.  Where a smaller set of outputs is as valid, it is made:
- * maxLength above 2000 is generated as 2000, a pattern's repetition count
- * above 1000 as 1000, and a property no value satisfies (an enum none of
- * whose values has the type) is never given.  Any other validation keyword
- * (if, contains, dependentSchemas, ...) is an error naming it, never ignored;
- * unknown keywords are annotations, as the specification says. */
+ * json-pointer, byte, semver, draft 3's host-name, ip-address and color),
+ * minLength, maxLength, minimum, maximum, exclusiveMinimum,
+ * exclusiveMaximum (compared as decimals), nullable, patternProperties,
+ * dependencies / dependentRequired / dependentSchemas, minProperties,
+ * maxProperties, not (of {}, of types, of not, anyOf, a one-schema allOf,
+ * required, a pattern, and an enum or const of strings, true, false and
+ * null), multipleOf a whole number up to 10000 (the integers that are
+ * multiples, for a number too), propertyNames of string keywords.
+ * An enum or const takes only the values that satisfy every keyword beside
+ * it, whatever those are (each value is checked as jsonschema checks it).
+ * Extra keys count as at most one towards minProperties (two may share a
+ * key); uniqueItems only where it holds by itself (at most one item).
+ * Where a smaller set of outputs is as valid, it is made: maxLength above
+ * 2000 is generated as 2000 (a pattern's, until its automaton fits), a
+ * pattern's repetition count above 1000 as 1000, and a property no value
+ * satisfies is never given.  Any other validation keyword (if, contains,
+ * uniqueItems, ...) is an error naming it, never ignored.  Unknown keywords
+ * are annotations, and so are formats no specification defines (the
+ * specification says so); formats the specifications define that quire
+ * cannot generate (iri, idn-email, duration, regex, ...) are errors. */
 #ifndef QUIRE_GRAM_SCHEMA_H
 #define QUIRE_GRAM_SCHEMA_H
 

@@ -60,6 +60,7 @@ static int is_type(const json_t *v, const char *t)
     if (!strcmp(t, "array")) return json_is_array(v);
     if (!strcmp(t, "string")) return json_is_string(v);
     if (!strcmp(t, "number")) return json_is_number(v);
+    if (!strcmp(t, FRACTION_TYPE)) return json_is_number(v) && !is_type(v, "integer");
     if (!strcmp(t, "integer"))
         return json_is_integer(v) || (json_is_real(v) && isfinite(json_real_value(v)) &&
                                       json_real_value(v) == floor(json_real_value(v)));

@@ -14,7 +14,6 @@ typedef struct {
     int rc;
     char err[800];
     int r_value, r_string, r_number, r_integer;
-    int r_char; /* one JSON-string character (made on first use; -1 before) */
     struct memo {
         const json_t *s;
         int rule;
@@ -43,6 +42,8 @@ static inline gram_x sc_seq3(sctx *c, gram_x x, gram_x y, gram_x z) { return SEQ
  * (a list of {"pattern"} and {"enum"} schemas; schema.c's not_rewrite
  * makes it). */
 #define NOT_KEY "$quire_not"
+/* Internal: a type for numbers that are not integers (not {type: integer}). */
+#define FRACTION_TYPE "$quire_fraction"
 
 /* No expression (an alternative left out). */
 #define NONE (-1000)

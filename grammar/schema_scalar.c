@@ -14,9 +14,6 @@
 #include "schema_int.h"
 #include "util.h"
 
-/* String length bounds above this count rule calls (schema_int.h's r_char). */
-#define LONG_BOUND 16
-
 /* ---- strings ----------------------------------------------------------------------------- */
 
 /* Month and day: 31 days in the long months, 30 in the short ones, 29 in
@@ -204,15 +201,6 @@ gram_x sc_str(sctx *c, const json_t *s)
         }
         if (rc) return sc_fail(c, rc, "%s", err);
         body = gram_b_regex_take(B, rx);
-    } else if (bounded && (max < 0 ? min : max) > LONG_BOUND) {
-        /* A long bound counts calls of a one-character rule: inlined, its
-         * copies would be too many states. */
-        if (c->r_char < 0) {
-            c->r_char = gram_b_rule(B, "char");
-            if (c->r_char < 0 || gram_b_define(B, c->r_char, sc_re(c, "[\\s\\S]", GRAM_RE_JSON_STRING | GRAM_RE_FULL)))
-                return sc_fail(c, QERR_NOMEM, "out of memory");
-        }
-        body = gram_b_rep(B, gram_b_ref(B, c->r_char), min, max);
     } else if (bounded) {
         body = gram_b_rep(B, sc_re(c, "[\\s\\S]", GRAM_RE_JSON_STRING | GRAM_RE_FULL), min, max);
     } else {

@@ -144,6 +144,8 @@ static struct {
 static size_t g_mcap;
 static double *g_mt;        /* mask times */
 static size_t g_nmt, g_cmt;
+static double *g_ft;        /* times to feed a token to the matcher */
+static size_t g_nft, g_cft;
 
 static uint64_t bytes_hash(const char *s, int n)
 {
@@ -209,8 +211,14 @@ static int by_tokens(const gram *g, const char *text, uint32_t *mask)
             const int id = lookup(text + at, l);
             if (id >= 0 && ((mask[id / 32] >> (id % 32)) & 1)) pick = id;
         }
-        if (pick < 0 || gram_m_feed_token(m, g_gv, pick)) ok = 0;
-        else at += g_tl[pick];
+        const double t1 = q_now();
+        if (pick < 0 || gram_m_feed_token(m, g_gv, pick)) {
+            ok = 0;
+        } else {
+            at += g_tl[pick];
+            if (g_nft == g_cft) g_ft = realloc(g_ft, sizeof *g_ft * (g_cft = g_cft ? g_cft * 2 : 65536));
+            g_ft[g_nft++] = q_now() - t1;
+        }
     }
     ok = ok && gram_m_can_end(m);
     gram_m_free(m);
@@ -435,6 +443,7 @@ int main(int argc, char **argv)
             s->compiled++;
             size_t k;
             json_t *t;
+            const size_t mt0 = g_nmt;
             json_array_foreach(json_object_get(doc, "tests"), k, t)
             {
                 json_t *data = normal(json_object_get(t, "data"));
@@ -461,6 +470,12 @@ int main(int argc, char **argv)
                             valid ? "refused" : "accepted", at, (int)(at > 60 ? 60 : at), text + (at > 60 ? at - 60 : 0), text + at);
                 }
                 free(text);
+            }
+            if (list_refused && g_nmt > mt0) {
+                double sum = 0;
+                for (size_t q = mt0; q < g_nmt; q++) sum += g_mt[q];
+                fprintf(stderr, "%s: mask mean %.1f us over %zu masks\n", files[i], 1e6 * sum / (double)(g_nmt - mt0),
+                        g_nmt - mt0);
             }
             gram_free(g);
         }
@@ -502,6 +517,10 @@ int main(int argc, char **argv)
             printf("mask time: median %.1f us, p99 %.1f us, mean %.1f us (%zu masks; a grammar's token classes are "
                    "made the first time a state is met)\n",
                    1e6 * g_mt[g_nmt / 2], 1e6 * g_mt[(size_t)((double)g_nmt * 0.99)], 1e6 * sum / (double)g_nmt, g_nmt);
+        qsort(g_ft, g_nft, sizeof *g_ft, cmp_d);
+        if (g_nft)
+            printf("feed time: median %.2f us, p99 %.2f us (%zu tokens fed to their matchers)\n", 1e6 * g_ft[g_nft / 2],
+                   1e6 * g_ft[(size_t)((double)g_nft * 0.99)], g_nft);
     }
     int rc = 0;
     if (eo.model || eo.random_weights) rc = end_to_end(dir, files, nf, &eo);

@@ -147,7 +147,7 @@ def test_conversation_with_results(client):
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "fly"}}}, "tool_choice", "not among"),
     ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name", "1 to 64"),
     ({"tools": TOOLS + [{"type": "function", "function": {"name": "x", "parameters": {
-        "type": "object", "properties": {"a": {"if": {"type": "string"}}}}}}]},
+        "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}]},
      "tools[2].function.parameters", "/properties/a"),
     ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "tool_choice", "together"),
 ])

@@ -187,8 +187,8 @@ static void test_bad_bodies(void)
         { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F ", " TOOL_F "]}",
           "tools[1].function.name", "two tools are named 'f'" },
         { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F ", {\"type\": "
-          "\"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"properties\": {\"q\": {\"if\": {\"type\": "
-          "\"string\"}}}}}}]}", "tools[1].function.parameters", "/properties/q" },
+          "\"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"properties\": {\"q\": {\"type\": \"array\", "
+          "\"uniqueItems\": true}}}}}]}", "tools[1].function.parameters", "/properties/q" },
         { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F "], "
           "\"parallel_tool_calls\": 1}", "parallel_tool_calls", "true or false" },
         { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [" TOOL_F "], "
