@@ -28,6 +28,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,15 @@ static gram_x alt_add(sctx *c, gram_x acc, gram_x x)
 {
     if (x < 0) return x;
     return acc == NONE ? x : ALT(acc, x);
+}
+
+gram_x sc_none(sctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->none_why, sizeof c->none_why, fmt, ap);
+    va_end(ap);
+    return NONE;
 }
 
 gram_x sc_re(sctx *c, const char *pattern, unsigned flags)
@@ -233,6 +243,7 @@ static const json_t *deref(sctx *c, const json_t *s)
 /* ---- allOf: merging ----------------------------------------------------------------- */
 
 static json_t *merge(sctx *c, const json_t *a, const json_t *bb);
+static int merge_addl(sctx *c, json_t *m, const json_t *a, const json_t *bb);
 
 /* The intersection of two "type" values (a string or a list), or NULL for
  * none in common; "number" and "integer" give "integer". */
@@ -254,8 +265,113 @@ static json_t *merge_types(const json_t *x, const json_t *y)
     return out;
 }
 
-/* The merge of two schemas that must both hold (allOf). */
+/* additionalProperties in a merge: each side's holds for the other side's
+ * properties it does not list (merged into them; false: never given), and
+ * for keys neither lists (both hold).  0, or an error (c->rc set). */
+static int merge_addl(sctx *c, json_t *m, const json_t *a, const json_t *bb)
+{
+    const json_t *side[2][2] = { { a, bb }, { bb, a } };
+    json_t *props = json_object_get(m, "properties");
+    for (int i = 0; i < 2; i++) {
+        const json_t *x = side[i][0], *y = side[i][1], *ax = json_object_get(x, "additionalProperties");
+        if (!ax || json_is_true(ax)) continue;
+        const json_t *yp = json_object_get(y, "properties");
+        if (!json_object_size(yp)) continue;
+        const json_t *xpp = json_object_get(x, "patternProperties");
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)yp, k, v)
+        {
+            if (json_object_get(json_object_get(x, "properties"), k)) continue;
+            /* x's patterns that match k hold for it (merged in), else x's
+             * additionalProperties. */
+            json_t *cur = json_incref(json_object_get(props, k));
+            int matched = 0;
+            const char *pk;
+            json_t *pv;
+            json_object_foreach((json_t *)xpp, pk, pv)
+            {
+                const int r = sc_search(pk, strlen(pk), k, strlen(k));
+                if (r < 0) {
+                    json_decref(cur);
+                    sc_fail(c, QERR_UNSUPPORTED, "allOf: patternProperties '%s' cannot be tried on '%s'", pk, k);
+                    return -1;
+                }
+                if (!r || !cur) continue;
+                matched = 1;
+                json_t *t = merge(c, cur, pv);
+                json_decref(cur);
+                cur = t;
+            }
+            json_t *nv = !cur ? NULL : matched ? cur : json_is_false(ax) || json_is_false(cur) ? json_false() : merge(c, cur, ax);
+            if (!matched) json_decref(cur);
+            if (!nv) return -1;
+            json_object_set_new(props, k, nv);
+        }
+    }
+    const json_t *xa = json_object_get(a, "additionalProperties"), *xb = json_object_get(bb, "additionalProperties");
+    if (!xa || !xb) return 0; /* the one there was copied */
+    json_t *both = json_is_false(xa) || json_is_false(xb) ? json_false()
+                   : json_is_true(xa)                    ? json_incref((json_t *)xb)
+                   : json_is_true(xb)                    ? json_incref((json_t *)xa)
+                                                         : merge(c, xa, xb);
+    if (!both) return -1;
+    json_object_set_new(m, "additionalProperties", both);
+    return 0;
+}
+
+/* The merge of two schemas that must both hold (allOf); merges nest
+ * (properties, items) at most MERGE_DEPTH deep (recursive schemas). */
+#define MERGE_DEPTH 48
+static json_t *merge_in(sctx *c, const json_t *a, const json_t *bb);
+/* Merges already made, by their two inputs (held, so that their
+ * addresses stay theirs): the same pair merges to the same schema, which
+ * compiles to the same rule (recursion through merges ends there). */
+static size_t mm_slot(const sctx *c, const json_t *a, const json_t *b)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)a * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(uintptr_t)b * 0xc2b2ae3d27d4eb4fULL);
+    size_t i = (size_t)(h >> 17) & (c->cap_mm - 1);
+    while (c->mm[i].m && (c->mm[i].a != a || c->mm[i].b != b)) i = (i + 1) & (c->cap_mm - 1);
+    return i;
+}
+
+static void mm_put(sctx *c, const json_t *a, const json_t *b, json_t *m)
+{
+    if ((c->n_mm + 1) * 2 > c->cap_mm) {
+        const size_t cap = c->cap_mm ? c->cap_mm * 2 : 64;
+        struct mmemo *old = c->mm;
+        const size_t ocap = c->cap_mm;
+        struct mmemo *nm = q_callocn(cap, sizeof *nm);
+        if (!nm) return; /* no memo: merges are right all the same */
+        c->mm = nm, c->cap_mm = cap;
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i].m) c->mm[mm_slot(c, old[i].a, old[i].b)] = old[i];
+        free(old);
+    }
+    const size_t i = mm_slot(c, a, b);
+    c->mm[i] = (struct mmemo){ json_incref((json_t *)a), json_incref((json_t *)b), json_incref(m) };
+    c->n_mm++;
+}
+
 static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
+{
+    if (c->rc) return NULL;
+    if (c->cap_mm) {
+        const size_t i = mm_slot(c, a, bb);
+        if (c->mm[i].m) return json_incref(c->mm[i].m);
+    }
+    if (c->merge_depth >= MERGE_DEPTH) {
+        sc_fail(c, QERR_LIMIT, "allOf: merges nested more than %d deep (recursive schemas)", MERGE_DEPTH);
+        return NULL;
+    }
+    c->merge_depth++;
+    json_t *m = merge_in(c, a, bb);
+    c->merge_depth--;
+    if (m) mm_put(c, a, bb, m);
+    return m;
+}
+
+static json_t *merge_in(sctx *c, const json_t *a, const json_t *bb)
 {
     a = deref(c, a);
     bb = deref(c, bb);
@@ -335,10 +451,8 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
         } else if (!strcmp(k, "maximum") || !strcmp(k, "maxLength") || !strcmp(k, "maxItems") ||
                    !strcmp(k, "maxProperties")) {
             if (json_number_value(v) < json_number_value(mine)) json_object_set(m, k, v);
-        } else if (!strcmp(k, "additionalProperties") && json_is_false(v)) {
-            json_object_set(m, k, v);
-        } else if (!strcmp(k, "additionalProperties") && json_is_true(v)) {
-            /* the other side's wins */
+        } else if (!strcmp(k, "additionalProperties")) {
+            /* after the loop */
         } else if (json_equal(mine, (json_t *)v)) {
             /* the same on both sides */
         } else if (!strcmp(k, NOT_KEY) && json_is_array(mine) && json_is_array(v)) {
@@ -373,18 +487,18 @@ static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
                 return NULL;
             }
             json_object_set_new(m, k, it);
-        } else if (!strcmp(k, "additionalProperties") && json_is_object(mine) && json_is_object(v)) {
-            json_t *ap = merge(c, mine, v);
-            if (!ap) {
-                json_decref(m);
-                return NULL;
-            }
-            json_object_set_new(m, k, ap);
+        } else if (!strcmp(k, "const") && json_is_object(m)) {
+            /* Two different values: no instance (an empty enum says so). */
+            json_object_set_new(m, "enum", json_array());
         } else if (IN(k, KNOWN) || IN(k, REFUSED)) {
             sc_fail(c, QERR_UNSUPPORTED, "allOf: cannot merge two different '%s'", k);
             json_decref(m);
             return NULL;
         }
+    }
+    if (merge_addl(c, m, a, bb)) {
+        json_decref(m);
+        return NULL;
     }
     return m;
 }
@@ -586,7 +700,10 @@ static int narrow_keys(gram_re **base, const gram_re *pn, char *err, size_t errl
  * {"type": "object", "enum": ["a", "b"]}, which validators reject always). */
 static const json_t *without(sctx *c, const json_t *s, const char *k1, const char *k2);
 
-static int no_value(sctx *c, const json_t *s)
+static int no_value_d(sctx *c, const json_t *s, int depth);
+static int no_value(sctx *c, const json_t *s) { return no_value_d(c, s, 0); }
+
+static int no_value_d(sctx *c, const json_t *s, int depth)
 {
     s = deref(c, s);
     if (json_is_false(s)) return 1;
@@ -596,6 +713,20 @@ static int no_value(sctx *c, const json_t *s)
     if (json_is_true(json_object_get(s, "nullable"))) return 0;
     const json_t *type = json_object_get(s, "type"), *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     if (json_is_array(type) && !json_array_size(type)) return 1; /* types merged to none */
+    /* Only objects, one of whose required properties cannot be given. */
+    const json_t *only = json_is_array(type) && json_array_size(type) == 1 ? json_array_get(type, 0) : type;
+    if (json_is_string(only) && !strcmp(json_string_value(only), "object") && depth < 8) {
+        const json_t *props = json_object_get(s, "properties"), *addl = json_object_get(s, "additionalProperties");
+        size_t i;
+        json_t *r;
+        json_array_foreach(json_object_get(s, "required"), i, r)
+        {
+            const json_t *ps = json_is_string(r) ? json_object_get(props, json_string_value(r)) : NULL;
+            if (ps ? no_value_d(c, ps, depth + 1)
+                   : json_is_string(r) && json_is_false(addl) && !json_object_get(s, "patternProperties"))
+                return 1;
+        }
+    }
     if (!json_is_array(en) && !cn) return 0;
     /* An enum or const: none of whose values holds. */
     const json_t *rest = without(c, s, cn ? "const" : "enum", NULL);
@@ -704,7 +835,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
              * (so no extra takes its name), never given. */
             const int never = no_value(c, v);
             if (never && req && in_array(req, k)) {
-                out = sc_fail(c, QERR_INVAL, "required property '%s' can have no value", k);
+                out = sc_none(c, "required property '%s' can have no value", k);
                 goto done;
             }
             names[n] = k, schemas[n] = never ? NULL : v, required[n] = req && in_array(req, k);
@@ -723,7 +854,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         if (dup) continue;
         const int at = listed(r, names, schemas, required, &n, addl, pre, npp);
         if (at < 0) {
-            out = sc_fail(c, QERR_INVAL, "required property '%s' is not allowed (additionalProperties false)", r);
+            out = sc_none(c, "required property '%s' is not allowed (additionalProperties false)", r);
             goto done;
         }
         required[at] = 1;
@@ -755,7 +886,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
                 if (a < 0 || bi == a) continue;
                 if (bi < 0) {
                     if (required[a]) {
-                        out = sc_fail(c, QERR_INVAL, "required property '%s' needs '%s', which is not allowed", dk,
+                        out = sc_none(c, "required property '%s' needs '%s', which is not allowed", dk,
                                       json_string_value(x));
                         goto done;
                     }
@@ -787,7 +918,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
     for (int i = 0; i < n && pnames; i++) {
         if (gram_re_match(pnames, enc[i] + 1, strlen(enc[i]) - 2)) continue;
         if (required[i]) {
-            out = sc_fail(c, QERR_INVAL, "required property '%s' is not allowed by propertyNames", names[i]);
+            out = sc_none(c, "required property '%s' is not allowed by propertyNames", names[i]);
             goto done;
         }
         schemas[i] = NULL;
@@ -810,7 +941,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         }
         if (no_value(c, schemas[i])) { /* the schemas have no value in common */
             if (required[i]) {
-                out = sc_fail(c, QERR_INVAL, "required property '%s' can have no value", names[i]);
+                out = sc_none(c, "required property '%s' can have no value", names[i]);
                 goto done;
             }
             schemas[i] = NULL;
@@ -1308,12 +1439,20 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     /* Without "type" and without keywords of a type, any value. */
     if (!type && !constrains(s, NULL, NULL)) return gram_b_ref(B, c->r_value);
     gram_x acc = NONE;
+    /* A type none of whose values holds (sc_none: an object no keyword
+     * set allows) is left out; all of them: an error saying why. */
+    char why[300] = "";
     for (int t = 0; t < N_TYPES; t++)
         if (want[t]) {
-            acc = alt_add(c, acc, typed(c, s, TYPES[t]));
+            const gram_x x = typed(c, s, TYPES[t]);
+            if (x == NONE && !c->rc) {
+                if (!why[0]) snprintf(why, sizeof why, "%s", c->none_why);
+                continue;
+            }
+            acc = alt_add(c, acc, x);
             if (acc < 0) return acc;
         }
-    if (acc == NONE) return sc_fail(c, QERR_INVAL, "an empty type list");
+    if (acc == NONE) return sc_fail(c, QERR_INVAL, "%s", why[0] ? why : "an empty type list");
     return acc;
 }
 
@@ -1411,6 +1550,9 @@ static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, co
     gram_b_free(c.b);
     json_decref(c.keep);
     free(c.memo);
+    for (size_t i = 0; i < c.cap_mm; i++)
+        if (c.mm[i].m) json_decref((json_t *)c.mm[i].a), json_decref((json_t *)c.mm[i].b), json_decref(c.mm[i].m);
+    free(c.mm);
     return rc;
 }
 

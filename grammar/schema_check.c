@@ -77,7 +77,7 @@ static size_t code_points(const char *s, size_t n)
 
 /* 1 when pattern p finds a match in s, 0 when not, -1 when PCRE2 cannot
  * compile it or gives up. */
-static int search(const char *p, size_t pn, const char *s, size_t n)
+int sc_search(const char *p, size_t pn, const char *s, size_t n)
 {
     int err;
     PCRE2_SIZE off;
@@ -103,7 +103,7 @@ static int search(const char *p, size_t pn, const char *s, size_t n)
 static int format_ok(chk *k, const char *f, const json_t *v)
 {
     if (!strcmp(f, "regex")) {
-        const int r = search(json_string_value(v), json_string_length(v), "", 0);
+        const int r = sc_search(json_string_value(v), json_string_length(v), "", 0);
         return r >= 0;
     }
     if (sc_format_refused(f)) {
@@ -159,7 +159,7 @@ static int string_ok(chk *k, const json_t *s, const json_t *v)
     if (json_is_number(mx) && (double)len > json_number_value(mx)) return 0;
     const json_t *p = json_object_get(s, "pattern"), *f = json_object_get(s, "format");
     if (json_is_string(p)) {
-        const int r = search(json_string_value(p), json_string_length(p), json_string_value(v), json_string_length(v));
+        const int r = sc_search(json_string_value(p), json_string_length(p), json_string_value(v), json_string_length(v));
         if (r < 0) k->why = "pattern";
         if (r <= 0) return r;
     }
@@ -229,7 +229,7 @@ static int object_ok(chk *k, const json_t *s, const json_t *v, int depth)
         json_t *pv;
         json_object_foreach((json_t *)pp, pk, pv)
         {
-            const int r = search(pk, strlen(pk), key, strlen(key));
+            const int r = sc_search(pk, strlen(pk), key, strlen(key));
             if (r < 0) k->why = "patternProperties";
             if (r) acc = both(acc, r < 0 ? -1 : check(k, pv, val, depth + 1));
             matched |= r > 0;

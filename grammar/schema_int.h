@@ -23,11 +23,21 @@ typedef struct {
     char path[256];     /* JSON pointer of the schema being compiled */
     int depth;
     int visits; /* subschemas compiled so far */
+    int merge_depth; /* merges in progress (schema.c's merge) */
+    struct mmemo {
+        const json_t *a, *b; /* the inputs (held) */
+        json_t *m;           /* their merge (held); NULL: a free slot */
+    } *mm;
+    size_t n_mm, cap_mm;
+    char none_why[300]; /* why the last sc_none had no value */
 } sctx;
 
 /* Records the first error (its message with the JSON pointer being
  * compiled) and returns its code. */
 gram_x sc_fail(sctx *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* No value of this type can hold (not an error yet: the schema's other
+ * types may): records why, returns NONE. */
+gram_x sc_none(sctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A pattern (gram_re.h's syntax and flags) as an expression. */
 gram_x sc_re(sctx *c, const char *pattern, unsigned flags);
 
@@ -77,6 +87,9 @@ const json_t *sc_resolve(sctx *c, const char *ref);
  * jsonschema reads it): 1 yes, 0 no, -1 when a keyword cannot be decided
  * (named in *why). */
 int sc_check(sctx *c, const json_t *s, const json_t *v, const char **why);
+/* Whether pattern p (pn bytes) finds a match in s (n bytes), through PCRE2:
+ * 1, 0, or -1 when it cannot tell (a bad pattern, too much work). */
+int sc_search(const char *p, size_t pn, const char *s, size_t n);
 /* A count keyword (minLength, maxItems...) as an int: dflt when absent,
  * clamped to [-1, 1e9]. */
 int sc_count_of(const json_t *v, int dflt);

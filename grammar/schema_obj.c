@@ -251,6 +251,6 @@ gram_x sc_members(sctx *c, const sc_obj *o)
     }
     free(m.memo);
     free(m.ememo);
-    if (out == NONE && !c->rc) return sc_fail(c, QERR_UNSUPPORTED, "no object satisfies the object keywords");
+    if (out == NONE && !c->rc) return sc_none(c, "no object satisfies the object keywords");
     return c->rc ? c->rc : out;
 }
