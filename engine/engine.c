@@ -865,10 +865,15 @@ static int start_masks(qengine *e, int n_seqs)
     }
     if (!n) return 0;
     /* One thread beside a CPU backend (its pool has the cores); a few where
-     * the model runs on a GPU and the host's cores are free. */
-    if (!e->guide && qguide_new(strcmp(e->be->ops->name, "cpu") ? (q_ncpus() >= 16 ? 4 : q_ncpus() >= 4 ? 2 : 1) : 1,
-                                &e->guide))
-        return 0;
+     * the model runs on a GPU and the host's cores are free (QUIRE_GUIDE_THREADS
+     * sets it, 1 to 8). */
+    if (!e->guide) {
+        const int nc = q_ncpus();
+        int nt = strcmp(e->be->ops->name, "cpu") ? (nc >= 16 ? 4 : nc >= 4 ? 2 : 1) : 1;
+        const char *env = getenv("QUIRE_GUIDE_THREADS");
+        if (env && atoi(env) >= 1 && atoi(env) <= 8) nt = atoi(env);
+        if (qguide_new(nt, &e->guide)) return 0;
+    }
     if (n > e->cap_gjobs) {
         qguide_job *j = q_reallocn(e->gjobs, (size_t)n, sizeof *j);
         if (!j) return 0;

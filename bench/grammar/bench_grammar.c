@@ -4,7 +4,7 @@
  *
  *   bench_grammar [DIR] [--tokenizer tokenizer.json]
  *                        [--model PATH | --random-weights CONFIG.json]
- *                        [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--only-e2e]
+ *                        [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--rounds N] [--only-e2e]
  *                        [--list-refused]  (each refused file and its reason, on stderr)
  *                        (DIR default ../shared/schemas/maskbench)
  *
@@ -25,10 +25,10 @@
  * engine (continuous batching, masks made during the forward pass); then
  * the same requests without a grammar, each made to produce exactly the
  * tokens its guided twin did (ignore_eos, max_tokens = that count).  Prints
- * tokens/s of each run: free (best of three), guided with grammars met for
- * the first time (their token classes made on the way), guided again (best
- * of three, as a server's grammar cache has them), and the slowdown against
- * free. */
+ * tokens/s of each run: guided with grammars met for the first time (their
+ * token classes made on the way); then, taking turns for --rounds rounds
+ * (default 3), guided again (as a server's grammar cache has them) and free;
+ * the best of each, each round's ratio, and the slowdown against free. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <jansson.h>
@@ -235,7 +235,7 @@ static int cmp_d(const void *a, const void *b)
 
 typedef struct {
     const char *model, *random_weights;
-    int device, threads, n_req, max_tokens;
+    int device, threads, n_req, max_tokens, rounds;
 } e2e_opts;
 
 static int g_e2e_errors;
@@ -336,25 +336,29 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
     /* Guided, grammars new; then guided again, best of three (the same
      * outputs each time: same seeds), as a server's grammar cache has them. */
     const double t1 = run_all(e, ps, ng, want, &wait1);
-    double t2 = 1e30;
-    for (int k = 0; k < 3; k++) {
-        const double dt = run_all(e, ps, ng, got, &w);
-        if (dt < t2) t2 = dt, wait2 = w;
-    }
     long long toks = 0;
     for (int i = 0; i < ng; i++) toks += want[i];
-    /* Free: the same prompts and seeds, each as many tokens as its twin;
-     * best of three. */
+    /* Free: the same prompts and seeds, each as many tokens as its twin.
+     * Guided again (the same outputs: same seeds) and free take turns, so
+     * that the machine's drift falls on both; best of the rounds each. */
+    qreq_params *pf = calloc((size_t)ng, sizeof *pf);
     for (int i = 0; i < ng; i++) {
-        ps[i].grammar = NULL, ps[i].grammar_vocab = NULL;
-        ps[i].max_tokens = want[i] > 0 ? want[i] : 1;
-        ps[i].ignore_eos = 1;
+        pf[i] = ps[i];
+        pf[i].grammar = NULL, pf[i].grammar_vocab = NULL;
+        pf[i].max_tokens = want[i] > 0 ? want[i] : 1;
+        pf[i].ignore_eos = 1;
     }
-    double t0 = 1e30;
-    for (int k = 0; k < 3; k++) {
-        const double dt = run_all(e, ps, ng, got, &wait0);
-        if (dt < t0) t0 = dt;
+    double t0 = 1e30, t2 = 1e30;
+    printf("\nrounds (guided cached / free):");
+    for (int k = 0; k < o->rounds; k++) {
+        const double dg = run_all(e, ps, ng, got, &w);
+        if (dg < t2) t2 = dg, wait2 = w;
+        const double df = run_all(e, pf, ng, got, &wait0);
+        if (df < t0) t0 = df;
+        printf(" %.3f", dg / df);
     }
+    printf("\n");
+    free(pf);
     printf("\nend to end: %s on %s, %d requests together (one schema each), temperature 1, up to %d tokens, %lld "
            "tokens a run\n",
            o->model ? o->model : o->random_weights, qengine_backend_name(e), ng, o->max_tokens, toks);
@@ -381,7 +385,7 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
 int main(int argc, char **argv)
 {
     const char *dir = "../shared/schemas/maskbench", *tokp = NULL;
-    e2e_opts eo = { NULL, NULL, QDEVICE_CPU, 0, 32, 128 };
+    e2e_opts eo = { NULL, NULL, QDEVICE_CPU, 0, 32, 128, 3 };
     int only_e2e = 0, list_refused = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -392,16 +396,17 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads") && v) eo.threads = atoi(v), i++;
         else if (!strcmp(a, "--requests") && v) eo.n_req = atoi(v), i++;
         else if (!strcmp(a, "--max-tokens") && v) eo.max_tokens = atoi(v), i++;
+        else if (!strcmp(a, "--rounds") && v) eo.rounds = atoi(v), i++;
         else if (!strcmp(a, "--only-e2e")) only_e2e = 1;
         else if (!strcmp(a, "--list-refused")) list_refused = 1;
         else if (a[0] == '-') {
             fprintf(stderr, "usage: bench_grammar [DIR] [--tokenizer tokenizer.json] [--model PATH | --random-weights "
-                            "CONFIG.json] [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--only-e2e] [--list-refused]\n");
+                            "CONFIG.json] [--device cpu|cuda] [--threads N] [--requests N] [--max-tokens N] [--rounds N] [--only-e2e] [--list-refused]\n");
             return 2;
         } else dir = a;
     }
-    if (eo.n_req < 1 || eo.max_tokens < 1) {
-        fprintf(stderr, "bench_grammar: --requests and --max-tokens must be at least 1\n");
+    if (eo.n_req < 1 || eo.max_tokens < 1 || eo.rounds < 1) {
+        fprintf(stderr, "bench_grammar: --requests, --max-tokens and --rounds must be at least 1\n");
         return 2;
     }
     if (tokp && load_tokenizer(tokp)) return 1;
