@@ -1229,6 +1229,10 @@ static int walk(gram_m *m, const gram_vocab *v, const int32_t *f0, int n0, int e
 /* The token classes of state s for v (made on first use, kept in the
  * grammar), or NULL when the grammar's classes are for another vocabulary
  * or memory is short. */
+static atomic_llong g_classes_made;
+
+long long gram_classes_made(void) { return atomic_load(&g_classes_made); }
+
 static const gclass *class_of(gram_m *m, const gram_vocab *v, int32_t s)
 {
     gcache *c = m->g->cache;
@@ -1252,6 +1256,7 @@ static const gclass *class_of(gram_m *m, const gram_vocab *v, int32_t s)
                     for (int p = 0; p < v->n_usable; p++)
                         if (BIT(unk, v->order[p])) k->uncertain[k->n_uncertain++] = p;
                     k->accept = acc, acc = NULL;
+                    atomic_fetch_add(&g_classes_made, 1);
                 }
             }
             free(acc);

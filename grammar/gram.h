@@ -148,6 +148,9 @@ int gram_vocab_size(const gram_vocab *v);
  * bytes the grammar allows next, and clears the others.  0, or QERR_NOMEM /
  * QERR_LIMIT (the mask is then incomplete: treat as an error). */
 int gram_m_mask(gram_m *m, const gram_vocab *v, uint32_t *mask);
+/* How many states' token classes this process has made (walks of the
+ * whole vocabulary: what makes a grammar met for the first time slower). */
+long long gram_classes_made(void);
 /* Advances by token's bytes and commits (a token boundary for rollback).
  * 0, QERR_INVAL (refused: nothing changes), QERR_RANGE (no such token). */
 int gram_m_feed_token(gram_m *m, const gram_vocab *v, int token);

@@ -349,13 +349,15 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
         pf[i].ignore_eos = 1;
     }
     double t0 = 1e30, t2 = 1e30;
-    printf("\nrounds (guided cached / free):");
+    printf("\nrounds (guided cached / free, and token classes made during the guided run):");
     for (int k = 0; k < o->rounds; k++) {
+        const long long c0 = gram_classes_made();
         const double dg = run_all(e, ps, ng, got, &w);
+        const long long made = gram_classes_made() - c0;
         if (dg < t2) t2 = dg, wait2 = w;
         const double df = run_all(e, pf, ng, got, &wait0);
         if (df < t0) t0 = df;
-        printf(" %.3f", dg / df);
+        printf(" %.3f (%lld)", dg / df, made);
     }
     printf("\n");
     free(pf);
