@@ -122,8 +122,11 @@ static int in_list(const char *k, const char *const *list, size_t n)
 }
 #define IN(k, L) in_list(k, L, sizeof L / sizeof L[0])
 
+int sc_is_annotation(const char *k) { return IN(k, ANNOTATIONS); }
+int sc_is_keyword(const char *k) { return IN(k, KNOWN) || IN(k, REFUSED); }
+
 /* 1 when s has a constraint besides skip1 and skip2 (NULL: none). */
-static int constrains(const json_t *s, const char *skip1, const char *skip2)
+int sc_constrains(const json_t *s, const char *skip1, const char *skip2)
 {
     const char *k;
     json_t *v;
@@ -228,285 +231,15 @@ static gram_x ref_rule(sctx *c, const json_t *t)
 }
 
 /* s with a lone $ref replaced by its target (several in a row). */
-static const json_t *deref(sctx *c, const json_t *s)
+const json_t *sc_deref(sctx *c, const json_t *s)
 {
     for (int hops = 0; hops < 32 && json_is_object(s); hops++) {
         const json_t *r = json_object_get(s, "$ref");
-        if (!json_is_string(r) || constrains(s, "$ref", NULL)) return s;
+        if (!json_is_string(r) || sc_constrains(s, "$ref", NULL)) return s;
         const json_t *t = sc_resolve(c, json_string_value(r));
         if (!t) return s;
         s = t;
     }
-    return s;
-}
-
-/* ---- allOf: merging ----------------------------------------------------------------- */
-
-static json_t *merge(sctx *c, const json_t *a, const json_t *bb);
-static int merge_addl(sctx *c, json_t *m, const json_t *a, const json_t *bb);
-
-/* The intersection of two "type" values (a string or a list), or NULL for
- * none in common; "number" and "integer" give "integer". */
-static json_t *merge_types(const json_t *x, const json_t *y)
-{
-    json_t *out = json_array();
-    for (size_t i = 0; i < (json_is_array(x) ? json_array_size(x) : 1); i++) {
-        const char *tx = json_string_value(json_is_array(x) ? json_array_get(x, i) : x);
-        for (size_t j = 0; tx && j < (json_is_array(y) ? json_array_size(y) : 1); j++) {
-            const char *ty = json_string_value(json_is_array(y) ? json_array_get(y, j) : y);
-            if (!ty) continue;
-            const char *t = !strcmp(tx, ty)                                  ? tx
-                            : !strcmp(tx, "number") && !strcmp(ty, "integer") ? ty
-                            : !strcmp(ty, "number") && !strcmp(tx, "integer") ? tx
-                                                                              : NULL;
-            if (t) json_array_append_new(out, json_string(t));
-        }
-    }
-    return out;
-}
-
-/* additionalProperties in a merge: each side's holds for the other side's
- * properties it does not list (merged into them; false: never given), and
- * for keys neither lists (both hold).  0, or an error (c->rc set). */
-static int merge_addl(sctx *c, json_t *m, const json_t *a, const json_t *bb)
-{
-    const json_t *side[2][2] = { { a, bb }, { bb, a } };
-    json_t *props = json_object_get(m, "properties");
-    for (int i = 0; i < 2; i++) {
-        const json_t *x = side[i][0], *y = side[i][1], *ax = json_object_get(x, "additionalProperties");
-        if (!ax || json_is_true(ax)) continue;
-        const json_t *yp = json_object_get(y, "properties");
-        if (!json_object_size(yp)) continue;
-        const json_t *xpp = json_object_get(x, "patternProperties");
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)yp, k, v)
-        {
-            if (json_object_get(json_object_get(x, "properties"), k)) continue;
-            /* x's patterns that match k hold for it (merged in), else x's
-             * additionalProperties. */
-            json_t *cur = json_incref(json_object_get(props, k));
-            int matched = 0;
-            const char *pk;
-            json_t *pv;
-            json_object_foreach((json_t *)xpp, pk, pv)
-            {
-                const int r = sc_search(pk, strlen(pk), k, strlen(k));
-                if (r < 0) {
-                    json_decref(cur);
-                    sc_fail(c, QERR_UNSUPPORTED, "allOf: patternProperties '%s' cannot be tried on '%s'", pk, k);
-                    return -1;
-                }
-                if (!r || !cur) continue;
-                matched = 1;
-                json_t *t = merge(c, cur, pv);
-                json_decref(cur);
-                cur = t;
-            }
-            json_t *nv = !cur ? NULL : matched ? cur : json_is_false(ax) || json_is_false(cur) ? json_false() : merge(c, cur, ax);
-            if (!matched) json_decref(cur);
-            if (!nv) return -1;
-            json_object_set_new(props, k, nv);
-        }
-    }
-    const json_t *xa = json_object_get(a, "additionalProperties"), *xb = json_object_get(bb, "additionalProperties");
-    if (!xa || !xb) return 0; /* the one there was copied */
-    json_t *both = json_is_false(xa) || json_is_false(xb) ? json_false()
-                   : json_is_true(xa)                    ? json_incref((json_t *)xb)
-                   : json_is_true(xb)                    ? json_incref((json_t *)xa)
-                                                         : merge(c, xa, xb);
-    if (!both) return -1;
-    json_object_set_new(m, "additionalProperties", both);
-    return 0;
-}
-
-/* The merge of two schemas that must both hold (allOf); merges nest
- * (properties, items) at most MERGE_DEPTH deep (recursive schemas). */
-#define MERGE_DEPTH 48
-static json_t *merge_in(sctx *c, const json_t *a, const json_t *bb);
-/* Merges already made, by their two inputs (held, so that their
- * addresses stay theirs): the same pair merges to the same schema, which
- * compiles to the same rule (recursion through merges ends there). */
-static size_t mm_slot(const sctx *c, const json_t *a, const json_t *b)
-{
-    uint64_t h = ((uint64_t)(uintptr_t)a * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(uintptr_t)b * 0xc2b2ae3d27d4eb4fULL);
-    size_t i = (size_t)(h >> 17) & (c->cap_mm - 1);
-    while (c->mm[i].m && (c->mm[i].a != a || c->mm[i].b != b)) i = (i + 1) & (c->cap_mm - 1);
-    return i;
-}
-
-static void mm_put(sctx *c, const json_t *a, const json_t *b, json_t *m)
-{
-    if ((c->n_mm + 1) * 2 > c->cap_mm) {
-        const size_t cap = c->cap_mm ? c->cap_mm * 2 : 64;
-        struct mmemo *old = c->mm;
-        const size_t ocap = c->cap_mm;
-        struct mmemo *nm = q_callocn(cap, sizeof *nm);
-        if (!nm) return; /* no memo: merges are right all the same */
-        c->mm = nm, c->cap_mm = cap;
-        for (size_t i = 0; i < ocap; i++)
-            if (old[i].m) c->mm[mm_slot(c, old[i].a, old[i].b)] = old[i];
-        free(old);
-    }
-    const size_t i = mm_slot(c, a, b);
-    c->mm[i] = (struct mmemo){ json_incref((json_t *)a), json_incref((json_t *)b), json_incref(m) };
-    c->n_mm++;
-}
-
-static json_t *merge(sctx *c, const json_t *a, const json_t *bb)
-{
-    if (c->rc) return NULL;
-    if (c->cap_mm) {
-        const size_t i = mm_slot(c, a, bb);
-        if (c->mm[i].m) return json_incref(c->mm[i].m);
-    }
-    if (c->merge_depth >= MERGE_DEPTH) {
-        sc_fail(c, QERR_LIMIT, "allOf: merges nested more than %d deep (recursive schemas)", MERGE_DEPTH);
-        return NULL;
-    }
-    c->merge_depth++;
-    json_t *m = merge_in(c, a, bb);
-    c->merge_depth--;
-    if (m) mm_put(c, a, bb, m);
-    return m;
-}
-
-static json_t *merge_in(sctx *c, const json_t *a, const json_t *bb)
-{
-    a = deref(c, a);
-    bb = deref(c, bb);
-    if (json_is_true(a)) return json_copy((json_t *)bb);
-    if (json_is_true(bb)) return json_copy((json_t *)a);
-    if (!json_is_object(a) || !json_is_object(bb)) {
-        sc_fail(c, QERR_UNSUPPORTED, "allOf with a false schema");
-        return NULL;
-    }
-    /* Shallow: subschemas are shared, so that a schema met again (through
-     * recursion) is the same object and compiles to the same rule. */
-    json_t *m = json_copy((json_t *)a);
-    if (json_object_get(a, "if") && json_object_get(bb, "if")) {
-        /* Two conditions: the other one's becomes one more allOf member. */
-        json_t *cond = json_object(), *rest = json_copy((json_t *)bb);
-        static const char *const IF[] = { "if", "then", "else" };
-        for (int i = 0; i < 3; i++) {
-            const json_t *x = json_object_get(bb, IF[i]);
-            if (x) json_object_set(cond, IF[i], (json_t *)x);
-            json_object_del(rest, IF[i]);
-        }
-        json_t *all = json_object_get(m, "allOf");
-        all = json_is_array(all) ? json_copy(all) : json_array();
-        json_array_append_new(all, cond);
-        json_object_set_new(m, "allOf", all);
-        json_t *out = merge(c, m, rest);
-        json_decref(m);
-        json_decref(rest);
-        return out;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)bb, k, v)
-    {
-        json_t *mine = json_object_get(m, k);
-        if (!mine || IN(k, ANNOTATIONS)) {
-            if (!mine) json_object_set(m, k, v);
-            continue;
-        }
-        if (!strcmp(k, "type")) {
-            json_object_set_new(m, k, merge_types(mine, v));
-        } else if (!strcmp(k, "required")) {
-            json_t *r = json_copy(mine);
-            size_t i;
-            json_t *x;
-            json_array_foreach(v, i, x) json_array_append(r, x);
-            json_object_set_new(m, k, r);
-        } else if (!strcmp(k, "properties")) {
-            json_t *p = json_copy(mine);
-            const char *pk;
-            json_t *pv;
-            json_object_foreach(v, pk, pv)
-            {
-                json_t *old = json_object_get(p, pk);
-                /* A property that may not appear stays so. */
-                json_t *nv = json_is_false(old)  ? json_incref(old)
-                             : json_is_false(pv) ? json_incref(pv)
-                             : old               ? merge(c, old, pv)
-                                                 : json_incref(pv);
-                if (!nv) {
-                    json_decref(p);
-                    json_decref(m);
-                    return NULL;
-                }
-                json_object_set_new(p, pk, nv);
-            }
-            json_object_set_new(m, k, p);
-        } else if (!strcmp(k, "allOf") || !strcmp(k, "anyOf") || !strcmp(k, "oneOf") || !strcmp(k, "not")) {
-            /* Both: keep one here, the other as one more allOf member. */
-            json_t *all = json_object_get(m, "allOf");
-            all = all ? json_copy(all) : json_array();
-            json_array_append_new(all, json_pack("{s:O}", k, v));
-            json_object_set_new(m, "allOf", all);
-        } else if (!strcmp(k, "minimum") || !strcmp(k, "minLength") || !strcmp(k, "minItems") ||
-                   !strcmp(k, "minProperties")) {
-            if (json_number_value(v) > json_number_value(mine)) json_object_set(m, k, v);
-        } else if (!strcmp(k, "maximum") || !strcmp(k, "maxLength") || !strcmp(k, "maxItems") ||
-                   !strcmp(k, "maxProperties")) {
-            if (json_number_value(v) < json_number_value(mine)) json_object_set(m, k, v);
-        } else if (!strcmp(k, "additionalProperties")) {
-            /* after the loop */
-        } else if (json_equal(mine, (json_t *)v)) {
-            /* the same on both sides */
-        } else if (!strcmp(k, NOT_KEY) && json_is_array(mine) && json_is_array(v)) {
-            json_t *both = json_copy(mine);
-            if (!both || json_array_extend(both, v)) {
-                json_decref(both);
-                json_decref(m);
-                sc_fail(c, QERR_NOMEM, "out of memory");
-                return NULL;
-            }
-            json_object_set_new(m, k, both);
-        } else if (!strcmp(k, "enum") && json_is_array(mine) && json_is_array(v)) {
-            /* The values in both (none: no instance; said when compiled). */
-            json_t *both = json_array();
-            if (!both) {
-                json_decref(m);
-                sc_fail(c, QERR_NOMEM, "out of memory");
-                return NULL;
-            }
-            size_t i, j;
-            json_t *x, *y;
-            json_array_foreach(mine, i, x) json_array_foreach(v, j, y) if (json_equal(x, y))
-            {
-                json_array_append(both, x);
-                break;
-            }
-            json_object_set_new(m, k, both);
-        } else if (!strcmp(k, "items") && json_is_object(mine) && json_is_object(v)) {
-            json_t *it = merge(c, mine, v);
-            if (!it) {
-                json_decref(m);
-                return NULL;
-            }
-            json_object_set_new(m, k, it);
-        } else if (!strcmp(k, "const") && json_is_object(m)) {
-            /* Two different values: no instance (an empty enum says so). */
-            json_object_set_new(m, "enum", json_array());
-        } else if (IN(k, KNOWN) || IN(k, REFUSED)) {
-            sc_fail(c, QERR_UNSUPPORTED, "allOf: cannot merge two different '%s'", k);
-            json_decref(m);
-            return NULL;
-        }
-    }
-    if (merge_addl(c, m, a, bb)) {
-        json_decref(m);
-        return NULL;
-    }
-    return m;
-}
-
-/* Keeps a made schema alive until the end; returns it. */
-static const json_t *keep(sctx *c, json_t *s)
-{
-    if (s) json_array_append_new(c->keep, s);
     return s;
 }
 
@@ -614,8 +347,8 @@ static gram_x member(sctx *c, gram_x key, gram_x value) { return SEQ(sc_seq3(c, 
 static int names_dfa(sctx *c, const json_t *pn, gram_re **out)
 {
     *out = NULL;
-    pn = deref(c, pn);
-    if (!pn || json_is_true(pn) || (json_is_object(pn) && !constrains(pn, NULL, NULL))) return 0;
+    pn = sc_deref(c, pn);
+    if (!pn || json_is_true(pn) || (json_is_object(pn) && !sc_constrains(pn, NULL, NULL))) return 0;
     if (!json_is_object(pn)) return sc_fail(c, QERR_UNSUPPORTED, "propertyNames false (no property at all) is not supported");
     static const char *const ok[] = { "pattern", "minLength", "maxLength", "format", "enum", "const", "type" };
     const char *k;
@@ -698,14 +431,12 @@ static int narrow_keys(gram_re **base, const gram_re *pn, char *err, size_t errl
 /* 1 when no value satisfies s, as far as is plain: false, not {}, or an
  * enum / const none of whose values has an allowed type (a schema written
  * {"type": "object", "enum": ["a", "b"]}, which validators reject always). */
-static const json_t *without(sctx *c, const json_t *s, const char *k1, const char *k2);
-
 static int no_value_d(sctx *c, const json_t *s, int depth);
 static int no_value(sctx *c, const json_t *s) { return no_value_d(c, s, 0); }
 
 static int no_value_d(sctx *c, const json_t *s, int depth)
 {
-    s = deref(c, s);
+    s = sc_deref(c, s);
     if (json_is_false(s)) return 1;
     if (!json_is_object(s)) return 0;
     const json_t *nt = json_object_get(s, "not");
@@ -729,7 +460,7 @@ static int no_value_d(sctx *c, const json_t *s, int depth)
     }
     if (!json_is_array(en) && !cn) return 0;
     /* An enum or const: none of whose values holds. */
-    const json_t *rest = without(c, s, cn ? "const" : "enum", NULL);
+    const json_t *rest = sc_without(c, s, cn ? "const" : "enum", NULL);
     const size_t n = cn ? 1 : json_array_size(en);
     for (size_t i = 0; rest && i < n; i++)
         if (sc_check(c, rest, cn ? cn : json_array_get(en, i), NULL)) return 0;
@@ -932,7 +663,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         json_object_foreach((json_t *)pp, pk, pv)
         {
             if (gram_re_match(pre[k++], enc[i] + 1, strlen(enc[i]) - 2)) {
-                schemas[i] = keep(c, merge(c, schemas[i], pv));
+                schemas[i] = sc_keep(c, sc_merge(c, schemas[i], pv));
                 if (!schemas[i]) {
                     out = c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
                     goto done;
@@ -1088,152 +819,13 @@ static gram_x typed(sctx *c, const json_t *s, const char *t)
     return sc_fail(c, QERR_INVAL, "unknown type '%s'", t);
 }
 
-/* s without the keys k1, k2 (kept alive). */
-static const json_t *without(sctx *c, const json_t *s, const char *k1, const char *k2)
-{
-    json_t *w = json_copy((json_t *)s);
-    if (!w) return NULL;
-    json_object_del(w, k1);
-    if (k2) json_object_del(w, k2);
-    return keep(c, w);
-}
-
-/* w (s without its "not") and not nt, where nt holds only an object's
- * keywords (properties, required, type "object"; properties among them): a
- * value that is not an object where nt wants one, an object without one of
- * the required names, or one with a listed property whose value fails its
- * schema.  NULL for other forms. */
-static json_t *not_object(sctx *c, const json_t *w, const json_t *nt)
-{
-    const char *k;
-    json_t *v;
-    int props = 0, obj = 0;
-    json_object_foreach((json_t *)nt, k, v)
-    {
-        if (IN(k, ANNOTATIONS)) continue;
-        if (!strcmp(k, "properties") && json_is_object(v)) props = 1;
-        else if (!strcmp(k, "type") && json_is_string(v) && !strcmp(json_string_value(v), "object")) obj = 1;
-        else if (strcmp(k, "required") || !json_is_array(v)) return NULL;
-    }
-    if (!props) return NULL;
-    json_t *alts = json_array();
-    if (obj) json_array_append_new(alts, json_pack("{s:[sssss]}", "type", "null", "boolean", "array", "string", "number"));
-    size_t i;
-    json_t *x;
-    json_array_foreach(json_object_get(nt, "required"), i, x) if (json_is_string(x))
-        json_array_append_new(alts, json_pack("{s:s,s:{s:b}}", "type", "object", "properties", json_string_value(x), 0));
-    json_object_foreach(json_object_get(nt, "properties"), k, v)
-    {
-        if (json_is_true(v) || (json_is_object(v) && !constrains(v, NULL, NULL))) continue; /* never fails */
-        json_array_append_new(alts, json_pack("{s:s,s:[s],s:{s:{s:O}}}", "type", "object", "required", k, "properties",
-                                              k, "not", v));
-    }
-    json_t *out = NULL;
-    if (json_array_size(alts)) {
-        json_t *any = json_pack("{s:o}", "anyOf", alts);
-        out = any ? merge(c, w, any) : NULL;
-        json_decref(any);
-    } else {
-        json_decref(alts);
-    }
-    return out;
-}
-
-/* s with its "not" said another way, for the forms that have one:
- *   not {not X}               X, merged with the rest (allOf);
- *   not {anyOf [A, B, ...]}   allOf [{not A}, {not B}, ...];
- *   not {allOf [A]}           not A;
- *   not {required [k, ...]}   an object without k or without ... (each
- *                             absence a property that may not appear);
- *   not {properties ...}      not_object's alternatives.
- * NULL for other forms (c->rc set only when out of memory). */
-static const json_t *not_rewrite(sctx *c, const json_t *s, const json_t *nt)
-{
-    if (json_is_object(nt) && json_object_get(nt, "properties")) {
-        json_t *w = json_copy((json_t *)s);
-        if (!w) return sc_fail(c, QERR_NOMEM, "out of memory"), NULL;
-        json_object_del(w, "not");
-        json_t *out = not_object(c, w, nt);
-        json_decref(w);
-        return out ? keep(c, out) : NULL;
-    }
-    if (!json_is_object(nt) || json_object_size(nt) != 1) return NULL;
-    const char *k = json_object_iter_key(json_object_iter((json_t *)nt));
-    const json_t *v = json_object_get(nt, k);
-    json_t *w = json_copy((json_t *)s);
-    if (!w) return sc_fail(c, QERR_NOMEM, "out of memory"), NULL;
-    json_object_del(w, "not");
-    json_t *out = NULL;
-    if (!strcmp(k, "not")) {
-        out = merge(c, w, v);
-    } else if (!strcmp(k, "anyOf") && json_is_array(v) && json_array_size(v)) {
-        json_t *all = json_object_get(w, "allOf");
-        all = json_is_array(all) ? json_copy(all) : json_array();
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x) json_array_append_new(all, json_pack("{s:O}", "not", x));
-        json_object_set_new(w, "allOf", all);
-        out = json_incref(w);
-    } else if (!strcmp(k, "allOf") && json_is_array(v) && json_array_size(v) == 1) {
-        json_object_set(w, "not", json_array_get(v, 0));
-        out = json_incref(w);
-    } else if ((!strcmp(k, "enum") && json_is_array(v)) || !strcmp(k, "const") ||
-               (!strcmp(k, "pattern") && json_is_string(v))) {
-        /* Kept for the alternatives they touch: a value other than these
-         * strings / true / false / null (numbers, arrays and objects would
-         * need equality by value); a string that does not match. */
-        json_t *vals = !strcmp(k, "const") ? json_pack("[O]", v) : json_incref((json_t *)v);
-        int ok = vals != NULL;
-        size_t i;
-        json_t *x;
-        json_array_foreach(vals, i, x) ok &= json_is_string(x) || json_is_boolean(x) || json_is_null(x);
-        if (!strcmp(k, "pattern")) ok = 1;
-        if (ok) {
-            json_t *neg = !strcmp(k, "pattern") ? json_pack("{s:O}", "pattern", v) : json_pack("{s:O}", "enum", vals);
-            json_t *add = json_pack("{s:[o]}", NOT_KEY, neg);
-            /* not {pattern}: only strings can fail a pattern. */
-            if (add && !strcmp(k, "pattern")) json_object_set_new(add, "type", json_string("string"));
-            if (add) out = merge(c, w, add);
-            json_decref(add);
-        }
-        json_decref(vals);
-    } else if (!strcmp(k, "required") && json_is_array(v) && json_array_size(v)) {
-        /* An object (required holds for any other value) lacking one of them. */
-        json_t *alts = json_array();
-        size_t i;
-        json_t *x;
-        json_array_foreach(v, i, x)
-        {
-            if (!json_is_string(x)) break;
-            json_array_append_new(alts, json_pack("{s:{s:b}}", "properties", json_string_value(x), 0));
-        }
-        if (i == json_array_size(v)) {
-            json_t *obj = json_pack("{s:s}", "type", "object");
-            json_t *m = merge(c, w, obj);
-            json_decref(obj);
-            if (m && json_array_size(alts) == 1) {
-                out = merge(c, m, json_array_get(alts, 0));
-                json_decref(m);
-            } else if (m) {
-                json_t *any = json_pack("{s:O}", "anyOf", alts);
-                out = merge(c, m, any);
-                json_decref(any);
-                json_decref(m);
-            }
-        }
-        json_decref(alts);
-    }
-    json_decref(w);
-    return out ? keep(c, out) : NULL;
-}
-
 /* enum / const: the values that satisfy everything beside them (checked
  * one by one, whatever the other keywords), as literals. */
 static gram_x enum_x(sctx *c, const json_t *s)
 {
     const json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
     if (en && !json_is_array(en)) return sc_fail(c, QERR_INVAL, "enum must be an array");
-    const json_t *rest = without(c, s, en ? "enum" : "const", "nullable");
+    const json_t *rest = sc_without(c, s, en ? "enum" : "const", "nullable");
     if (!rest) return sc_fail(c, QERR_NOMEM, "out of memory");
     const int nullable = json_is_true(json_object_get(s, "nullable"));
     gram_x acc = NONE;
@@ -1254,52 +846,6 @@ static gram_x enum_x(sctx *c, const json_t *s)
     return acc;
 }
 
-/* s with its first dependency on a schema (dependentSchemas, or a schema
- * in dependencies) said another way: an object without that property, or
- * with it and the schema holding too.  NULL when it has none (c->rc set
- * only on errors). */
-static const json_t *dep_rewrite(sctx *c, const json_t *s)
-{
-    static const char *const KEYS[] = { "dependentSchemas", "dependencies" };
-    for (int k = 0; k < 2; k++) {
-        const json_t *deps = json_object_get(s, KEYS[k]);
-        const char *dk;
-        json_t *dv;
-        json_object_foreach((json_t *)deps, dk, dv)
-        {
-            if (json_is_array(dv)) continue;
-            json_t *w = json_copy((json_t *)s), *rest = json_copy((json_t *)deps);
-            json_object_del(rest, dk);
-            if (json_object_size(rest)) json_object_set(w, KEYS[k], rest);
-            else json_object_del(w, KEYS[k]);
-            json_decref(rest);
-            json_t *gone = json_pack("{s:{s:b}}", "properties", dk, 0), *has = json_pack("{s:[s]}", "required", dk);
-            json_t *without_k = merge(c, w, gone), *with_k = NULL;
-            /* With it: only where it may appear at all. */
-            const json_t *props = json_object_get(w, "properties");
-            const int may = !json_is_false(dv) && !json_is_false(json_object_get(props, dk)) &&
-                            (json_object_get(props, dk) || !json_is_false(json_object_get(w, "additionalProperties")) ||
-                             json_object_get(w, "patternProperties"));
-            if (without_k && may) {
-                json_t *req = merge(c, w, has);
-                with_k = req ? merge(c, req, dv) : NULL;
-                json_decref(req);
-            }
-            json_decref(gone);
-            json_decref(has);
-            json_decref(w);
-            if (!without_k || (may && !with_k)) {
-                json_decref(without_k);
-                json_decref(with_k);
-                if (!c->rc) sc_fail(c, QERR_NOMEM, "out of memory");
-                return NULL;
-            }
-            return keep(c, with_k ? json_pack("{s:[oo]}", "anyOf", without_k, with_k) : without_k);
-        }
-    }
-    return NULL;
-}
-
 static gram_x sx_inner(sctx *c, const json_t *s)
 {
     if (json_is_true(s)) return gram_b_ref(B, c->r_value);
@@ -1309,42 +855,24 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)s, k, v) if (IN(k, REFUSED)) return sc_fail(c, QERR_UNSUPPORTED, "keyword '%s' is not supported", k);
-    const json_t *dr = dep_rewrite(c, s);
+    const json_t *dr = sc_dep_rewrite(c, s);
     if (dr) return sx(c, dr);
     if (c->rc) return c->rc;
-    /* if / then / else: (if and then) or (not if and else). */
-    const json_t *cond = json_object_get(s, "if");
-    if (cond) {
-        json_t *w = json_copy((json_t *)s), *nc = json_pack("{s:O}", "not", cond);
-        json_object_del(w, "if");
-        json_object_del(w, "then");
-        json_object_del(w, "else");
-        json_t *yes = merge(c, w, cond), *no = merge(c, w, nc);
-        const json_t *th = json_object_get(s, "then"), *el = json_object_get(s, "else");
-        json_t *t;
-        if (yes && th) t = merge(c, yes, th), json_decref(yes), yes = t;
-        if (no && el) t = merge(c, no, el), json_decref(no), no = t;
-        json_decref(w);
-        json_decref(nc);
-        if (!yes || !no) {
-            json_decref(yes);
-            json_decref(no);
-            return c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
-        }
-        return sx(c, keep(c, json_pack("{s:[oo]}", "anyOf", yes, no)));
-    }
+    const json_t *ir = sc_if_rewrite(c, s);
+    if (ir) return sx(c, ir);
+    if (c->rc) return c->rc;
     /* not: only {} (nothing: an error here; a property's is handled by
      * its object) and a list of types taken out of the allowed ones. */
     const json_t *nt = json_object_get(s, "not");
     if (nt) {
-        const json_t *rw = not_rewrite(c, s, deref(c, nt));
+        const json_t *rw = sc_not_rewrite(c, s, sc_deref(c, nt));
         if (rw) return sx(c, rw);
         if (c->rc) return c->rc;
-        nt = deref(c, nt);
+        nt = sc_deref(c, nt);
         const json_t *nty = json_object_get(nt, "type");
         if (json_is_true(nt) || (json_is_object(nt) && !json_object_size(nt)))
             return sc_fail(c, QERR_UNSUPPORTED, "a schema no instance satisfies (not {})");
-        if (!json_is_object(nt) || !nty || constrains(nt, "type", NULL))
+        if (!json_is_object(nt) || !nty || sc_constrains(nt, "type", NULL))
             return sc_fail(c, QERR_UNSUPPORTED, "keyword 'not' is supported only with {} or a type");
         json_t *w = json_copy((json_t *)s), *left = json_array();
         const json_t *have = json_object_get(s, "type");
@@ -1365,7 +893,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
         }
         json_object_del(w, "not");
         json_object_set_new(w, "type", left);
-        return sx(c, keep(c, w));
+        return sx(c, sc_keep(c, w));
     }
     /* $ref (its siblings, if any, must hold too). */
     const json_t *ref = json_object_get(s, "$ref");
@@ -1373,8 +901,8 @@ static gram_x sx_inner(sctx *c, const json_t *s)
         if (!json_is_string(ref)) return sc_fail(c, QERR_INVAL, "$ref must be a string");
         const json_t *t = sc_resolve(c, json_string_value(ref));
         if (!t) return sc_fail(c, QERR_UNSUPPORTED, "$ref '%s' does not name a schema in this document", json_string_value(ref));
-        if (!constrains(s, "$ref", NULL)) return ref_rule(c, t);
-        const json_t *m = keep(c, merge(c, without(c, s, "$ref", NULL), t));
+        if (!sc_constrains(s, "$ref", NULL)) return ref_rule(c, t);
+        const json_t *m = sc_keep(c, sc_merge(c, sc_without(c, s, "$ref", NULL), t));
         return m ? sx(c, m) : c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
     }
     /* allOf: one schema.  Beside anyOf / oneOf, the alternatives come
@@ -1383,12 +911,12 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     const json_t *all = json_object_get(s, "allOf");
     if (all && !json_object_get(s, "anyOf") && !json_object_get(s, "oneOf")) {
         if (!json_is_array(all) || !json_array_size(all)) return sc_fail(c, QERR_INVAL, "allOf must be a non-empty array");
-        const json_t *m = without(c, s, "allOf", NULL);
+        const json_t *m = sc_without(c, s, "allOf", NULL);
         size_t i;
         json_t *x;
         json_array_foreach(all, i, x)
         {
-            m = keep(c, merge(c, m, x));
+            m = sc_keep(c, sc_merge(c, m, x));
             if (!m) return c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
         }
         return sx(c, m);
@@ -1398,8 +926,8 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     if (ak) {
         const json_t *alts = json_object_get(s, ak);
         if (!json_is_array(alts) || !json_array_size(alts)) return sc_fail(c, QERR_INVAL, "%s must be a non-empty array", ak);
-        const json_t *base = without(c, s, ak, NULL);
-        const int plain = !constrains(base, NULL, NULL);
+        const json_t *base = sc_without(c, s, ak, NULL);
+        const int plain = !sc_constrains(base, NULL, NULL);
         gram_x acc = NONE;
         size_t i;
         json_t *x;
@@ -1407,7 +935,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
         {
             char where[32];
             snprintf(where, sizeof where, "%s/%zu", ak, i);
-            const json_t *one = plain ? x : keep(c, merge(c, base, x));
+            const json_t *one = plain ? x : sc_keep(c, sc_merge(c, base, x));
             if (!one) return c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
             if (no_value(c, one)) continue; /* an alternative the keywords beside it rule out */
             acc = alt_add(c, acc, sub(c, one, where));
@@ -1437,7 +965,7 @@ static gram_x sx_inner(sctx *c, const json_t *s)
     if (negated(s, json_null())) want[0] = 0;
     if (negated(s, json_true()) && negated(s, json_false())) want[1] = 0;
     /* Without "type" and without keywords of a type, any value. */
-    if (!type && !constrains(s, NULL, NULL)) return gram_b_ref(B, c->r_value);
+    if (!type && !sc_constrains(s, NULL, NULL)) return gram_b_ref(B, c->r_value);
     gram_x acc = NONE;
     /* A type none of whose values holds (sc_none: an object no keyword
      * set allows) is left out; all of them: an error saying why. */
@@ -1461,7 +989,7 @@ static gram_x sx(sctx *c, const json_t *s)
     if (c->rc) return c->rc;
     /* Schemas that merge (allOf, $ref beside other keywords) go through a
      * rule of their own: met again through recursion, they reuse it. */
-    if (json_is_object(s) && (json_object_get(s, "allOf") || (json_object_get(s, "$ref") && constrains(s, "$ref", NULL))))
+    if (json_is_object(s) && (json_object_get(s, "allOf") || (json_object_get(s, "$ref") && sc_constrains(s, "$ref", NULL))))
         return ref_rule(c, s);
     return sx_body(c, s);
 }
@@ -1550,9 +1078,7 @@ static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, co
     gram_b_free(c.b);
     json_decref(c.keep);
     free(c.memo);
-    for (size_t i = 0; i < c.cap_mm; i++)
-        if (c.mm[i].m) json_decref((json_t *)c.mm[i].a), json_decref((json_t *)c.mm[i].b), json_decref(c.mm[i].m);
-    free(c.mm);
+    sc_merges_free(&c);
     return rc;
 }
 

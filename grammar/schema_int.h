@@ -90,6 +90,28 @@ int sc_check(sctx *c, const json_t *s, const json_t *v, const char **why);
 /* Whether pattern p (pn bytes) finds a match in s (n bytes), through PCRE2:
  * 1, 0, or -1 when it cannot tell (a bad pattern, too much work). */
 int sc_search(const char *p, size_t pn, const char *s, size_t n);
+/* schema.c: a keyword that only annotates; one the compiler reads or
+ * refuses (a constraint); whether s has a constraint besides skip1 / skip2
+ * (NULL: none); s with a lone $ref replaced by its target. */
+int sc_is_annotation(const char *k);
+int sc_is_keyword(const char *k);
+int sc_constrains(const json_t *s, const char *skip1, const char *skip2);
+const json_t *sc_deref(sctx *c, const json_t *s);
+
+/* schema_merge.c: the merge of two schemas that must both hold (a new
+ * reference, NULL on errors with c->rc set or out of memory); a made
+ * schema kept alive until the compile ends (returned); s without keys k1
+ * and k2 (kept); s said another way for its not, its first dependency on a
+ * schema, its if (kept; NULL when it has no such form); the merges'
+ * memory freed. */
+json_t *sc_merge(sctx *c, const json_t *a, const json_t *bb);
+const json_t *sc_keep(sctx *c, json_t *s);
+const json_t *sc_without(sctx *c, const json_t *s, const char *k1, const char *k2);
+const json_t *sc_not_rewrite(sctx *c, const json_t *s, const json_t *nt);
+const json_t *sc_dep_rewrite(sctx *c, const json_t *s);
+const json_t *sc_if_rewrite(sctx *c, const json_t *s);
+void sc_merges_free(sctx *c);
+
 /* A count keyword (minLength, maxItems...) as an int: dflt when absent,
  * clamped to [-1, 1e9]. */
 int sc_count_of(const json_t *v, int dflt);
