@@ -4,6 +4,7 @@
 #include "guide.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,23 +65,23 @@ struct qguide {
     pthread_cond_t done_cv; /* the jobs are done */
     qguide_job *jobs;
     int n;
+    atomic_int next;        /* the next job to take (threads and the waiter take them in turn) */
     unsigned long round;    /* jobs given so far (a new round each start) */
     int busy;               /* threads still on this round's jobs */
     int quit;
 };
 
-typedef struct {
-    qguide *g;
-    int t;
-} guide_arg;
-
 /* Thread t makes jobs t, t + n_threads, ... of each round. */
+/* Runs jobs until none is left to take (one at a time: a slow mask holds
+ * up only its own thread). */
+static void take_jobs(qguide *g, qguide_job *jobs, int n)
+{
+    for (int i; (i = atomic_fetch_add(&g->next, 1)) < n;) qguide_job_run(&jobs[i]);
+}
+
 static void *guide_main(void *arg)
 {
-    guide_arg *ga = arg;
-    qguide *g = ga->g;
-    const int t = ga->t;
-    free(ga);
+    qguide *g = arg;
     unsigned long seen = 0;
     pthread_mutex_lock(&g->mu);
     for (;;) {
@@ -88,9 +89,9 @@ static void *guide_main(void *arg)
         if (g->round == seen) break; /* quit, nothing given */
         seen = g->round;
         qguide_job *jobs = g->jobs;
-        const int n = g->n, step = g->n_threads;
+        const int n = g->n;
         pthread_mutex_unlock(&g->mu);
-        for (int i = t; i < n; i += step) qguide_job_run(&jobs[i]);
+        take_jobs(g, jobs, n);
         pthread_mutex_lock(&g->mu);
         if (--g->busy == 0) pthread_cond_broadcast(&g->done_cv);
     }
@@ -109,12 +110,7 @@ int qguide_new(int n_threads, qguide **out)
     if (n_threads < 1) n_threads = 1;
     if (n_threads > GUIDE_MAX_THREADS) n_threads = GUIDE_MAX_THREADS;
     for (int t = 0; t < n_threads; t++) {
-        guide_arg *ga = malloc(sizeof *ga);
-        if (ga) *ga = (guide_arg){ g, t };
-        if (!ga || pthread_create(&g->th[t], NULL, guide_main, ga)) {
-            free(ga);
-            break;
-        }
+        if (pthread_create(&g->th[t], NULL, guide_main, g)) break;
         g->n_threads++;
     }
     if (!g->n_threads) {
@@ -144,6 +140,7 @@ void qguide_start(qguide *g, qguide_job *jobs, int n)
     if (n <= 0) return;
     pthread_mutex_lock(&g->mu);
     g->jobs = jobs, g->n = n;
+    atomic_store(&g->next, 0);
     g->busy = g->n_threads;
     g->round++;
     pthread_cond_broadcast(&g->cv);
@@ -152,6 +149,8 @@ void qguide_start(qguide *g, qguide_job *jobs, int n)
 
 void qguide_wait(qguide *g)
 {
+    /* The waiter takes jobs too, rather than sleep while some are left. */
+    if (g->jobs) take_jobs(g, g->jobs, g->n);
     pthread_mutex_lock(&g->mu);
     while (g->busy) pthread_cond_wait(&g->done_cv, &g->mu);
     pthread_mutex_unlock(&g->mu);

@@ -3,8 +3,9 @@
  * before the forward pass and waits for them after it, so the two overlap
  * (DESIGN.md: the grammar's cost hides behind the model's).
  *
- * A few threads share a step's jobs, (matcher, vocabulary, mask) triples
- * (the grammars' caches are theirs to share, under their locks).  The
+ * A few threads share a step's jobs, (matcher, vocabulary, mask) triples,
+ * taking them one at a time; qguide_wait's caller takes its share too.
+ * The grammars' caches are theirs to share, under their locks.  The
  * matchers must not be touched by anyone else between qguide_start and
  * qguide_wait. */
 #ifndef QUIRE_GUIDE_H
@@ -36,8 +37,8 @@ void qguide_free(qguide *g);
 /* Starts the n jobs (the array stays the caller's, untouched until
  * qguide_wait returns); returns at once. */
 void qguide_start(qguide *g, qguide_job *jobs, int n);
-/* Returns when the jobs of the last qguide_start are done (at once when
- * there are none). */
+/* Runs jobs of the last qguide_start not yet taken, then returns when
+ * all of them are done (at once when there are none). */
 void qguide_wait(qguide *g);
 
 #endif
