@@ -21,6 +21,7 @@
 #define MAX_STATES 100000 /* rules an object's members may take */
 #define MAX_DEP_BITS 12   /* properties that schema-order dependencies may name */
 #define MAX_EXTRA_COUNT 64
+#define MAX_LISTED 2000       /* listed properties an object may have */
 
 #define UNSEEN (-2000)
 
@@ -235,6 +236,8 @@ static gram_x schema_order(mb *m)
 
 gram_x sc_members(sctx *c, const sc_obj *o)
 {
+    /* The schema-order rules recurse a property deep. */
+    if (o->n > MAX_LISTED) return sc_fail(c, QERR_LIMIT, "an object listing more than %d properties", MAX_LISTED);
     mb m = { .c = c, .o = o };
     m.lcap = o->max >= 0 ? o->max : o->min;
     if (m.lcap > o->n) m.lcap = o->n;

@@ -203,6 +203,18 @@ static void test_refused(void)
         { "false", "false schema" },
         { "{\"type\":\"strange\"}", "unknown type" },
     };
+    /* An object listing 3,000 properties: refused, not a stack 3,000 calls deep. */
+    json_t *big = json_pack("{s:s,s:o}", "type", "object", "properties", json_object());
+    for (int i = 0; i < 3000; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "p%d", i);
+        json_object_set_new(json_object_get(big, "properties"), k, json_object());
+    }
+    gram *gb = NULL;
+    char eb[800] = "";
+    CHECK(gram_schema_compile(big, &gb, eb, sizeof eb) == QERR_LIMIT && gb == NULL);
+    CHECK_STR_CONTAINS(eb, "more than 2000 properties");
+    json_decref(big);
     for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
         json_t *s = json_loads(R[i].schema, JSON_DECODE_ANY, NULL);
         REQUIRE(s);
