@@ -1079,6 +1079,7 @@ static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, co
     json_decref(c.keep);
     free(c.memo);
     sc_merges_free(&c);
+    sc_check_free(&c);
     return rc;
 }
 

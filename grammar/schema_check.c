@@ -112,14 +112,20 @@ static int format_ok(chk *k, const char *f, const json_t *v)
     }
     const char *p = sc_format_pattern(f);
     if (!p) return 1;
+    /* The format's automaton, compiled once a compile (kept in the context). */
+    sctx *c = k->c;
+    int at = 0;
+    while (at < SC_FORMATS && c->fmt_pat[at] && c->fmt_pat[at] != p) at++;
+    if (at < SC_FORMATS && !c->fmt_pat[at]) {
+        char err[200];
+        if (!gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &c->fmt_re[at], err, sizeof err))
+            c->fmt_pat[at] = p;
+    }
+    const gram_re *re = at < SC_FORMATS && c->fmt_pat[at] == p ? c->fmt_re[at] : NULL;
     /* The format automata read JSON-string bytes: v's text, quotes cut. */
-    char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-    gram_re *re = NULL;
-    char err[200];
+    char *text = re ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
     int out = -1;
-    if (text && !gram_re_compile(p, strlen(p), GRAM_RE_JSON_STRING | GRAM_RE_FULL, &re, err, sizeof err))
-        out = gram_re_match(re, text + 1, strlen(text) - 2);
-    gram_re_free(re);
+    if (text) out = gram_re_match(re, text + 1, strlen(text) - 2);
     free(text);
     if (out < 0) k->why = "format";
     return out;
@@ -337,6 +343,11 @@ static int check(chk *k, const json_t *s, const json_t *v, int depth)
         acc = r < 0 ? -1 : then ? both(acc, check(k, then, v, depth + 1)) : acc;
     }
     return acc;
+}
+
+void sc_check_free(sctx *c)
+{
+    for (int i = 0; i < SC_FORMATS; i++) gram_re_free(c->fmt_re[i]), c->fmt_re[i] = NULL, c->fmt_pat[i] = NULL;
 }
 
 int sc_check(sctx *c, const json_t *s, const json_t *v, const char **why)

@@ -29,6 +29,9 @@ typedef struct {
         json_t *m;           /* their merge (held); NULL: a free slot */
     } *mm;
     size_t n_mm, cap_mm;
+#define SC_FORMATS 8
+    const char *fmt_pat[SC_FORMATS]; /* schema_check.c: format automata compiled, by their pattern */
+    struct gram_re *fmt_re[SC_FORMATS];
     char none_why[300]; /* why the last sc_none had no value */
 } sctx;
 
@@ -87,6 +90,8 @@ const json_t *sc_resolve(sctx *c, const char *ref);
  * jsonschema reads it): 1 yes, 0 no, -1 when a keyword cannot be decided
  * (named in *why). */
 int sc_check(sctx *c, const json_t *s, const json_t *v, const char **why);
+/* Frees what sc_check kept in c. */
+void sc_check_free(sctx *c);
 /* Whether pattern p (pn bytes) finds a match in s (n bytes), through PCRE2:
  * 1, 0, or -1 when it cannot tell (a bad pattern, too much work). */
 int sc_search(const char *p, size_t pn, const char *s, size_t n);
