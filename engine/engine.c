@@ -163,42 +163,6 @@ struct qengine {
     qengine_stats st;
 };
 
-const char *qfinish_name(qfinish f)
-{
-    static const char *const names[] = { "none", "length", "stop", "cancelled", "error" };
-    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
-}
-
-void qevent_free(qevent *e)
-{
-    if (!e) return;
-    free(e->text);
-    e->text = NULL;
-}
-
-const char *qpreempt_name(int mode)
-{
-    return mode == QPREEMPT_RECOMPUTE ? "recompute" : mode == QPREEMPT_SWAP ? "swap" : "?";
-}
-
-int qpreempt_parse(const char *s, int *out)
-{
-    for (int m = QPREEMPT_RECOMPUTE; m <= QPREEMPT_SWAP; m++)
-        if (s && !strcmp(s, qpreempt_name(m))) {
-            *out = m;
-            return 0;
-        }
-    return QERR_INVAL;
-}
-
-void qengine_opts_default(qengine_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->block_size = 16;
-    o->max_batch_tokens = 512;
-    o->max_seqs = 64;
-}
-
 /* ---- lists ------------------------------------------------------------------ */
 
 static void rl_push_back(rlist *l, req *r)
@@ -835,11 +799,8 @@ static int apply_mask(qengine *e, req *r, float *lg, int on_device)
     }
     r->gjob = -1;
     e->st.masks++;
-    if (rc || on_device) return rc;
-    const int V = e->m->hp.n_vocab;
-    for (int i = 0; i < V; i++)
-        if (!((r->gmask[i / 32] >> (i % 32)) & 1)) lg[i] = -INFINITY;
-    return 0;
+    if (!rc && !on_device) qguide_mask_logits(r->gmask, lg, e->m->hp.n_vocab);
+    return rc;
 }
 
 /* qrow_masks.ready: the step's masks are done (the backend is about to read them). */
@@ -864,16 +825,7 @@ static int start_masks(qengine *e, int n_seqs)
         if (e->b_sample[i] && q->gm && !q->gm_failed) n++;
     }
     if (!n) return 0;
-    /* One thread beside a CPU backend (its pool has the cores); a few where
-     * the model runs on a GPU and the host's cores are free (QUIRE_GUIDE_THREADS
-     * sets it, 1 to 8). */
-    if (!e->guide) {
-        const int nc = q_ncpus();
-        int nt = strcmp(e->be->ops->name, "cpu") ? (nc >= 16 ? 4 : nc >= 4 ? 2 : 1) : 1;
-        const char *env = getenv("QUIRE_GUIDE_THREADS");
-        if (env && atoi(env) >= 1 && atoi(env) <= 8) nt = atoi(env);
-        if (qguide_new(nt, &e->guide)) return 0;
-    }
+    if (!e->guide && qguide_new(qguide_threads(strcmp(e->be->ops->name, "cpu") != 0), &e->guide)) return 0;
     if (n > e->cap_gjobs) {
         qguide_job *j = q_reallocn(e->gjobs, (size_t)n, sizeof *j);
         if (!j) return 0;

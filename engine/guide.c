@@ -3,6 +3,7 @@
  * step's masks while the forward pass runs (guide.h). */
 #include "guide.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -55,6 +56,12 @@ void qguide_job_run(qguide_job *j)
     if (!any) j->rc = QERR_INTERNAL;
 }
 
+void qguide_mask_logits(const uint32_t *mask, float *lg, int n_vocab)
+{
+    for (int i = 0; i < n_vocab; i++)
+        if (!((mask[i / 32] >> (i % 32)) & 1)) lg[i] = -INFINITY;
+}
+
 #define GUIDE_MAX_THREADS 8
 
 struct qguide {
@@ -97,6 +104,14 @@ static void *guide_main(void *arg)
     }
     pthread_mutex_unlock(&g->mu);
     return NULL;
+}
+
+int qguide_threads(int beside_gpu)
+{
+    const char *env = getenv("QUIRE_GUIDE_THREADS");
+    if (env && atoi(env) >= 1 && atoi(env) <= GUIDE_MAX_THREADS) return atoi(env);
+    const int nc = q_ncpus();
+    return beside_gpu ? (nc >= 16 ? 4 : nc >= 4 ? 2 : 1) : 1;
 }
 
 int qguide_new(int n_threads, qguide **out)

@@ -28,8 +28,15 @@ typedef struct {
 /* Makes j's mask now, on this thread. */
 void qguide_job_run(qguide_job *j);
 
+/* Sets to -inf the logits of the tokens mask refuses (on the host). */
+void qguide_mask_logits(const uint32_t *mask, float *lg, int n_vocab);
+
 typedef struct qguide qguide;
 
+/* How many threads to start: one beside a CPU backend (its pool has the
+ * cores); beside a GPU a few, as the host's cores allow; QUIRE_GUIDE_THREADS
+ * (1 to 8) overrides either. */
+int qguide_threads(int beside_gpu);
 /* n_threads (1 to 8) started threads in *out: 0 or QERR_NOMEM / QERR_INTERNAL. */
 int qguide_new(int n_threads, qguide **out);
 /* Stops the threads (after the jobs in hand) and frees g; NULL is fine. */

@@ -14,6 +14,7 @@
 #include "gram_re.h"
 #include "schema.h"
 #include "schema_int.h"
+#include "util.h"
 
 #define CHECK_DEPTH 64
 
@@ -368,20 +369,7 @@ typedef struct {
 
 static void tput(tbuf *b, const char *s, size_t n)
 {
-    if (b->bad) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->bad = 1;
-            return;
-        }
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
+    if (!b->bad && q_append(&b->p, &b->n, &b->cap, s, n)) b->bad = 1;
 }
 
 static void text_of(tbuf *b, const json_t *v)
@@ -389,12 +377,7 @@ static void text_of(tbuf *b, const json_t *v)
     char tmp[40];
     if (json_is_real(v)) {
         const double d = json_real_value(v);
-        int p = 1;
-        for (; p < 17; p++) {
-            snprintf(tmp, sizeof tmp, "%.*g", p, d);
-            if (strtod(tmp, NULL) == d) break;
-        }
-        snprintf(tmp, sizeof tmp, "%.*g", p, d);
+        snprintf(tmp, sizeof tmp, "%.*g", sc_shortest_digits(d), d);
         if (!strpbrk(tmp, ".eEn")) strcat(tmp, ".0");
         tput(b, tmp, strlen(tmp));
     } else if (json_is_array(v)) {

@@ -117,6 +117,9 @@ const json_t *sc_dep_rewrite(sctx *c, const json_t *s);
 const json_t *sc_if_rewrite(sctx *c, const json_t *s);
 void sc_merges_free(sctx *c);
 
+/* The fewest significant digits (1 to 17) that write v so that it reads
+ * back the same. */
+int sc_shortest_digits(double v);
 /* A count keyword (minLength, maxItems...) as an int: dflt when absent,
  * clamped to [-1, 1e9]. */
 int sc_count_of(const json_t *v, int dflt);

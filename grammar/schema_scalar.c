@@ -261,17 +261,23 @@ static void int_range(long long lo, long long hi, char *out, size_t cap)
 #define NONNEG "((0|[1-9]\\d*)(\\.\\d+)?)"
 #define POSITIVE "(0\\.\\d*[1-9]\\d*|[1-9]\\d*(\\.\\d+)?)"
 
+int sc_shortest_digits(double v)
+{
+    char t[40];
+    int p = 1;
+    for (; p < 17; p++) {
+        snprintf(t, sizeof t, "%.*g", p, v);
+        if (strtod(t, NULL) == v) break;
+    }
+    return p;
+}
+
 /* A non-negative bound v as a decimal: its integer part and its fraction's
  * digits (none trailing zero), in the fewest digits that read back as v. */
 static void decimal_of(double v, long long *ip, char *frac, size_t cap)
 {
     char e[64], dig[32];
-    int p = 1;
-    for (; p < 17; p++) {
-        snprintf(e, sizeof e, "%.*e", p - 1, v);
-        if (strtod(e, NULL) == v) break;
-    }
-    snprintf(e, sizeof e, "%.*e", p - 1, v);
+    snprintf(e, sizeof e, "%.*e", sc_shortest_digits(v) - 1, v);
     int nd = 0;
     const char *q = e;
     for (; *q && *q != 'e' && nd < (int)sizeof dig; q++)

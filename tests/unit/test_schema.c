@@ -227,6 +227,20 @@ static void test_refused(void)
     }
 }
 
+/* The integers in [-150, 1500] g gets wrong, against "in [lo, hi] and a
+ * multiple of k" (the first few printed). */
+static int ints_wrong(const gram *g, int lo, int hi, int k)
+{
+    int bad = 0;
+    for (int v = -150; v <= 1500; v++) {
+        char t[16];
+        snprintf(t, sizeof t, "%d", v);
+        const int want = v >= lo && v <= hi && v % k == 0;
+        if (takes(g, t) != want && bad++ < 3) fprintf(stderr, "  [%d, %d] / %d: %d\n", lo, hi, k, v);
+    }
+    return bad;
+}
+
 /* Integer ranges against brute force over [-150, 1500]. */
 static void test_ranges(void)
 {
@@ -237,14 +251,7 @@ static void test_ranges(void)
         snprintf(schema, sizeof schema, "{\"type\":\"integer\",\"minimum\":%d,\"maximum\":%d}", bounds[i][0], bounds[i][1]);
         gram *g = compile(schema);
         REQUIRE(g);
-        int bad = 0;
-        for (int v = -150; v <= 1500; v++) {
-            char t[16];
-            snprintf(t, sizeof t, "%d", v);
-            const int want = v >= bounds[i][0] && v <= bounds[i][1];
-            if (takes(g, t) != want && bad++ < 3) fprintf(stderr, "  [%d, %d]: %d\n", bounds[i][0], bounds[i][1], v);
-        }
-        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(ints_wrong(g, bounds[i][0], bounds[i][1], 1), 0);
         gram_free(g);
     }
     /* multipleOf against brute force, with and without bounds. */
@@ -253,13 +260,7 @@ static void test_ranges(void)
         snprintf(sch, sizeof sch, "{\"type\":\"integer\",\"multipleOf\":%d,\"minimum\":-40,\"maximum\":900}", k);
         gram *gm = compile(sch);
         REQUIRE(gm);
-        int wrong = 0;
-        for (int v = -150; v <= 1500; v++) {
-            char t[16];
-            snprintf(t, sizeof t, "%d", v);
-            wrong += takes(gm, t) != (v >= -40 && v <= 900 && v % k == 0);
-        }
-        CHECK_EQ_INT(wrong, 0);
+        CHECK_EQ_INT(ints_wrong(gm, -40, 900, k), 0);
         gram_free(gm);
     }
     /* Unbounded above. */
