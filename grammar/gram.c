@@ -27,7 +27,7 @@
 
 /* ---- the builder ------------------------------------------------------------------ */
 
-typedef enum { X_EMPTY, X_BYTE, X_LIT, X_RE, X_REF, X_SEQ, X_ALT, X_REP, X_EXCEPT } xkind;
+typedef enum { X_EMPTY, X_BYTE, X_LIT, X_RE, X_REF, X_SEQ, X_ALT, X_REP, X_EXCEPT, X_PERM } xkind;
 
 typedef struct {
     xkind k;
@@ -35,7 +35,7 @@ typedef struct {
     int min, max;       /* REP */
     uint8_t lo, hi;     /* BYTE */
     size_t off, len;    /* LIT: bytes in lits; EXCEPT: the names, each a size_t length then its bytes */
-    int count;          /* EXCEPT: how many names */
+    int count;          /* EXCEPT: how many names; PERM: index in perms */
     int re;             /* RE: index in res */
     int rule;           /* REF */
 } xnode;
@@ -51,6 +51,13 @@ struct gram_b {
     int *body;          /* per rule: its expression, -1 until defined */
     int n_rules, cap_rules;
     int any_string;     /* index in res of the pattern of any JSON string's content, -1 before first use */
+    struct bperm {      /* gram_b_perm's: members are rules first..first + n - 1, the extra one first + n */
+        int rule, n, first, has_extra, min, max, ndeps;
+        uint8_t *required;
+        int32_t (*deps)[2];
+        size_t sep_off, sep_len;
+    } *perms;
+    int n_perms, cap_perms;
     int err;
     char msg[256];
 };
@@ -67,6 +74,8 @@ void gram_b_free(gram_b *b)
     if (!b) return;
     for (int i = 0; i < b->n_res; i++) gram_re_free(b->res[i]);
     for (int i = 0; i < b->n_rules; i++) free(b->names[i]);
+    for (int i = 0; i < b->n_perms; i++) free(b->perms[i].required), free(b->perms[i].deps);
+    free(b->perms);
     free(b->res);
     free(b->names);
     free(b->body);
@@ -255,6 +264,47 @@ gram_x gram_b_rep(gram_b *b, gram_x x, int min, int max)
     return n;
 }
 
+gram_x gram_b_perm(gram_b *b, const gram_perm *p)
+{
+    if (b->err) return b->err;
+    if (p->n < 0 || p->ndeps < 0 || !p->sep || !*p->sep || p->min < 0 || p->max < -1)
+        return b_fail(b, QERR_INVAL, "a bad set of members");
+    for (int i = 0; i < p->n; i++)
+        if (p->member[i] < 0) return b_fail(b, p->member[i], "a bad expression");
+    if (p->has_extra && p->extra < 0) return b_fail(b, p->extra, "a bad expression");
+    for (int d = 0; d < p->ndeps; d++)
+        if (p->deps[d][0] < 0 || p->deps[d][0] >= p->n || p->deps[d][1] < 0 || p->deps[d][1] >= p->n)
+            return b_fail(b, QERR_RANGE, "a dependency on no member");
+    if (gram_grow((void **)&b->perms, b->n_perms, &b->cap_perms, sizeof *b->perms))
+        return b_fail(b, QERR_NOMEM, "out of memory");
+    struct bperm *bp = &b->perms[b->n_perms];
+    *bp = (struct bperm){ .n = p->n, .has_extra = p->has_extra, .min = p->min, .max = p->max, .ndeps = p->ndeps };
+    bp->required = calloc((size_t)p->n + 1, 1);
+    bp->deps = q_mallocn((size_t)p->ndeps + 1, sizeof *bp->deps);
+    bp->sep_off = lit_put(b, p->sep, strlen(p->sep));
+    bp->sep_len = strlen(p->sep);
+    if (!bp->required || !bp->deps || bp->sep_off == (size_t)-1) {
+        free(bp->required), free(bp->deps);
+        return b_fail(b, QERR_NOMEM, "out of memory");
+    }
+    b->n_perms++;
+    for (int i = 0; i < p->n; i++) bp->required[i] = p->required && p->required[i];
+    for (int d = 0; d < p->ndeps; d++) bp->deps[d][0] = p->deps[d][0], bp->deps[d][1] = p->deps[d][1];
+    /* The members' rules, one after the other (their tags are their order). */
+    const int rule = gram_b_rule(b, "members");
+    bp->rule = rule;
+    bp->first = b->n_rules;
+    for (int i = 0; i < p->n + p->has_extra && !b->err; i++) {
+        const int r = gram_b_rule(b, i < p->n ? "member" : "extra member");
+        if (r >= 0) gram_b_define(b, r, i < p->n ? p->member[i] : p->extra);
+    }
+    const gram_x x = new_x(b, X_PERM);
+    if (x < 0) return x;
+    b->x[x].count = b->n_perms - 1;
+    if (gram_b_define(b, rule, x)) return b->err;
+    return gram_b_ref(b, rule);
+}
+
 /* ---- a rule's NFA --------------------------------------------------------------------- */
 
 typedef gram_nfa nfa;
@@ -411,6 +461,26 @@ static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
     case X_EXCEPT:
         n_except(a, b, e, *in, *out);
         break;
+    case X_PERM: {
+        /* A member, then (the separator, a member) any number of times:
+         * which members the matcher decides. */
+        const struct bperm *p = &b->perms[e->count];
+        const int mid = n_state(a);
+        int cur = mid;
+        for (size_t i = 0; i < p->sep_len; i++) {
+            const int nx = n_state(a);
+            const uint8_t c = (uint8_t)b->lits[p->sep_off + i];
+            n_edge(a, cur, nx, GRAM_BYTES, c, c);
+            cur = nx;
+        }
+        for (int r = p->first; r < p->first + p->n + p->has_extra; r++) {
+            n_edge(a, *in, mid, r, 0, 0);
+            n_edge(a, cur, mid, r, 0, 0);
+        }
+        EPS(a, *in, *out);
+        EPS(a, mid, *out);
+        break;
+    }
     case X_SEQ:
         n_expr(a, b, e->a, &i1, &o1, depth + 1);
         n_expr(a, b, e->b, &i2, &o2, depth + 1);
@@ -457,6 +527,10 @@ void gram_free(gram *g)
     free(g->st);
     free(g->be);
     free(g->ce);
+    for (int i = 0; i < g->n_perms; i++) free(g->perms[i].req), free(g->perms[i].deps);
+    free(g->perms);
+    free(g->perm_of);
+    free(g->tag);
     free(g);
 }
 
@@ -573,6 +647,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
         nb = w;
         gstate *st = &g->st[s];
         st->accept = (uint8_t)accept;
+        st->perm = g->perm_of[r];
         st->byte_off = g->n_be, st->n_byte = nb;
         st->call_off = g->n_ce, st->n_call = ncall;
         for (int i = 0; i < nb && !rc; i++) {
@@ -703,6 +778,31 @@ out:
     return found;
 }
 
+/* The builder's sets of members into g, with each rule's perm and tag. */
+static int copy_perms(gram *g, const gram_b *b)
+{
+    g->perm_of = q_mallocn((size_t)b->n_rules, sizeof *g->perm_of);
+    g->tag = q_mallocn((size_t)b->n_rules, sizeof *g->tag);
+    g->perms = q_callocn((size_t)b->n_perms + 1, sizeof *g->perms);
+    if (!g->perm_of || !g->tag || !g->perms) return QERR_NOMEM;
+    for (int r = 0; r < b->n_rules; r++) g->perm_of[r] = -1, g->tag[r] = -1;
+    for (int k = 0; k < b->n_perms; k++) {
+        const struct bperm *bp = &b->perms[k];
+        gperm *p = &g->perms[g->n_perms++];
+        *p = (gperm){ .n = bp->n, .nw = (bp->n + 32) / 32, .ndeps = bp->ndeps, .has_extra = bp->has_extra,
+                      .min = bp->min, .max = bp->max };
+        p->req = q_callocn((size_t)p->nw, sizeof *p->req);
+        p->deps = q_mallocn((size_t)bp->ndeps + 1, sizeof *p->deps);
+        if (!p->req || !p->deps) return QERR_NOMEM;
+        for (int i = 0; i < bp->n; i++)
+            if (bp->required[i]) p->req[i / 32] |= 1u << (i % 32);
+        if (bp->ndeps) memcpy(p->deps, bp->deps, sizeof *p->deps * (size_t)bp->ndeps);
+        g->perm_of[bp->rule] = k;
+        for (int i = 0; i < bp->n + bp->has_extra; i++) g->tag[bp->first + i] = i;
+    }
+    return 0;
+}
+
 int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -718,7 +818,7 @@ int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
     g->n_rules = b->n_rules;
     g->root = root;
     atomic_init(&g->refs, 1);
-    int rc = 0;
+    int rc = copy_perms(g, b) ? qerr_set(err, errlen, QERR_NOMEM, "out of memory") : 0;
     for (int r = 0; r < b->n_rules && !rc; r++) {
         nfa a = { 0 };
         a.max_s = MAX_STATES;

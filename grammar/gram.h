@@ -67,6 +67,29 @@ gram_x gram_b_alt(gram_b *b, gram_x x, gram_x y);
 /* x repeated min..max times (max -1: no bound). */
 gram_x gram_b_rep(gram_b *b, gram_x x, int min, int max);
 
+/* Members in any order (an object's, when it lists too many properties
+ * for a rule per set of them): each of member[0..n) at most once and, with
+ * has_extra, extra any number of times, sep between two; the whole may end
+ * when every required member is given, when deps[d][0] given means
+ * deps[d][1] given too, and when at least min members are given (extras
+ * counting as one: two could share a key) and at most max (-1: no bound;
+ * extras counting each).  A member is refused where no way to such an end
+ * would be left.  The matcher remembers the members given as a set beside
+ * the stack; a grammar stays a PDA otherwise.  sep must not be empty;
+ * deps name members by index. */
+typedef struct {
+    int n;
+    const gram_x *member;
+    const unsigned char *required; /* NULL: none */
+    const int (*deps)[2];
+    int ndeps;
+    int has_extra;
+    gram_x extra;
+    int min, max;
+    const char *sep;
+} gram_perm;
+gram_x gram_b_perm(gram_b *b, const gram_perm *p);
+
 /* The builder's first error (0: none) and its message. */
 int gram_b_error(const gram_b *b, const char **msg);
 

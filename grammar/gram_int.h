@@ -34,8 +34,22 @@ typedef struct {
 typedef struct {
     int32_t byte_off, n_byte;   /* sorted ranges in g->be */
     int32_t call_off, n_call;   /* in g->ce */
+    int32_t perm;               /* the gperm of the state's rule, -1: none */
     uint8_t accept;
 } gstate;
+
+/* Members in any order (gram_b_perm): a rule whose states call member
+ * rules, tagged 0..n-1 (the extra member's rule: n).  The matcher keeps
+ * the set given beside the rule's stack node; a state of the rule accepts
+ * only where gram_perm_may_end says so, and calls a member only where
+ * gram_perm_may_add does. */
+typedef struct {
+    int n, nw;                  /* members; words of a set of them */
+    uint32_t *req;              /* (nw) the required ones */
+    int32_t (*deps)[2];
+    int ndeps;
+    int has_extra, min, max;
+} gperm;
 
 /* Token classes of a state, for one vocabulary (filled on first use): from
  * the state with an unknown stack below it, the tokens taken without
@@ -69,6 +83,16 @@ struct gram {
     int n_be, cap_be;
     gcall *ce;
     int n_ce, cap_ce;
+    gperm *perms;
+    int n_perms;
+    int32_t *perm_of;   /* per rule: its gperm, -1: none */
+    int32_t *tag;       /* per rule: which member of its perm it is, -1: none */
 };
+
+/* Whether members set s (p->nw words) and e extra ones may end; may take
+ * member i (i == p->n: an extra one) and still end some way.  scratch:
+ * p->nw words. */
+int gram_perm_may_end(const gperm *p, const uint32_t *s, int e);
+int gram_perm_may_add(const gperm *p, const uint32_t *s, int e, int i, uint32_t *scratch);
 
 #endif

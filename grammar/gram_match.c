@@ -32,10 +32,15 @@
 
 typedef struct {
     int32_t state, parent;
+    int32_t set; /* a perm rule's node: the members given (sets[set - 1]), or SET_UNKNOWN; 0 otherwise */
+    int32_t add; /* a perm rule's return point: the member that returns to it (its set is set + add), -1 */
 } mnode;
 
 /* The parent of a node whose stack below is not known (token classes). */
 #define UNKNOWN (-2)
+/* The set of a perm rule's node whose members given are not known (token
+ * classes). */
+#define SET_UNKNOWN (-1)
 
 struct gram_m {
     const gram *g;
@@ -71,33 +76,53 @@ struct gram_m {
         int len, end;
     } *h;
     int n_h, cap_h;
+    /* sets of members given (perm rules), hash-consed: perm, extras given,
+     * the set's words at sw + off */
+    struct mset {
+        int32_t perm, e;
+        size_t off;
+        uint64_t hash;
+    } *sets;
+    int n_sets, cap_sets;
+    uint32_t *sw;
+    size_t sw_n, sw_cap;
+    int32_t *stab; /* set id, 0 empty */
+    size_t stcap;
+    uint32_t *scratch; /* 2 sets' words */
+    int cap_scratch;
 };
 
-static uint64_t node_hash(int32_t s, int32_t p) { return ((uint64_t)(uint32_t)s * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(uint32_t)p * 0xc2b2ae3d27d4eb4fULL); }
+static uint64_t node_hash(int32_t s, int32_t p, int32_t set, int32_t add)
+{
+    return ((uint64_t)(uint32_t)s * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)(uint32_t)p * 0xc2b2ae3d27d4eb4fULL) ^
+           ((uint64_t)(uint32_t)set * 0x165667b19e3779f9ULL) ^ ((uint64_t)(uint32_t)add * 0x27d4eb2f165667c5ULL);
+}
 
-/* The node (state, parent), made when new; -1 when out of memory. */
-static int32_t intern(gram_m *m, int32_t s, int32_t p)
+/* The node (state, parent, set, add), made when new; -1 when out of memory. */
+static int32_t intern(gram_m *m, int32_t s, int32_t p, int32_t set, int32_t add)
 {
     if ((size_t)(m->n_nodes + 1) * 2 > m->tcap) {
         size_t cap = m->tcap ? m->tcap * 2 : 1024;
         int32_t *t = calloc(cap, sizeof *t);
         if (!t) return -1;
         for (int i = 0; i < m->n_nodes; i++) {
-            size_t j = node_hash(m->nodes[i].state, m->nodes[i].parent) & (cap - 1);
+            const mnode *o = &m->nodes[i];
+            size_t j = node_hash(o->state, o->parent, o->set, o->add) & (cap - 1);
             while (t[j]) j = (j + 1) & (cap - 1);
             t[j] = i + 1;
         }
         free(m->tab);
         m->tab = t, m->tcap = cap;
     }
-    size_t j = node_hash(s, p) & (m->tcap - 1);
+    size_t j = node_hash(s, p, set, add) & (m->tcap - 1);
     while (m->tab[j]) {
         const int32_t n = m->tab[j] - 1;
-        if (m->nodes[n].state == s && m->nodes[n].parent == p) return n;
+        const mnode *o = &m->nodes[n];
+        if (o->state == s && o->parent == p && o->set == set && o->add == add) return n;
         j = (j + 1) & (m->tcap - 1);
     }
     if (gram_grow((void **)&m->nodes, m->n_nodes, &m->cap_nodes, sizeof *m->nodes)) return -1;
-    m->nodes[m->n_nodes] = (mnode){ s, p };
+    m->nodes[m->n_nodes] = (mnode){ s, p, set, add };
     m->tab[j] = m->n_nodes + 1;
     return m->n_nodes++;
 }
@@ -111,6 +136,121 @@ static int ensure(void **p, int *cap, int need, size_t size)
     if (!q) return QERR_NOMEM;
     *p = q, *cap = c;
     return 0;
+}
+
+/* ---- sets of members given (perm rules) ------------------------------------------------ */
+
+static int has_bit(const uint32_t *s, int i) { return (int)(s[i / 32] >> (i % 32) & 1u); }
+
+int gram_perm_may_end(const gperm *p, const uint32_t *s, int e)
+{
+    int cnt = 0;
+    for (int w = 0; w < p->nw; w++) {
+        if (p->req[w] & ~s[w]) return 0;
+        cnt += __builtin_popcount(s[w]);
+    }
+    for (int d = 0; d < p->ndeps; d++)
+        if (has_bit(s, p->deps[d][0]) && !has_bit(s, p->deps[d][1])) return 0;
+    return cnt + (e > 0) >= p->min && (p->max < 0 || cnt + e <= p->max);
+}
+
+/* Whether members t (changed: what an end needs added) and e extras can
+ * still end: the required members and what dependencies pull in fit under
+ * max, and enough members are left for min (without counting how
+ * dependencies could make min and max pull against each other). */
+static int perm_live(const gperm *p, uint32_t *t, int e)
+{
+    if (p->n + (e > 0 || p->has_extra) < p->min) return 0;
+    if (p->max < 0) return 1;
+    for (int w = 0; w < p->nw; w++) t[w] |= p->req[w];
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int d = 0; d < p->ndeps; d++)
+            if (has_bit(t, p->deps[d][0]) && !has_bit(t, p->deps[d][1]))
+                t[p->deps[d][1] / 32] |= 1u << (p->deps[d][1] % 32), changed = 1;
+    }
+    int cnt = e;
+    for (int w = 0; w < p->nw; w++) cnt += __builtin_popcount(t[w]);
+    return cnt <= p->max;
+}
+
+int gram_perm_may_add(const gperm *p, const uint32_t *s, int e, int i, uint32_t *scratch)
+{
+    if (i < p->n && has_bit(s, i)) return 0;
+    if (i >= p->n && !p->has_extra) return 0;
+    memcpy(scratch, s, sizeof *s * (size_t)p->nw);
+    if (i < p->n) scratch[i / 32] |= 1u << (i % 32);
+    return perm_live(p, scratch, i < p->n ? e : e + 1);
+}
+
+static uint64_t set_hash(int32_t perm, int32_t e, const uint32_t *w, int nw)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)(uint32_t)perm << 32 | (uint32_t)e);
+    for (int i = 0; i < nw; i++) h = (h ^ w[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The id (>= 1) of the set w (perm's words) with e extras, made when new;
+ * -1 when out of memory. */
+static int32_t set_intern(gram_m *m, int32_t perm, int32_t e, const uint32_t *w)
+{
+    const int nw = m->g->perms[perm].nw;
+    if ((size_t)(m->n_sets + 1) * 2 > m->stcap) {
+        size_t cap = m->stcap ? m->stcap * 2 : 256;
+        int32_t *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (int i = 0; i < m->n_sets; i++) {
+            size_t j = m->sets[i].hash & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = i + 1;
+        }
+        free(m->stab);
+        m->stab = t, m->stcap = cap;
+    }
+    const uint64_t h = set_hash(perm, e, w, nw);
+    size_t j = h & (m->stcap - 1);
+    while (m->stab[j]) {
+        const struct mset *o = &m->sets[m->stab[j] - 1];
+        if (o->hash == h && o->perm == perm && o->e == e && !memcmp(m->sw + o->off, w, sizeof *w * (size_t)nw))
+            return m->stab[j];
+        j = (j + 1) & (m->stcap - 1);
+    }
+    if (gram_grow((void **)&m->sets, m->n_sets, &m->cap_sets, sizeof *m->sets)) return -1;
+    if (m->sw_n + (size_t)nw > m->sw_cap) {
+        size_t cap = m->sw_cap ? m->sw_cap * 2 : 256;
+        while (cap < m->sw_n + (size_t)nw) cap *= 2;
+        uint32_t *sw = q_reallocn(m->sw, cap, sizeof *sw);
+        if (!sw) return -1;
+        m->sw = sw, m->sw_cap = cap;
+    }
+    memcpy(m->sw + m->sw_n, w, sizeof *w * (size_t)nw);
+    m->sets[m->n_sets] = (struct mset){ perm, e, m->sw_n, h };
+    m->sw_n += (size_t)nw;
+    m->stab[j] = ++m->n_sets;
+    return m->n_sets;
+}
+
+/* The empty set of perm's members. */
+static int32_t set_empty(gram_m *m, int32_t perm)
+{
+    const int nw = m->g->perms[perm].nw;
+    if (ensure((void **)&m->scratch, &m->cap_scratch, 2 * nw, sizeof *m->scratch)) return -1;
+    memset(m->scratch + nw, 0, sizeof *m->scratch * (size_t)nw);
+    return set_intern(m, perm, 0, m->scratch + nw);
+}
+
+/* Set id with member i added (i == n: an extra one). */
+static int32_t set_with(gram_m *m, int32_t perm, int32_t id, int i)
+{
+    const gperm *p = &m->g->perms[perm];
+    if (ensure((void **)&m->scratch, &m->cap_scratch, 2 * p->nw, sizeof *m->scratch)) return -1;
+    const struct mset *o = &m->sets[id - 1];
+    uint32_t *w = m->scratch + p->nw;
+    memcpy(w, m->sw + o->off, sizeof *w * (size_t)p->nw);
+    int e = o->e;
+    if (i < p->n) w[i / 32] |= 1u << (i % 32);
+    else e = p->max >= 0 ? e + 1 : 1;
+    return set_intern(m, perm, e, w);
 }
 
 /* The closure of the n raw tops in stk[0..n): frontier into nfront
@@ -134,6 +274,14 @@ static int take_closure(gram_m *m, int sp, int *n_out, int *end)
         if (++visited > MAX_CLOSURE) return QERR_LIMIT;
         const mnode nd = m->nodes[n];
         const gstate *st = &g->st[nd.state];
+        const gperm *pm = st->perm >= 0 ? &g->perms[st->perm] : NULL;
+        if (nd.add >= 0) { /* member add returned here: the set with it */
+            const int32_t set = set_with(m, st->perm, nd.set, nd.add);
+            const int32_t n2 = set < 0 ? -1 : intern(m, nd.state, nd.parent, set, -1);
+            if (n2 < 0 || ensure((void **)&m->stk, &m->cap_stk, sp + 1, sizeof *m->stk)) return QERR_NOMEM;
+            m->stk[sp++] = n2;
+            continue;
+        }
         if (st->n_byte) {
             if (ensure((void **)&m->nfront, &m->cap_nfront, nf + 1, sizeof *m->nfront)) return QERR_NOMEM;
             m->nfront[nf++] = n;
@@ -141,10 +289,29 @@ static int take_closure(gram_m *m, int sp, int *n_out, int *end)
         if (ensure((void **)&m->stk, &m->cap_stk, sp + st->n_call + 1, sizeof *m->stk)) return QERR_NOMEM;
         for (int i = 0; i < st->n_call; i++) {
             const gcall c = g->ce[st->call_off + i];
-            const int32_t ret = intern(m, c.to, nd.parent);
-            const int32_t child = ret < 0 ? -1 : intern(m, g->start[c.rule], ret);
+            int32_t ret;
+            if (pm) { /* a member: if the set allows it */
+                if (nd.set == SET_UNKNOWN) {
+                    m->unknown = 1;
+                    continue;
+                }
+                const int tag = g->tag[c.rule];
+                const struct mset *ms = &m->sets[nd.set - 1];
+                if (ensure((void **)&m->scratch, &m->cap_scratch, 2 * pm->nw, sizeof *m->scratch)) return QERR_NOMEM;
+                if (!gram_perm_may_add(pm, m->sw + ms->off, ms->e, tag, m->scratch)) continue;
+                ret = intern(m, c.to, nd.parent, nd.set, tag);
+            } else {
+                ret = intern(m, c.to, nd.parent, 0, -1);
+            }
+            const int cp = g->perm_of[c.rule];
+            const int32_t cset = cp < 0 ? 0 : set_empty(m, cp);
+            const int32_t child = ret < 0 || cset < 0 ? -1 : intern(m, g->start[c.rule], ret, cset, -1);
             if (child < 0) return QERR_NOMEM;
             m->stk[sp++] = child;
+        }
+        if (st->accept && pm && nd.set != SET_UNKNOWN) {
+            const struct mset *ms = &m->sets[nd.set - 1];
+            if (!gram_perm_may_end(pm, m->sw + ms->off, ms->e)) continue;
         }
         if (st->accept) {
             if (nd.parent == UNKNOWN) m->unknown = 1; /* returns into a stack not known here */
@@ -182,7 +349,8 @@ static int step(gram_m *m, const int32_t *f, int n, uint8_t c, int *n_out, int *
     for (int i = 0; i < n; i++) {
         const int32_t t = byte_next(m->g, m->nodes[f[i]].state, c);
         if (t < 0) continue;
-        const int32_t nn = intern(m, t, m->nodes[f[i]].parent);
+        const mnode *o = &m->nodes[f[i]];
+        const int32_t nn = intern(m, t, o->parent, o->set, -1);
         if (nn < 0) return QERR_NOMEM;
         m->stk[sp++] = nn;
     }
@@ -203,7 +371,9 @@ gram_m *gram_m_new(const gram *g)
     gram_m *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->g = g;
-    const int32_t root = intern(m, g->start[g->root], -1);
+    const int rp = g->perm_of[g->root];
+    const int32_t rset = rp < 0 ? 0 : set_empty(m, rp);
+    const int32_t root = rset < 0 ? -1 : intern(m, g->start[g->root], -1, rset, -1);
     int n = 0, end = 0;
     if (root < 0 || ensure((void **)&m->stk, &m->cap_stk, 1, sizeof *m->stk)) goto fail;
     m->stk[0] = root;
@@ -225,6 +395,10 @@ void gram_m_free(gram_m *m)
     free(m->mark);
     free(m->h_items);
     free(m->h);
+    free(m->sets);
+    free(m->sw);
+    free(m->stab);
+    free(m->scratch);
     for (int i = 0; i < 8; i++) free(m->mc[i].nodes), free(m->mc[i].mask);
     free(m);
 }
@@ -450,7 +624,7 @@ static const gclass *class_of(gram_m *m, const gram_vocab *v, int32_t s)
         if (!k->accept) {
             const size_t words = ((size_t)v->n + 31) / 32;
             uint32_t *acc = q_callocn(words, sizeof *acc), *unk = q_callocn(words, sizeof *unk);
-            const int32_t node = intern(m, s, UNKNOWN);
+            const int32_t node = intern(m, s, UNKNOWN, m->g->st[s].perm >= 0 ? SET_UNKNOWN : 0, -1);
             if (acc && unk && node >= 0 && walk(m, v, &node, 1, 0, NULL, 0, acc, unk) == 0) {
                 int n = 0;
                 for (int i = 0; i < v->n; i++) n += (int)BIT(unk, i);

@@ -3,12 +3,11 @@
  * dependencies, minProperties) and how many members it may hold
  * (maxProperties).
  *
- * Up to ANY_ORDER_MAX listed properties are taken in any order: a rule for
- * each set given so far.  More are taken in the schema's order: a rule for
- * each position, with only what the keywords need remembered (the count of
- * members, the properties that dependencies name).  Extra members (keys
- * none of the listed names) come after the listed ones in schema order, in
- * any place otherwise.  Two extra members may share a key, which a JSON
+ * Members come in any order.  Up to ANY_ORDER_MAX listed properties take a
+ * rule for each set given so far (token masks know most of it without the
+ * stack); more take a gram_b_perm, whose matcher keeps the set given
+ * beside the stack.  Extra members (keys none of the listed names) may come
+ * anywhere.  Two extra members may share a key, which a JSON
  * reader takes as one member, so an object's extra members count as at
  * most one towards minProperties and each towards maxProperties: what
  * quire generates holds either way. */
@@ -19,26 +18,16 @@
 #include "util.h"
 
 #define MAX_STATES 100000 /* rules an object's members may take */
-#define MAX_DEP_BITS 12   /* properties that schema-order dependencies may name */
 #define MAX_EXTRA_COUNT 64
-#define MAX_LISTED 2000       /* listed properties an object may have */
-
-#define UNSEEN (-2000)
+#define MAX_LISTED 2000 /* listed properties an object may have (each set given costs a bit each) */
 
 typedef struct {
     sctx *c;
     const sc_obj *o;
-    int lcap, ecap;          /* listed members counted up to; extra members counted up to */
-    int nbits;               /* properties dependencies name (schema order) */
-    int bit_of[64];          /* their bit, by index among the first 64 (-1: none) */
-    gram_x *memo;            /* schema order: a state's rule, UNSEEN, or NONE (dead) */
-    size_t nmemo;
-    gram_x *ememo;           /* extras_from's, by (listed, extra, started) */
+    int ecap; /* extra members counted up to (any order) */
 } mb;
 
 static int popcount(unsigned x) { return __builtin_popcount(x); }
-
-static gram_x comma(sctx *c, int started, gram_x x) { return started ? SEQ(LIT(","), x) : x; }
 
 static gram_x alt_in(sctx *c, gram_x acc, gram_x x)
 {
@@ -47,15 +36,11 @@ static gram_x alt_in(sctx *c, gram_x acc, gram_x x)
     return acc == NONE ? x : ALT(acc, x);
 }
 
-/* Whether the dependencies hold when the properties in mask are given
- * (mask: bits of property indices, any order; of bit_of, schema order). */
-static int deps_hold(const mb *m, unsigned mask, int by_bits)
+/* Whether the dependencies hold when the properties in mask are given. */
+static int deps_hold(const mb *m, unsigned mask)
 {
-    for (int d = 0; d < m->o->ndeps; d++) {
-        const int a = m->o->deps[d][0], b = m->o->deps[d][1];
-        const int ba = by_bits ? m->bit_of[a] : a, bb = by_bits ? m->bit_of[b] : b;
-        if ((mask >> ba & 1) && !(mask >> bb & 1)) return 0;
-    }
+    for (int d = 0; d < m->o->ndeps; d++)
+        if ((mask >> m->o->deps[d][0] & 1) && !(mask >> m->o->deps[d][1] & 1)) return 0;
     return 1;
 }
 
@@ -83,7 +68,7 @@ static gram_x any_order(mb *m)
     for (int s = 0; s < ns; s++) {
         const unsigned mk = (unsigned)(s / ne);
         const int e = s % ne;
-        ends[s] = !(req & ~mk) && deps_hold(m, mk, 0) && popcount(mk) + (e > 0) >= o->min;
+        ends[s] = !(req & ~mk) && deps_hold(m, mk) && popcount(mk) + (e > 0) >= o->min;
         live[s] = ends[s];
     }
     /* Live: may end, or leads to a state that is live (a fixpoint; the
@@ -134,113 +119,76 @@ done:
     return out;
 }
 
-/* ---- schema order ------------------------------------------------------------- */
+/* ---- any order, large ------------------------------------------------------------ */
 
-static gram_x extras_body(mb *m, int l, int e, int started);
-
-/* After the listed properties: extra members, with l listed ones given and
- * e extra ones (started: some member given).  NONE when it cannot end. */
-static gram_x extras_from(mb *m, int l, int e, int started)
-{
-    const size_t key = ((size_t)l * (size_t)(m->ecap + 1) + (size_t)e) * 2 + (size_t)started;
-    if (m->ememo[key] != UNSEEN) return m->ememo[key];
-    const gram_x x = extras_body(m, l, e, started);
-    if (x >= 0 || x == NONE) m->ememo[key] = x;
-    return x;
-}
-
-static gram_x extras_body(mb *m, int l, int e, int started)
+/* The members as a gram_b_perm: the matcher keeps the set given. */
+static gram_x perm_members(mb *m)
 {
     sctx *c = m->c;
     const sc_obj *o = m->o;
-    const int ends = l + (e > 0) >= o->min;
-    /* Without maxProperties extras loop at the last count that matters;
-     * with it they stop where it says. */
-    int can = o->extra != NONE;
-    int ne = e;
-    if (o->max >= 0) can &= l + e + 1 <= o->max && e < m->ecap, ne = e + 1;
-    else ne = e < m->ecap ? e + 1 : e;
-    if (!can) return ends ? gram_b_empty(B) : NONE;
-    if (ne == e && started) {
-        /* A loop: this state again after each extra member. */
-        if (!ends) return NONE;
-        const int r = gram_b_rule(B, "extras");
-        if (r < 0 || gram_b_define(B, r, ALT(gram_b_empty(B), sc_seq3(c, LIT(","), o->extra, gram_b_ref(B, r)))))
-            return sc_fail(c, QERR_NOMEM, "out of memory");
-        return gram_b_ref(B, r);
+    /* Properties that can be given: their value exists, and so does every
+     * property they depend on. */
+    int *idx = q_mallocn((size_t)o->n + 1, sizeof *idx);
+    gram_x *member = q_mallocn((size_t)o->n + 1, sizeof *member);
+    unsigned char *req = calloc((size_t)o->n + 1, 1);
+    int (*deps)[2] = q_mallocn((size_t)o->ndeps + 1, sizeof *deps);
+    gram_x out = NONE;
+    if (!idx || !member || !req || !deps) {
+        out = sc_fail(c, QERR_NOMEM, "out of memory");
+        goto done;
     }
-    const gram_x next = extras_from(m, l, ne, 1);
-    if (next < 0 && next != NONE) return next;
-    gram_x acc = ends ? gram_b_empty(B) : NONE;
-    if (next != NONE) acc = alt_in(c, acc, comma(c, started, SEQ(o->extra, next)));
-    return acc;
-}
-
-/* From listed property i on, with l given (counted up to lcap), dm the
- * dependencies' properties given. */
-static gram_x listed_from(mb *m, int i, int l, unsigned dm, int started)
-{
-    sctx *c = m->c;
-    const sc_obj *o = m->o;
-    if (c->rc) return c->rc;
-    if (i == o->n) return deps_hold(m, dm, 1) ? extras_from(m, l, 0, started) : NONE;
-    const size_t key = (((size_t)i * (size_t)(m->lcap + 1) + (size_t)l) << m->nbits | dm) * 2 + (size_t)started;
-    if (m->memo[key] != UNSEEN) return m->memo[key];
-    gram_x acc = NONE;
-    if (o->prop[i] != NONE && (o->max < 0 || l + 1 <= o->max)) {
-        const int b = i < 64 ? m->bit_of[i] : -1;
-        const gram_x next = listed_from(m, i + 1, l < m->lcap ? l + 1 : l, b >= 0 ? dm | 1u << b : dm, 1);
-        if (next < 0 && next != NONE) return next;
-        if (next != NONE) acc = comma(c, started, SEQ(o->prop[i], next));
+    for (int i = 0; i < o->n; i++) idx[i] = o->prop[i] != NONE ? 0 : -1;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int d = 0; d < o->ndeps; d++)
+            if (idx[o->deps[d][0]] >= 0 && idx[o->deps[d][1]] < 0) idx[o->deps[d][0]] = -1, changed = 1;
     }
-    if (!o->required[i]) {
-        const gram_x skip = listed_from(m, i + 1, l, dm, started);
-        if (skip < 0 && skip != NONE) return skip;
-        acc = alt_in(c, acc, skip);
-    }
-    if (acc != NONE && acc >= 0) {
-        /* A rule, so that states reached along several paths are one. */
-        const int r = gram_b_rule(B, "members");
-        if (r < 0 || gram_b_define(B, r, acc)) return sc_fail(c, QERR_NOMEM, "out of memory");
-        acc = gram_b_ref(B, r);
-    }
-    m->memo[key] = acc;
-    return acc;
-}
-
-static gram_x schema_order(mb *m)
-{
-    sctx *c = m->c;
-    const sc_obj *o = m->o;
-    for (int i = 0; i < 64; i++) m->bit_of[i] = -1;
-    for (int d = 0; d < o->ndeps; d++)
-        for (int j = 0; j < 2; j++) {
-            const int p = o->deps[d][j];
-            if (p >= 64 || (m->bit_of[p] < 0 && m->nbits == MAX_DEP_BITS))
-                return sc_fail(c, QERR_UNSUPPORTED, "dependencies naming more than %d properties of a large object",
-                               MAX_DEP_BITS);
-            if (m->bit_of[p] < 0) m->bit_of[p] = m->nbits++;
+    int n = 0, nreq = 0, nd = 0;
+    for (int i = 0; i < o->n; i++) {
+        if (idx[i] < 0) {
+            if (o->required[i]) goto done; /* a required property that cannot be given */
+            continue;
         }
-    m->nmemo = (size_t)o->n * (size_t)(m->lcap + 1) * ((size_t)1 << m->nbits) * 2;
-    if (m->nmemo > MAX_STATES)
-        return sc_fail(c, QERR_LIMIT, "an object's members need more than %d rules (counts and dependencies)",
-                       MAX_STATES);
-    const size_t ne = (size_t)(m->lcap + 1) * (size_t)(m->ecap + 1) * 2;
-    m->memo = q_callocn(m->nmemo, sizeof *m->memo);
-    m->ememo = q_callocn(ne, sizeof *m->ememo);
-    if (!m->memo || !m->ememo) return sc_fail(c, QERR_NOMEM, "out of memory");
-    for (size_t k = 0; k < m->nmemo; k++) m->memo[k] = UNSEEN;
-    for (size_t k = 0; k < ne; k++) m->ememo[k] = UNSEEN;
-    return listed_from(m, 0, 0, 0, 0);
+        idx[i] = n;
+        req[n] = o->required[i];
+        nreq += o->required[i];
+        member[n++] = o->prop[i];
+    }
+    for (int d = 0; d < o->ndeps; d++)
+        if (idx[o->deps[d][0]] >= 0) deps[nd][0] = idx[o->deps[d][0]], deps[nd][1] = idx[o->deps[d][1]], nd++;
+    /* Whether any object is left: enough properties for min; the required
+     * ones, with what they depend on, under max. */
+    if (n + (o->extra != NONE) < o->min || (o->max >= 0 && o->max < o->min)) goto done;
+    if (o->max >= 0) {
+        unsigned char *t = calloc((size_t)n + 1, 1);
+        if (!t) {
+            out = sc_fail(c, QERR_NOMEM, "out of memory");
+            goto done;
+        }
+        memcpy(t, req, (size_t)n);
+        int cnt = nreq;
+        for (int changed = 1; changed;) {
+            changed = 0;
+            for (int d = 0; d < nd; d++)
+                if (t[deps[d][0]] && !t[deps[d][1]]) t[deps[d][1]] = 1, cnt++, changed = 1;
+        }
+        free(t);
+        if (cnt > o->max) goto done;
+    }
+    const gram_perm p = { n, member, req, (const int (*)[2])deps, nd, o->extra != NONE, o->extra, o->min, o->max, "," };
+    out = gram_b_perm(B, &p);
+done:
+    free(idx);
+    free(member);
+    free(req);
+    free(deps);
+    return out;
 }
 
 gram_x sc_members(sctx *c, const sc_obj *o)
 {
-    /* The schema-order rules recurse a property deep. */
     if (o->n > MAX_LISTED) return sc_fail(c, QERR_LIMIT, "an object listing more than %d properties", MAX_LISTED);
     mb m = { .c = c, .o = o };
-    m.lcap = o->max >= 0 ? o->max : o->min;
-    if (m.lcap > o->n) m.lcap = o->n;
     /* Extra members counted: for maxProperties each (up to a limit, past
      * which no more are given), else whether there is one. */
     m.ecap = o->extra == NONE ? 0 : o->max >= 0 ? (o->max < MAX_EXTRA_COUNT ? o->max : MAX_EXTRA_COUNT) : o->min > 0;
@@ -250,10 +198,8 @@ gram_x sc_members(sctx *c, const sc_obj *o)
             return sc_fail(c, QERR_LIMIT, "an object's members need more than %d rules", MAX_STATES);
         out = any_order(&m);
     } else {
-        out = schema_order(&m);
+        out = perm_members(&m);
     }
-    free(m.memo);
-    free(m.ememo);
     if (out == NONE && !c->rc) return sc_none(c, "no object satisfies the object keywords");
     return c->rc ? c->rc : out;
 }

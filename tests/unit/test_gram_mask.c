@@ -88,10 +88,23 @@ static void test_token_bytes(void)
     }
 }
 
-static const char SCHEMA[] = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
-                             "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},"
-                             "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bb\"]}}},\"required\":[\"name\"]}";
-static const char INSTANCE[] = "{\"name\":\"Zoë \\\"Q\\\" 日本\",\"age\":42,\"tags\":[\"a\",\"bb\"]}";
+/* Schemas and an instance of each, fed token by token from the masks.  The
+ * second lists more properties than take a rule per set given: the
+ * matcher's sets of members decide, out of the schema's order. */
+static const struct {
+    const char *schema, *instance;
+} CASES[] = {
+    { "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+      "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},"
+      "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"bb\"]}}},\"required\":[\"name\"]}",
+      "{\"name\":\"Zoë \\\"Q\\\" 日本\",\"age\":42,\"tags\":[\"a\",\"bb\"]}" },
+    { "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"name\":{\"type\":\"string\"},"
+      "\"email\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},\"city\":{\"type\":\"string\"},"
+      "\"zip\":{\"type\":\"string\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
+      "\"parent\":{\"$ref\":\"#\"}},\"required\":[\"id\",\"name\"],\"additionalProperties\":false}",
+      "{\"zip\":\"02139\",\"name\":\"Ann\",\"parent\":{\"name\":\"Bo\",\"tags\":[],\"id\":1},\"id\":7,"
+      "\"city\":\"Oslo\",\"tags\":[\"x\"],\"age\":3,\"email\":\"a@b\"}" },
+};
 
 /* The mask against the matcher token by token: the tokens that differ. */
 static int brute_diff(gram_m *m, const gram_vocab *v, const qtok *t, const uint32_t *mask)
@@ -107,9 +120,9 @@ static int brute_diff(gram_m *m, const gram_vocab *v, const qtok *t, const uint3
     return diff;
 }
 
-static void test_masks(void)
+static void test_masks_of(const char *schema, const char *instance, int check_every)
 {
-    json_t *s = json_loads(SCHEMA, 0, NULL);
+    json_t *s = json_loads(schema, 0, NULL);
     gram *g = NULL;
     char err[800];
     REQUIRE(gram_schema_compile(s, &g, err, sizeof err) == 0);
@@ -125,7 +138,7 @@ static void test_masks(void)
         REQUIRE(m && mask);
         /* Token by token from the masks: the longest allowed token that
          * continues the instance. */
-        const size_t il = strlen(INSTANCE);
+        const size_t il = strlen(instance);
         size_t at = 0;
         int steps = 0, checked = 0, chosen[200];
         double t_mask = 0;
@@ -134,7 +147,7 @@ static void test_masks(void)
             const double t0 = q_now();
             REQUIRE(gram_m_mask(m, v, mask) == 0);
             t_mask += q_now() - t0;
-            if (steps == 0 || steps == 3 || steps == 7) { /* against the matcher, all tokens */
+            if (steps % check_every == 0 || steps == 3 || steps == 7) { /* against the matcher, all tokens */
                 CHECK_EQ_INT(brute_diff(m, v, t, mask), 0);
                 checked++;
             }
@@ -142,10 +155,10 @@ static void test_masks(void)
             for (int i = 0; i < n; i++) {
                 if (!((mask[i / 32] >> (i % 32)) & 1)) continue;
                 const int l = qtok_token_bytes(t, i, buf, sizeof buf);
-                if (l > best_len && (size_t)l <= il - at && !memcmp(buf, INSTANCE + at, (size_t)l)) best = i, best_len = l;
+                if (l > best_len && (size_t)l <= il - at && !memcmp(buf, instance + at, (size_t)l)) best = i, best_len = l;
             }
             if (best < 0) {
-                fprintf(stderr, "  %s: no allowed token continues at %zu: %s\n", TOKS[ti], at, INSTANCE + at);
+                fprintf(stderr, "  %s: no allowed token continues at %zu: %s\n", TOKS[ti], at, instance + at);
                 break;
             }
             REQUIRE(gram_m_feed_token(m, v, best) == 0);
@@ -155,7 +168,7 @@ static void test_masks(void)
         }
         CHECK(at == il);
         CHECK(gram_m_can_end(m) && gram_m_done(m));
-        CHECK_EQ_INT(checked, 3);
+        CHECK(checked >= 3);
         /* Once more: the grammar has the token classes of its states now
          * (a new matcher, so no frontier is cached). */
         gram_m *m2 = gram_m_new(g);
@@ -192,6 +205,12 @@ static void test_masks(void)
         qtok_free(t);
     }
     gram_free(g);
+}
+
+static void test_masks(void)
+{
+    test_masks_of(CASES[0].schema, CASES[0].instance, 1000);
+    test_masks_of(CASES[1].schema, CASES[1].instance, 4);
 }
 
 int main(void)

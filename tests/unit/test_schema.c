@@ -124,7 +124,7 @@ static const kase CASES[] = {
     { "{\"enum\":[{\"k\":\"v\"},{\"k\":\"2024-01-02\"}],\"$ref\":\"#/$defs/o\",\"$defs\":{\"o\":{\"properties\":{\"k\":{\"format\":\"date\"}}}}}",
       { "{\"k\":\"2024-01-02\"}" }, { "{\"k\":\"v\"}" } },
     /* Counts and dependencies: minProperties (extra keys count once),
-     * maxProperties (each member), in any order and in schema order. */
+     * maxProperties (each member), for few and for many listed properties. */
     { "{\"type\":\"object\",\"minProperties\":1}", { "{\"a\":1}", "{\"a\":1,\"b\":[]}" }, { "{}" } },
     { "{\"type\":\"object\",\"maxProperties\":2,\"properties\":{\"a\":{},\"b\":{},\"c\":{}}}",
       { "{\"a\":1,\"b\":2}", "{\"x\":1}", "{\"c\":1,\"x\":1}", "{}" }, { "{\"a\":1,\"b\":2,\"c\":3}", "{\"a\":1,\"x\":2,\"y\":3}" } },
@@ -140,6 +140,18 @@ static const kase CASES[] = {
       { "{\"b\":1}", "{}" }, { "{\"a\":1}", "{\"a\":1,\"z\":1}" } },
     { "{\"type\":\"object\",\"patternProperties\":{\"^x\":{\"type\":\"integer\"}},\"additionalProperties\":false,\"required\":[\"x1\"]}",
       { "{\"x1\":1}", "{\"x1\":1,\"x2\":2}" }, { "{}", "{\"x1\":\"s\"}", "{\"x1\":1,\"y\":1}" } },
+    /* Past ANY_ORDER_MAX listed properties: any order still (the matcher's
+     * sets), each at most once, extras anywhere, nested objects each their
+     * own set. */
+    { "{\"type\":\"object\",\"properties\":{\"p1\":{\"type\":\"integer\"},\"p2\":{\"type\":\"integer\"},\"p3\":{\"type\":\"integer\"},\"p4\":{\"type\":\"integer\"},\"p5\":{\"type\":\"integer\"},\"p6\":{\"type\":\"integer\"},\"p7\":{\"type\":\"integer\"},\"p8\":{\"type\":\"string\"}},\"required\":[\"p2\",\"p7\"]}",
+      { "{\"p7\":1,\"p2\":2}", "{\"p8\":\"s\",\"p7\":1,\"x\":null,\"p1\":3,\"p2\":2}", "{\"p2\":1,\"p8\":\"a\",\"p7\":0,\"p6\":1,\"p5\":1,\"p4\":1,\"p3\":1,\"p1\":1}" },
+      { "{\"p7\":1}", "{\"p7\":1,\"p2\":2,\"p7\":3}", "{\"p2\":1,\"p7\":2,\"p8\":1}", "{}" } },
+    { "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"},\"b\":{},\"c\":{},\"d\":{},\"e\":{},\"f\":{},\"g\":{}},\"additionalProperties\":false,\"maxProperties\":3,\"required\":[\"g\"]}",
+      { "{\"g\":1}", "{\"a\":{\"g\":1,\"b\":2},\"g\":1,\"b\":[]}", "{\"b\":1,\"a\":{\"a\":{\"g\":2},\"g\":2},\"g\":3}" },
+      { "{\"a\":{\"g\":1,\"g\":1},\"g\":1}", "{\"b\":1,\"c\":2,\"d\":3,\"g\":4}", "{\"b\":1,\"c\":2,\"d\":3}", "{\"g\":1,\"z\":1}" } },
+    { "{\"type\":\"object\",\"properties\":{\"p1\":{\"type\":\"integer\"},\"p2\":{\"type\":\"integer\"},\"p3\":{\"type\":\"integer\"},\"p4\":{\"type\":\"integer\"},\"p5\":{\"type\":\"integer\"},\"p6\":{\"type\":\"integer\"},\"p7\":{\"type\":\"integer\"},\"p8\":{\"type\":\"string\"}},\"maxProperties\":3,\"dependencies\":{\"p8\":[\"p1\",\"p2\"]}}",
+      { "{\"p2\":1,\"p8\":\"s\",\"p1\":1}", "{\"x\":1,\"y\":2,\"p3\":1}", "{}" },
+      { "{\"p3\":1,\"p8\":\"s\",\"p1\":1,\"p2\":2}", "{\"p8\":\"s\",\"p1\":1}", "{\"x\":1,\"p8\":\"s\"}" } },
     /* Dependencies on a schema: without the property, or with it and the schema. */
     { "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{\"type\":\"integer\"}},\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}",
       { "{}", "{\"b\":1}", "{\"a\":1,\"b\":2}" }, { "{\"a\":1}", "{\"a\":1,\"b\":\"x\"}" } },
