@@ -83,12 +83,20 @@ static gram_x as_rule(sctx *c, const char *name, gram_x x)
     return gram_b_ref(B, r);
 }
 
-/* The compact JSON text of v, as a literal. */
+/* The compact JSON text of v, as a literal.  A whole number may be written
+ * either way, 2 or 2.0 (equal values: JSON readers that keep the
+ * difference write a float with its ".0"). */
 static gram_x literal(sctx *c, const json_t *v)
 {
     char *s = gram_json_text(v);
     if (!s) return sc_fail(c, QERR_NOMEM, "out of memory");
     gram_x x = LIT(s);
+    const double d = json_number_value(v);
+    if (json_is_number(v) && d == (double)(long long)d && fabs(d) < 1e16 && !(d == 0 && signbit(d))) {
+        char t[40];
+        snprintf(t, sizeof t, "%lld", (long long)d);
+        x = ALT(LIT(t), SEQ(LIT(t), LIT(".0")));
+    }
     free(s);
     return x;
 }
@@ -1083,7 +1091,17 @@ static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, co
     return rc;
 }
 
-static gram_x top_schema(sctx *c, const void *s) { return sx(c, s); }
+/* s read as the draft it names: the root of its references. */
+static gram_x as_root(sctx *c, const json_t *s)
+{
+    const json_t *r = sc_keep(c, sc_for_draft(s));
+    if (!r) return sc_fail(c, QERR_NOMEM, "out of memory");
+    c->root = r;
+    c->path[0] = 0;
+    return sx(c, r);
+}
+
+static gram_x top_schema(sctx *c, const void *s) { return as_root(c, s); }
 static gram_x top_any(sctx *c, const void *unused)
 {
     (void)unused;
@@ -1118,9 +1136,7 @@ static gram_x one_call(sctx *c, const tools_arg *a)
         gram_x head = SEQ(LIT("{\"name\":"), SEQ(LIT(q), LIT(",\"arguments\":")));
         free(q);
         /* The parameters are a schema of their own: its $refs start there. */
-        c->root = a->t[i].params ? a->t[i].params : json_true();
-        c->path[0] = 0;
-        gram_x args = a->t[i].params ? sx(c, a->t[i].params) : sx(c, json_true());
+        gram_x args = as_root(c, a->t[i].params ? a->t[i].params : json_true());
         any = alt_add(c, any, sc_seq3(c, head, args, LIT("}")));
     }
     if (!c->rc) *a->bad = -1;

@@ -117,6 +117,10 @@ const json_t *sc_dep_rewrite(sctx *c, const json_t *s);
 const json_t *sc_if_rewrite(sctx *c, const json_t *s);
 void sc_merges_free(sctx *c);
 
+/* schema_draft.c: root as the draft its "$schema" names reads it (a new
+ * reference; NULL when out of memory). */
+json_t *sc_for_draft(const json_t *root);
+
 /* The fewest significant digits (1 to 17) that write v so that it reads
  * back the same. */
 int sc_shortest_digits(double v);

@@ -41,18 +41,13 @@ const char *sc_format_pattern(const char *f)
                   ":((:[0-9a-fA-F]{1,4}){1,7}|:))" },
         { "uri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
         { "hostname", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
-        /* Not JSON Schema's but common (OpenAPI and others). */
-        { "url", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
         { "uri-reference", "[^\\s\"<>\\\\^`{|}]*" },
         { "json-pointer", "(/([^~/]|~[01])*)*" },
-        { "byte", "([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?" },
         /* Draft 3's names. */
         { "host-name", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
         { "ip-address", "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)" },
         { "color", "#[0-9A-Fa-f]{3}([0-9A-Fa-f]{3})?|aqua|black|blue|fuchsia|gray|green|lime|maroon|navy|olive|orange|"
                    "purple|red|silver|teal|white|yellow" },
-        { "semver", "(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(-[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?"
-                    "(\\+[0-9A-Za-z-]+(\\.[0-9A-Za-z-]+)*)?" },
     };
     for (size_t i = 0; i < sizeof F / sizeof F[0]; i++)
         if (!strcmp(f, F[i].name)) return F[i].pattern;

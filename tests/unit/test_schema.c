@@ -152,6 +152,25 @@ static const kase CASES[] = {
     { "{\"type\":\"object\",\"properties\":{\"p1\":{\"type\":\"integer\"},\"p2\":{\"type\":\"integer\"},\"p3\":{\"type\":\"integer\"},\"p4\":{\"type\":\"integer\"},\"p5\":{\"type\":\"integer\"},\"p6\":{\"type\":\"integer\"},\"p7\":{\"type\":\"integer\"},\"p8\":{\"type\":\"string\"}},\"maxProperties\":3,\"dependencies\":{\"p8\":[\"p1\",\"p2\"]}}",
       { "{\"p2\":1,\"p8\":\"s\",\"p1\":1}", "{\"x\":1,\"y\":2,\"p3\":1}", "{}" },
       { "{\"p3\":1,\"p8\":\"s\",\"p1\":1,\"p2\":2}", "{\"p8\":\"s\",\"p1\":1}", "{\"x\":1,\"p8\":\"s\"}" } },
+    /* Drafts: up to 7 a $ref replaces its siblings; if/then/else from 7,
+     * const from 6; with no $schema, 2020-12 (siblings apply). */
+    { "{\"$schema\":\"http://json-schema.org/draft-07/schema#\",\"definitions\":{\"p\":{\"type\":\"object\"}},"
+      "\"properties\":{\"s\":{\"$ref\":\"#/definitions/p\",\"enum\":[\"key\"]}}}",
+      { "{\"s\":{\"k\":1}}", "{\"s\":{}}" }, { "{\"s\":\"key\"}" } },
+    { "{\"definitions\":{\"p\":{\"type\":\"object\"}},\"properties\":{\"s\":{\"$ref\":\"#/definitions/p\",\"maxProperties\":0}}}",
+      { "{\"s\":{}}" }, { "{\"s\":{\"k\":1}}" } },
+    { "{\"$schema\":\"http://json-schema.org/draft-04/schema#\",\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},"
+      "\"if\":{\"properties\":{\"a\":{\"const\":1}}},\"then\":{\"required\":[\"b\"]}}",
+      { "{\"a\":1}", "{\"a\":1,\"b\":2}" }, { "{\"a\":\"1\"}" } },
+    { "{\"$schema\":\"http://json-schema.org/draft-06/schema#\",\"type\":\"object\",\"properties\":{\"a\":{\"const\":1}},"
+      "\"if\":{\"required\":[\"a\"]},\"then\":{\"required\":[\"b\"]}}",
+      { "{\"a\":1}", "{}" }, { "{\"a\":2}" } },
+    { "{\"$schema\":\"http://json-schema.org/draft-04/schema#\",\"type\":\"integer\",\"const\":1}", { "2", "1" }, { "\"1\"" } },
+    { "{\"$schema\":\"https://json-schema.org/draft/2020-12/schema\",\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},"
+      "\"if\":{\"properties\":{\"a\":{\"const\":\"x\"}}},\"then\":{\"required\":[\"b\"]}}",
+      { "{\"a\":\"x\",\"b\":2}", "{\"a\":\"y\"}" }, { "{\"a\":\"x\"}" } },
+    /* A whole number in enum / const either way, 2 or 2.0. */
+    { "{\"enum\":[2.0,\"x\",-7]}", { "2", "2.0", "-7", "-7.0", "\"x\"" }, { "2.5", "7", "2.00" } },
     /* Dependencies on a schema: without the property, or with it and the schema. */
     { "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{\"type\":\"integer\"}},\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}",
       { "{}", "{\"b\":1}", "{\"a\":1,\"b\":2}" }, { "{\"a\":1}", "{\"a\":1,\"b\":\"x\"}" } },
