@@ -245,6 +245,11 @@ typedef struct {
     void *(*host_alloc)(qbackend *be, size_t bytes);
     void (*host_free)(qbackend *be, void *p);
     unsigned caps;               /* QBE_CAP_* */
+    /* Optional (NULL: none; with QBE_CAP_ROW_MASK): host memory for the
+     * masks of n_rows rows of the next pass, row r at r * ((n_vocab + 31) /
+     * 32) words; a qrow_masks row that points there is read in place (no
+     * copy).  NULL when out of memory. */
+    uint32_t *(*mask_rows)(qbackend *be, int n_rows);
 } qbackend_ops;
 
 /* The backend draws QROW_SAMPLE rows itself. */

@@ -102,6 +102,8 @@ typedef struct req {
     gram_m *gm;             /* guided decoding: where the output is in the grammar, or NULL */
     const gram_vocab *gv;
     uint32_t *gmask;        /* (n_vocab + 31) / 32: the tokens the grammar allows now */
+    uint32_t *gdst;         /* where this step's mask job writes: gmask, or the backend's row (mask_rows) */
+    int gpend;              /* the last token, for the grammar to take with the next mask (-1: none) */
     int gm_failed;          /* the mask could not be made: the request ends in error */
     int gjob;               /* this step's mask job (index in e->gjobs), -1 for none */
     int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
@@ -154,6 +156,8 @@ struct qengine {
     struct sdraw *draws;          /* (cap_draws) the draws of a step */
     qguide *guide;                /* the thread making masks during the forward pass (made on first use) */
     qguide_job *gjobs;            /* (cap_gjobs) a step's masks */
+    int n_gjobs_out;              /* started and not yet waited for */
+    double t_gjobs;               /* when they were started */
     int cap_gjobs;
     int cap_draws;
     qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
@@ -374,6 +378,7 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
         return rc;
     }
     r->gjob = -1;
+    r->gpend = -1;
     if (p->grammar) {
         r->gm = gram_m_new(p->grammar);
         r->gv = p->grammar_vocab;
@@ -777,10 +782,29 @@ typedef struct sdraw {
     qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
 } sdraw;
 
-/* r's mask for this step as a job (made on the guide thread or now). */
-static qguide_job mask_job(const qengine *e, req *r)
+/* r's mask for this step as a job (made on the guide thread or now); the
+ * job feeds the grammar r's last token first. */
+static qguide_job mask_job(const qengine *e, req *r, uint32_t *dst)
 {
-    return (qguide_job){ r->gm, r->gv, r->gmask, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos, 0 };
+    const qguide_job j = { r->gm, r->gv, dst, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos, r->gpend, 0, 0, 0 };
+    r->gpend = -1;
+    return j;
+}
+
+/* Feeds r's grammar its last token now (at the end of a request, where no
+ * mask job follows): 0, or the matcher's refusal. */
+static int feed_now(qengine *e, req *r)
+{
+    const int tok = r->gpend;
+    if (tok < 0) return 0;
+    const double t = q_now();
+    const int rc = gram_m_feed_token(r->gm, r->gv, tok);
+    e->st.feed_s += q_now() - t;
+    r->gpend = -1;
+    if (rc)
+        QLOGW("engine: request %llu: its grammar refuses token %d, which its mask allowed", (unsigned long long)r->id,
+              tok);
+    return rc;
 }
 
 /* Sets the logits of the tokens r's grammar refuses to -inf (EOS allowed
@@ -793,7 +817,7 @@ static int apply_mask(qengine *e, req *r, float *lg, int on_device)
     if (r->gjob >= 0) {
         rc = e->gjobs[r->gjob].rc;
     } else {
-        qguide_job j = mask_job(e, r);
+        qguide_job j = mask_job(e, r, r->gmask);
         qguide_job_run(&j);
         rc = j.rc;
     }
@@ -810,6 +834,17 @@ static int masks_ready(void *ctx)
     const double t = q_now();
     qguide_wait(e->guide);
     e->st.mask_wait_s += q_now() - t;
+    if (e->n_gjobs_out) { /* the round's timings, once */
+        double last = e->t_gjobs, slowest = 0;
+        for (int i = 0; i < e->n_gjobs_out; i++) {
+            e->st.mask_work_s += e->gjobs[i].secs;
+            if (e->gjobs[i].secs > slowest) slowest = e->gjobs[i].secs;
+            if (e->gjobs[i].t_end > last) last = e->gjobs[i].t_end;
+        }
+        e->st.mask_slowest_s += slowest;
+        e->st.mask_span_s += last - e->t_gjobs;
+        e->n_gjobs_out = 0;
+    }
     return 0;
 }
 
@@ -825,7 +860,8 @@ static int start_masks(qengine *e, int n_seqs)
         if (e->b_sample[i] && q->gm && !q->gm_failed) n++;
     }
     if (!n) return 0;
-    if (!e->guide && qguide_new(qguide_threads(strcmp(e->be->ops->name, "cpu") != 0), &e->guide)) return 0;
+    const int gpu = strcmp(e->be->ops->name, "cpu") != 0;
+    if (!e->guide && qguide_new(qguide_threads(gpu), &e->guide)) return 0;
     if (n > e->cap_gjobs) {
         qguide_job *j = q_reallocn(e->gjobs, (size_t)n, sizeof *j);
         if (!j) return 0;
@@ -835,9 +871,11 @@ static int start_masks(qengine *e, int n_seqs)
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
         if (!e->b_sample[i] || !q->gm || q->gm_failed) continue;
-        e->gjobs[n] = mask_job(e, q);
+        e->gjobs[n] = mask_job(e, q, q->gdst);
         q->gjob = n++;
     }
+    e->t_gjobs = q_now();
+    e->n_gjobs_out = n;
     qguide_start(e->guide, e->gjobs, n);
     return n;
 }
@@ -878,16 +916,16 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
     if (r->gm_failed) return QFINISH_ERROR;
     e->st.generated++;
     if (is_stop_token(e, r, tok)) return QFINISH_STOP;
-    /* The grammar takes the token (the mask allowed it); EOS, which the
-     * mask allows only where the output is complete, ends it. */
+    /* The grammar takes the token (the mask allowed it) with the next
+     * mask, on a guide thread while the pass runs; EOS, which the mask
+     * allows only where the output is complete, ends it.  (Where the
+     * grammar then allows nothing more, the next mask allows EOS alone: a
+     * model without EOS ids has its grammar fed now.) */
     if (r->gm) {
         for (int k = 0; k < e->m->n_eos; k++)
             if (tok == e->m->eos_ids[k]) return QFINISH_STOP;
-        if (gram_m_feed_token(r->gm, r->gv, tok)) {
-            QLOGW("engine: request %llu: its grammar refuses token %d, which its mask allowed", (unsigned long long)r->id,
-                  tok);
-            return QFINISH_ERROR;
-        }
+        r->gpend = tok;
+        if (e->m->n_eos == 0 && feed_now(e, r)) return QFINISH_ERROR;
     }
     qsampler_accept(r->smp, tok);
     if (grow_tokens(r)) return QFINISH_ERROR;
@@ -913,8 +951,13 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
         r->stop_string = 1;
         return QFINISH_STOP;
     }
-    if (r->gm && gram_m_done(r->gm)) return QFINISH_STOP; /* complete: nothing can follow */
-    if (r->n_gen >= r->max_tokens || r->n_tokens >= e->m->hp.max_ctx) return QFINISH_LENGTH;
+    if (r->gm && r->gpend < 0 && gram_m_done(r->gm)) return QFINISH_STOP; /* complete: nothing can follow */
+    if (r->n_gen >= r->max_tokens || r->n_tokens >= e->m->hp.max_ctx) {
+        /* Out of tokens: unless the output is complete right here. */
+        if (r->gm && feed_now(e, r)) return QFINISH_ERROR;
+        if (r->gm && gram_m_done(r->gm)) return QFINISH_STOP;
+        return QFINISH_LENGTH;
+    }
     return QFINISH_NONE;
 }
 
@@ -954,6 +997,7 @@ int qengine_step(qengine *e)
     drain_inbox(e);
     if (e->tier) tier_answers(e);
     if (!n_live(e)) return 0;
+    const double t_step = q_now();
     e->st.steps++;
     const int budget_max = e->o.max_batch_tokens;
     int budget = budget_max, n_seqs = 0, n_tok = 0, rc;
@@ -1088,6 +1132,14 @@ int qengine_step(qengine *e)
     }
     /* 3. forward */
     int n_logits = 0;
+    /* Guided rows' masks are made straight into the backend's memory for
+     * them, where it has some (no copy on the way to the device). */
+    uint32_t *mrows = NULL;
+    if (e->be->ops->mask_rows && (e->be->ops->caps & QBE_CAP_ROW_MASK))
+        for (int i = 0; i < n_seqs && !mrows; i++)
+            if (e->b_sample[i] && e->b_reqs[i]->gm && !e->b_reqs[i]->gm_failed)
+                mrows = e->be->ops->mask_rows(e->be, n_seqs);
+    const size_t mwords = ((size_t)e->m->hp.n_vocab + 31) / 32;
     for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;
         req *q = e->b_reqs[i];
@@ -1102,7 +1154,8 @@ int qengine_step(qengine *e)
         const unsigned caps = e->be->ops->caps;
         /* A guided row's mask goes with it where the backend applies masks. */
         const int dev_mask = q->gm && !q->gm_failed && (caps & QBE_CAP_ROW_MASK);
-        e->b_rowmask[n_logits] = dev_mask ? q->gmask : NULL;
+        q->gdst = dev_mask && mrows ? mrows + (size_t)n_logits * mwords : q->gmask;
+        e->b_rowmask[n_logits] = dev_mask ? q->gdst : NULL;
         /* Log-probabilities too, where the backend computes them. */
         if (q->n_forks == 0 && (!q->gm || dev_mask) && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
             if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
@@ -1140,6 +1193,7 @@ int qengine_step(qengine *e)
         for (int i = 0; i < n_seqs; i++)
             if (e->b_seqs[i].n_tokens == 1 && e->b_reqs[i]->n_computed >= e->b_reqs[i]->n_prompt) n_prefill--;
         const double dt = q_now() - t_fwd;
+        e->st.forward_s += dt;
         if (!rc && n_prefill >= 128 && dt > 0) {
             const double rate = n_prefill / dt;
             e->prefill_rate = e->prefill_rate > 0 ? 0.7 * e->prefill_rate + 0.3 * rate : rate;
@@ -1157,6 +1211,7 @@ int qengine_step(qengine *e)
     }
     /* 4. commit, draw (in parallel where a pool exists), then apply the
      * draws in order: forks first, as they are listed, then their parent. */
+    const double t_after = q_now();
     int li = 0, n_draws = 0;
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
@@ -1229,6 +1284,8 @@ int qengine_step(qengine *e)
             finish(e, q, why);
         }
     }
+    e->st.step_s += q_now() - t_step;
+    e->st.after_s += q_now() - t_after;
     return n_live(e);
 }
 

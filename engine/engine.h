@@ -178,6 +178,13 @@ typedef struct {
     uint64_t masks;                 /* token masks made */
     uint64_t masks_overlapped;      /* of which made while the forward pass ran */
     double mask_wait_s;             /* time the engine waited for masks after the forward pass */
+    double mask_work_s;             /* time the masks made during passes took, summed */
+    double mask_slowest_s;          /* the slowest mask of each such step, summed */
+    double mask_span_s;             /* from starting a step's masks to the last one done, summed */
+    double step_s;                  /* time in steps that ran a pass, summed */
+    double forward_s;               /* of which in the backend's forward (the rest: the host's own work) */
+    double after_s;                 /* of which after the forward (draws, tokens taken, events) */
+    double feed_s;                  /* of which feeding tokens to grammars */
     double util_sum;        /* internal: sum of per-step utilisation */
 } qengine_stats;
 

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,9 @@ int qengine_grammar_vocab(const qtok *tok, gram_vocab **out)
 
 /* ---- masks on a thread of their own ------------------------------------------------- */
 
-void qguide_job_run(qguide_job *j)
+static void job_run(qguide_job *j)
 {
+    if (j->feed >= 0 && (j->rc = gram_m_feed_token(j->m, j->v, j->feed))) return;
     if ((j->rc = gram_m_mask(j->m, j->v, j->mask))) return;
     const int end = gram_m_can_end(j->m);
     for (int k = 0; k < j->n_eos; k++) {
@@ -56,6 +58,14 @@ void qguide_job_run(qguide_job *j)
     if (!any) j->rc = QERR_INTERNAL;
 }
 
+void qguide_job_run(qguide_job *j)
+{
+    const double t = q_now();
+    job_run(j);
+    j->t_end = q_now();
+    j->secs = j->t_end - t;
+}
+
 void qguide_mask_logits(const uint32_t *mask, float *lg, int n_vocab)
 {
     for (int i = 0; i < n_vocab; i++)
@@ -63,46 +73,72 @@ void qguide_mask_logits(const uint32_t *mask, float *lg, int n_vocab)
 }
 
 #define GUIDE_MAX_THREADS 8
+#define WAITER_SPIN_S 0.0005 /* the waiter spins this long for the last jobs before it sleeps */
 
+/* Jobs are taken from a counter tagged with its round (round << 32 | next
+ * index): a thread that read an earlier round's jobs cannot take from a
+ * later one.  A round ends when all its jobs are done (done == n), whether
+ * or not every thread has woken: the waiter never waits for a thread's
+ * wake-up, only for work.  (Threads that spin between rounds instead of
+ * sleeping made the H200's 1B decode 35% slower, not faster: the host's
+ * cores are not all the process's to burn.) */
 struct qguide {
     pthread_t th[GUIDE_MAX_THREADS];
     int n_threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* work given, or quit */
-    pthread_cond_t done_cv; /* the jobs are done */
-    qguide_job *jobs;
+    pthread_cond_t done_cv; /* the round's jobs are done */
+    qguide_job *jobs;       /* the round's (under mu) */
     int n;
-    atomic_int next;        /* the next job to take (threads and the waiter take them in turn) */
-    unsigned long round;    /* jobs given so far (a new round each start) */
-    int busy;               /* threads still on this round's jobs */
-    int quit;
+    atomic_ulong round;     /* rounds started (written under mu) */
+    atomic_ullong next;     /* round << 32 | the next job to take */
+    atomic_int done;        /* jobs of the round done */
+    atomic_int quit;
 };
 
-/* Thread t makes jobs t, t + n_threads, ... of each round. */
-/* Runs jobs until none is left to take (one at a time: a slow mask holds
- * up only its own thread). */
-static void take_jobs(qguide *g, qguide_job *jobs, int n)
+static void relax(void)
 {
-    for (int i; (i = atomic_fetch_add(&g->next, 1)) < n;) qguide_job_run(&jobs[i]);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    sched_yield();
+#endif
+}
+
+/* Takes round r's jobs one at a time until none is left (a slow mask holds
+ * up only its own thread). */
+static void take_jobs(qguide *g, qguide_job *jobs, int n, unsigned long r)
+{
+    for (;;) {
+        unsigned long long v = atomic_load(&g->next);
+        if ((unsigned long)(v >> 32) != (r & 0xffffffffUL) || (int)(v & 0xffffffffULL) >= n) return;
+        if (!atomic_compare_exchange_weak(&g->next, &v, v + 1)) continue;
+        qguide_job_run(&jobs[v & 0xffffffffULL]);
+        if (atomic_fetch_add(&g->done, 1) + 1 == n) {
+            pthread_mutex_lock(&g->mu);
+            pthread_cond_broadcast(&g->done_cv);
+            pthread_mutex_unlock(&g->mu);
+        }
+    }
 }
 
 static void *guide_main(void *arg)
 {
     qguide *g = arg;
     unsigned long seen = 0;
-    pthread_mutex_lock(&g->mu);
     for (;;) {
-        while (g->round == seen && !g->quit) pthread_cond_wait(&g->cv, &g->mu);
-        if (g->round == seen) break; /* quit, nothing given */
-        seen = g->round;
+        pthread_mutex_lock(&g->mu);
+        while (atomic_load(&g->round) == seen && !atomic_load(&g->quit)) pthread_cond_wait(&g->cv, &g->mu);
+        if (atomic_load(&g->round) == seen) { /* quit, nothing given */
+            pthread_mutex_unlock(&g->mu);
+            break;
+        }
+        seen = atomic_load(&g->round);
         qguide_job *jobs = g->jobs;
         const int n = g->n;
         pthread_mutex_unlock(&g->mu);
-        take_jobs(g, jobs, n);
-        pthread_mutex_lock(&g->mu);
-        if (--g->busy == 0) pthread_cond_broadcast(&g->done_cv);
+        take_jobs(g, jobs, n, seen);
     }
-    pthread_mutex_unlock(&g->mu);
     return NULL;
 }
 
@@ -122,6 +158,10 @@ int qguide_new(int n_threads, qguide **out)
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     pthread_cond_init(&g->done_cv, NULL);
+    atomic_init(&g->round, 0);
+    atomic_init(&g->next, 0);
+    atomic_init(&g->done, 0);
+    atomic_init(&g->quit, 0);
     if (n_threads < 1) n_threads = 1;
     if (n_threads > GUIDE_MAX_THREADS) n_threads = GUIDE_MAX_THREADS;
     for (int t = 0; t < n_threads; t++) {
@@ -140,7 +180,7 @@ void qguide_free(qguide *g)
 {
     if (!g) return;
     pthread_mutex_lock(&g->mu);
-    g->quit = 1;
+    atomic_store(&g->quit, 1);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     for (int t = 0; t < g->n_threads; t++) pthread_join(g->th[t], NULL);
@@ -154,19 +194,31 @@ void qguide_start(qguide *g, qguide_job *jobs, int n)
 {
     if (n <= 0) return;
     pthread_mutex_lock(&g->mu);
+    const unsigned long r = atomic_load(&g->round) + 1;
     g->jobs = jobs, g->n = n;
-    atomic_store(&g->next, 0);
-    g->busy = g->n_threads;
-    g->round++;
+    atomic_store(&g->done, 0);
+    atomic_store(&g->next, (unsigned long long)(r & 0xffffffffUL) << 32);
+    atomic_store(&g->round, r);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
 }
 
 void qguide_wait(qguide *g)
 {
-    /* The waiter takes jobs too, rather than sleep while some are left. */
-    if (g->jobs) take_jobs(g, g->jobs, g->n);
     pthread_mutex_lock(&g->mu);
-    while (g->busy) pthread_cond_wait(&g->done_cv, &g->mu);
+    qguide_job *jobs = g->jobs;
+    const int n = g->n;
+    const unsigned long r = atomic_load(&g->round);
+    pthread_mutex_unlock(&g->mu);
+    if (!jobs || atomic_load(&g->done) >= n) return;
+    /* The waiter takes jobs too, rather than sleep while some are left;
+     * then it spins for the last ones, then sleeps. */
+    take_jobs(g, jobs, n, r);
+    const double t0 = q_now();
+    for (unsigned i = 0; atomic_load(&g->done) < n; i++)
+        if (i % 64 == 63 && q_now() - t0 > WAITER_SPIN_S) break;
+        else relax();
+    pthread_mutex_lock(&g->mu);
+    while (atomic_load(&g->done) < n) pthread_cond_wait(&g->done_cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
 }

@@ -22,7 +22,9 @@ typedef struct {
     int n_vocab;         /* the model's (the grammar's vocabulary may be smaller) */
     const int *eos;      /* the model's end ids: allowed exactly where the output may end */
     int n_eos;
+    int feed;            /* a token the matcher takes first (the last step's), -1: none */
     int rc;              /* once done: 0, gram_m_mask's error, or QERR_INTERNAL when nothing is allowed */
+    double t_end, secs;  /* once done: when it ended (q_now), how long it took */
 } qguide_job;
 
 /* Makes j's mask now, on this thread. */

@@ -240,9 +240,15 @@ typedef struct {
 
 static int g_e2e_errors;
 
+/* The engine's mask timings over a run. */
+typedef struct {
+    double wait, work, slowest, span;
+    double step, forward, after, feed; /* the engine's steps; the backend's passes, the work after them, grammars' feeds within them */
+} mask_times;
+
 /* Runs n requests to the end: the seconds it took, each one's output
- * tokens in got[], the engine's wait for masks in *wait. */
-static double run_all(qengine *e, qreq_params *ps, int n, int *got, double *wait)
+ * tokens in got[], the engine's mask timings in *mt. */
+static double run_all(qengine *e, qreq_params *ps, int n, int *got, mask_times *mt)
 {
     qengine_stats a, b;
     qengine_stats_get(e, &a);
@@ -268,7 +274,9 @@ static double run_all(qengine *e, qreq_params *ps, int n, int *got, double *wait
     }
     const double dt = q_now() - t0;
     qengine_stats_get(e, &b);
-    *wait = b.mask_wait_s - a.mask_wait_s;
+    *mt = (mask_times){ b.mask_wait_s - a.mask_wait_s, b.mask_work_s - a.mask_work_s,
+                        b.mask_slowest_s - a.mask_slowest_s, b.mask_span_s - a.mask_span_s,
+                        b.step_s - a.step_s, b.forward_s - a.forward_s, b.after_s - a.after_s, b.feed_s - a.feed_s };
     free(ids);
     return dt;
 }
@@ -332,10 +340,10 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
         ps[i].grammar = gs[i];
         ps[i].grammar_vocab = gv;
     }
-    double wait1 = 0, wait2 = 0, wait0 = 0, w;
+    mask_times w1, w2 = { 0 }, w0 = { 0 }, wf, w;
     /* Guided, grammars new; then guided again, best of three (the same
      * outputs each time: same seeds), as a server's grammar cache has them. */
-    const double t1 = run_all(e, ps, ng, want, &wait1);
+    const double t1 = run_all(e, ps, ng, want, &w1);
     long long toks = 0;
     for (int i = 0; i < ng; i++) toks += want[i];
     /* Free: the same prompts and seeds, each as many tokens as its twin.
@@ -354,9 +362,9 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
         const long long c0 = gram_classes_made();
         const double dg = run_all(e, ps, ng, got, &w);
         const long long made = gram_classes_made() - c0;
-        if (dg < t2) t2 = dg, wait2 = w;
-        const double df = run_all(e, pf, ng, got, &wait0);
-        if (df < t0) t0 = df;
+        if (dg < t2) t2 = dg, w2 = w;
+        const double df = run_all(e, pf, ng, got, &wf);
+        if (df < t0) t0 = df, w0 = wf;
         printf(" %.3f (%lld)", dg / df, made);
     }
     printf("\n");
@@ -366,8 +374,19 @@ static int end_to_end(const char *dir, char **files, int nf, const e2e_opts *o)
            o->model ? o->model : o->random_weights, qengine_backend_name(e), ng, o->max_tokens, toks);
     printf("\n| run | seconds | tokens/s | vs free | waited for masks |\n|---|---|---|---|---|\n");
     printf("| free (no grammar) | %.3f | %.0f | 1.000 | - |\n", t0, toks / t0);
-    printf("| guided, grammars new | %.3f | %.0f | %.3f | %.3f s |\n", t1, toks / t1, t0 / t1, wait1);
-    printf("| guided, grammars cached | %.3f | %.0f | %.3f | %.3f s |\n", t2, toks / t2, t0 / t2, wait2);
+    printf("| guided, grammars new | %.3f | %.0f | %.3f | %.3f s |\n", t1, toks / t1, t0 / t1, w1.wait);
+    printf("| guided, grammars cached | %.3f | %.0f | %.3f | %.3f s |\n", t2, toks / t2, t0 / t2, w2.wait);
+    /* Where the masks' time goes: the span from starting a step's masks to
+     * the last one done, against the slowest single mask of each step and
+     * all masks' work (spread over the guide threads). */
+    printf("\nmasks made during the passes of the best cached run (sums over its steps): waited %.4f s, span %.4f s, "
+           "slowest mask of each step %.4f s, all masks' work %.4f s\n",
+           w2.wait, w2.span, w2.slowest, w2.work);
+    printf("host's own work between passes (steps less passes): free %.4f s, guided %.4f s; passes: free %.4f s, "
+           "guided %.4f s\n",
+           w0.step - w0.forward, w2.step - w2.forward, w0.forward, w2.forward);
+    printf("of the host's work, after the passes: free %.4f s, guided %.4f s (feeding the grammars %.4f s)\n", w0.after,
+           w2.after, w2.feed);
     printf("\nslowdown with a schema (cached grammars, as a server's cache holds them): %.1f%%\n",
            100.0 * (t2 / t0 - 1.0));
     if (g_e2e_errors) printf("\n%d requests ended in error\n", g_e2e_errors);

@@ -318,6 +318,12 @@ static int ensure_masks(cuda_be *be, int n)
     return 0;
 }
 
+static uint32_t *cuda_mask_rows(qbackend *base, int n_rows)
+{
+    cuda_be *be = (cuda_be *)base;
+    return ensure_masks(be, n_rows) ? NULL : be->h_mask;
+}
+
 // Guided rows: waits for the caller's masks (the layers run meanwhile), then
 // sets the logits of the tokens they refuse to -inf on the device.
 static int apply_masks(cuda_be *be, const qbatch *b)
@@ -332,7 +338,7 @@ static int apply_masks(cuda_be *be, const qbatch *b)
     for (int r = 0; r < b->n_logits; r++) {
         const uint32_t *m = b->masks->row[r];
         be->h_has[r] = m != NULL;
-        if (m) memcpy(be->h_mask + (size_t)r * W, m, W * 4);
+        if (m && m != be->h_mask + (size_t)r * W) memcpy(be->h_mask + (size_t)r * W, m, W * 4);
     }
     CK(cudaMemcpyAsync(be->d_mask, be->h_mask, (size_t)b->n_logits * W * 4, cudaMemcpyHostToDevice, be->stream));
     CK(cudaMemcpyAsync(be->d_has, be->h_has, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->stream));
@@ -857,7 +863,7 @@ static void cuda_destroy(qbackend *base)
 static const qbackend_ops cuda_ops = {
     "cuda",           cuda_forward,      cuda_copy_block,  cuda_block_bytes, cuda_read_block,
     cuda_write_block, cuda_destroy,      cuda_read_blocks, cuda_write_blocks, cuda_host_alloc,
-    cuda_host_free,   QBE_CAP_ROW_SAMPLE | QBE_CAP_ROW_LOGPROBS | QBE_CAP_ROW_MASK,
+    cuda_host_free,   QBE_CAP_ROW_SAMPLE | QBE_CAP_ROW_LOGPROBS | QBE_CAP_ROW_MASK, cuda_mask_rows,
 };
 
 // The storage type: float in the exact mode; f16 when every matrix of the
