@@ -67,6 +67,8 @@ typedef struct {
     int cap_mask;                  // rows the mask buffers hold
     uint32_t *h_mask, *d_mask;     // (cap_mask, W) guided rows' token masks (host pinned, device)
     uint8_t *h_has, *d_has;        // (cap_mask) which rows have one
+    cudaStream_t mstream;          // the masks' copy, beside the layers (made with the buffers)
+    cudaEvent_t mdone;             // ... done: the mask kernel waits for it
     size_t cap_part;
     float *part_acc, *part_ml;
     int *part_cnt;                 // (cap_part) split counters, 0 between passes
@@ -310,6 +312,9 @@ static int ensure_masks(cuda_be *be, int n)
     cudaFree(be->d_has);
     be->h_mask = NULL, be->h_has = NULL, be->d_mask = NULL, be->d_has = NULL;
     be->cap_mask = 0;
+    if (!be->mstream && (cudaStreamCreateWithFlags(&be->mstream, cudaStreamNonBlocking) != cudaSuccess ||
+                         cudaEventCreateWithFlags(&be->mdone, cudaEventDisableTiming) != cudaSuccess))
+        return QERR_DEVICE;
     if (cudaMallocHost((void **)&be->h_mask, (size_t)n * W * 4) != cudaSuccess ||
         cudaMallocHost((void **)&be->h_has, (size_t)n) != cudaSuccess || dmalloc((void **)&be->d_mask, (size_t)n * W * 4) ||
         dmalloc((void **)&be->d_has, (size_t)n))
@@ -340,8 +345,11 @@ static int apply_masks(cuda_be *be, const qbatch *b)
         be->h_has[r] = m != NULL;
         if (m && m != be->h_mask + (size_t)r * W) memcpy(be->h_mask + (size_t)r * W, m, W * 4);
     }
-    CK(cudaMemcpyAsync(be->d_mask, be->h_mask, (size_t)b->n_logits * W * 4, cudaMemcpyHostToDevice, be->stream));
-    CK(cudaMemcpyAsync(be->d_has, be->h_has, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->stream));
+    // The copy runs beside the layers, which are still running as a rule.
+    CK(cudaMemcpyAsync(be->d_mask, be->h_mask, (size_t)b->n_logits * W * 4, cudaMemcpyHostToDevice, be->mstream));
+    CK(cudaMemcpyAsync(be->d_has, be->h_has, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->mstream));
+    CK(cudaEventRecord(be->mdone, be->mstream));
+    CK(cudaStreamWaitEvent(be->stream, be->mdone, 0));
     return qk_mask_rows(be->stream, be->logits, b->n_logits, V, be->d_mask, be->d_has);
 }
 
@@ -856,6 +864,8 @@ static void cuda_destroy(qbackend *base)
     cudaFree(be->d_mask);
     cudaFree(be->d_has);
     if (be->blas) cublasDestroy(be->blas);
+    if (be->mstream) cudaStreamDestroy(be->mstream);
+    if (be->mdone) cudaEventDestroy(be->mdone);
     if (be->stream) cudaStreamDestroy(be->stream);
     free(be);
 }
