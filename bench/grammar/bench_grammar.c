@@ -492,8 +492,9 @@ int main(int argc, char **argv)
                 if (ok != valid && list_refused) {
                     size_t at = 0;
                     accepts_at(g, text, &at);
-                    fprintf(stderr, "%s: %s instance %s at byte %zu: ...%.*s|%.40s\n", files[i], valid ? "valid" : "invalid",
-                            valid ? "refused" : "accepted", at, (int)(at > 60 ? 60 : at), text + (at > 60 ? at - 60 : 0), text + at);
+                    fprintf(stderr, "%s: %s instance %s (test %zu) at byte %zu: ...%.*s|%.40s\n", files[i],
+                            valid ? "valid" : "invalid", valid ? "refused" : "accepted", k, at, (int)(at > 60 ? 60 : at),
+                            text + (at > 60 ? at - 60 : 0), text + at);
                 }
                 free(text);
             }
