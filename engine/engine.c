@@ -104,6 +104,7 @@ typedef struct req {
     uint32_t *gmask;        /* (n_vocab + 31) / 32: the tokens the grammar allows now */
     uint32_t *gdst;         /* where this step's mask job writes: gmask, or the backend's row (mask_rows) */
     int gpend;              /* the last token, for the grammar to take with the next mask (-1: none) */
+    int gdone;              /* the mask job found the output complete: the step's draw is not taken */
     int gm_failed;          /* the mask could not be made: the request ends in error */
     int gjob;               /* this step's mask job (index in e->gjobs), -1 for none */
     int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
@@ -786,7 +787,7 @@ typedef struct sdraw {
  * job feeds the grammar r's last token first. */
 static qguide_job mask_job(const qengine *e, req *r, uint32_t *dst)
 {
-    const qguide_job j = { r->gm, r->gv, dst, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos, r->gpend, 0, 0, 0 };
+    const qguide_job j = { r->gm, r->gv, dst, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos, r->gpend, 0, 0, 0, 0, 0 };
     r->gpend = -1;
     return j;
 }
@@ -813,14 +814,19 @@ static int feed_now(qengine *e, req *r)
  * 0, or an error (out of memory, or no token at all is allowed). */
 static int apply_mask(qengine *e, req *r, float *lg, int on_device)
 {
-    int rc;
+    qguide_job one;
+    const qguide_job *j = &one;
     if (r->gjob >= 0) {
-        rc = e->gjobs[r->gjob].rc;
+        j = &e->gjobs[r->gjob];
     } else {
-        qguide_job j = mask_job(e, r, r->gmask);
-        qguide_job_run(&j);
-        rc = j.rc;
+        one = mask_job(e, r, r->gmask);
+        qguide_job_run(&one);
     }
+    const int rc = j->rc;
+    if (j->feed_rc)
+        QLOGW("engine: request %llu: its grammar refuses token %d, which its mask allowed", (unsigned long long)r->id,
+              j->feed);
+    r->gdone = !rc && j->done;
     r->gjob = -1;
     e->st.masks++;
     if (!rc && !on_device) qguide_mask_logits(r->gmask, lg, e->m->hp.n_vocab);
@@ -914,6 +920,7 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
     }
     if (r->t_first == 0) r->t_first = q_now();
     if (r->gm_failed) return QFINISH_ERROR;
+    if (r->gdone) return QFINISH_STOP; /* its grammar took the last token: complete, nothing more follows */
     e->st.generated++;
     if (is_stop_token(e, r, tok)) return QFINISH_STOP;
     /* The grammar takes the token (the mask allowed it) with the next
@@ -1136,9 +1143,11 @@ int qengine_step(qengine *e)
      * them, where it has some (no copy on the way to the device). */
     uint32_t *mrows = NULL;
     if (e->be->ops->mask_rows && (e->be->ops->caps & QBE_CAP_ROW_MASK))
-        for (int i = 0; i < n_seqs && !mrows; i++)
-            if (e->b_sample[i] && e->b_reqs[i]->gm && !e->b_reqs[i]->gm_failed)
-                mrows = e->be->ops->mask_rows(e->be, n_seqs);
+        for (int i = 0; i < n_seqs; i++)
+            if (e->b_sample[i] && e->b_reqs[i]->gm && !e->b_reqs[i]->gm_failed) {
+                mrows = e->be->ops->mask_rows(e->be, n_seqs); /* once: NULL falls back to the requests' own */
+                break;
+            }
     const size_t mwords = ((size_t)e->m->hp.n_vocab + 31) / 32;
     for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;

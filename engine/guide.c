@@ -44,8 +44,13 @@ int qengine_grammar_vocab(const qtok *tok, gram_vocab **out)
 
 static void job_run(qguide_job *j)
 {
-    if (j->feed >= 0 && (j->rc = gram_m_feed_token(j->m, j->v, j->feed))) return;
+    const size_t words = ((size_t)j->n_vocab + 31) / 32, gw = ((size_t)gram_vocab_size(j->v) + 31) / 32;
+    if (j->feed >= 0 && (j->rc = j->feed_rc = gram_m_feed_token(j->m, j->v, j->feed))) return;
+    j->done = gram_m_done(j->m);
     if ((j->rc = gram_m_mask(j->m, j->v, j->mask))) return;
+    /* Ids past the grammar's vocabulary (a model's padded head) are never
+     * allowed: the row may be memory another request's mask used. */
+    if (gw < words) memset(j->mask + gw, 0, sizeof *j->mask * (words - gw));
     const int end = gram_m_can_end(j->m);
     for (int k = 0; k < j->n_eos; k++) {
         const int t = j->eos[k];
@@ -61,7 +66,9 @@ static void job_run(qguide_job *j)
 void qguide_job_run(qguide_job *j)
 {
     const double t = q_now();
+    j->feed_rc = 0, j->done = 0;
     job_run(j);
+    if (j->rc) memset(j->mask, 0, sizeof *j->mask * (((size_t)j->n_vocab + 31) / 32));
     j->t_end = q_now();
     j->secs = j->t_end - t;
 }

@@ -23,11 +23,14 @@ typedef struct {
     const int *eos;      /* the model's end ids: allowed exactly where the output may end */
     int n_eos;
     int feed;            /* a token the matcher takes first (the last step's), -1: none */
+    int feed_rc;         /* once done: the matcher's answer to it (0: taken) */
+    int done;            /* once done: nothing more can follow (the output is complete) */
     int rc;              /* once done: 0, gram_m_mask's error, or QERR_INTERNAL when nothing is allowed */
     double t_end, secs;  /* once done: when it ended (q_now), how long it took */
 } qguide_job;
 
-/* Makes j's mask now, on this thread. */
+/* Makes j's mask now, on this thread: all n_vocab bits written (a token
+ * past the grammar's vocabulary refused); on an error, none allowed. */
 void qguide_job_run(qguide_job *j);
 
 /* Sets to -inf the logits of the tokens mask refuses (on the host). */

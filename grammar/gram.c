@@ -267,7 +267,7 @@ gram_x gram_b_rep(gram_b *b, gram_x x, int min, int max)
 gram_x gram_b_perm(gram_b *b, const gram_perm *p)
 {
     if (b->err) return b->err;
-    if (p->n < 0 || p->ndeps < 0 || !p->sep || !*p->sep || p->min < 0 || p->max < -1)
+    if (p->n < 0 || p->ndeps < 0 || !p->sep || strlen(p->sep) != 1 || p->min < 0 || p->max < -1)
         return b_fail(b, QERR_INVAL, "a bad set of members");
     for (int i = 0; i < p->n; i++)
         if (p->member[i] < 0) return b_fail(b, p->member[i], "a bad expression");

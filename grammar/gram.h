@@ -75,8 +75,9 @@ gram_x gram_b_rep(gram_b *b, gram_x x, int min, int max);
  * counting as one: two could share a key) and at most max (-1: no bound;
  * extras counting each).  A member is refused where no way to such an end
  * would be left.  The matcher remembers the members given as a set beside
- * the stack; a grammar stays a PDA otherwise.  sep must not be empty;
- * deps name members by index. */
+ * the stack; a grammar stays a PDA otherwise.  sep is one byte (a longer
+ * one's first bytes would be taken before the set decides whether a member
+ * may follow); deps name members by index. */
 typedef struct {
     int n;
     const gram_x *member;

@@ -92,7 +92,9 @@ static gram_x literal(sctx *c, const json_t *v)
     if (!s) return sc_fail(c, QERR_NOMEM, "out of memory");
     gram_x x = LIT(s);
     const double d = json_number_value(v);
-    if (json_is_number(v) && d == (double)(long long)d && fabs(d) < 1e16 && !(d == 0 && signbit(d))) {
+    if (json_is_integer(v) && json_integer_value(v) > -10000000000000000LL && json_integer_value(v) < 10000000000000000LL) {
+        x = ALT(x, SEQ(LIT(s), LIT(".0")));
+    } else if (json_is_real(v) && fabs(d) < 1e16 && d == floor(d) && !(d == 0 && signbit(d))) {
         char t[40];
         snprintf(t, sizeof t, "%lld", (long long)d);
         x = ALT(LIT(t), SEQ(LIT(t), LIT(".0")));

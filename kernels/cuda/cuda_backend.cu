@@ -312,9 +312,14 @@ static int ensure_masks(cuda_be *be, int n)
     cudaFree(be->d_has);
     be->h_mask = NULL, be->h_has = NULL, be->d_mask = NULL, be->d_has = NULL;
     be->cap_mask = 0;
-    if (!be->mstream && (cudaStreamCreateWithFlags(&be->mstream, cudaStreamNonBlocking) != cudaSuccess ||
-                         cudaEventCreateWithFlags(&be->mdone, cudaEventDisableTiming) != cudaSuccess))
+    if (!be->mstream && cudaStreamCreateWithFlags(&be->mstream, cudaStreamNonBlocking) != cudaSuccess) {
+        be->mstream = NULL;
         return QERR_DEVICE;
+    }
+    if (!be->mdone && cudaEventCreateWithFlags(&be->mdone, cudaEventDisableTiming) != cudaSuccess) {
+        be->mdone = NULL;
+        return QERR_DEVICE;
+    }
     if (cudaMallocHost((void **)&be->h_mask, (size_t)n * W * 4) != cudaSuccess ||
         cudaMallocHost((void **)&be->h_has, (size_t)n) != cudaSuccess || dmalloc((void **)&be->d_mask, (size_t)n * W * 4) ||
         dmalloc((void **)&be->d_has, (size_t)n))
@@ -346,10 +351,14 @@ static int apply_masks(cuda_be *be, const qbatch *b)
         if (m && m != be->h_mask + (size_t)r * W) memcpy(be->h_mask + (size_t)r * W, m, W * 4);
     }
     // The copy runs beside the layers, which are still running as a rule.
-    CK(cudaMemcpyAsync(be->d_mask, be->h_mask, (size_t)b->n_logits * W * 4, cudaMemcpyHostToDevice, be->mstream));
-    CK(cudaMemcpyAsync(be->d_has, be->h_has, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->mstream));
-    CK(cudaEventRecord(be->mdone, be->mstream));
-    CK(cudaStreamWaitEvent(be->stream, be->mdone, 0));
+    if (cudaMemcpyAsync(be->d_mask, be->h_mask, (size_t)b->n_logits * W * 4, cudaMemcpyHostToDevice, be->mstream) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(be->d_has, be->h_has, (size_t)b->n_logits, cudaMemcpyHostToDevice, be->mstream) != cudaSuccess ||
+        cudaEventRecord(be->mdone, be->mstream) != cudaSuccess ||
+        cudaStreamWaitEvent(be->stream, be->mdone, 0) != cudaSuccess) {
+        cudaStreamSynchronize(be->mstream); // nothing may still read h_mask when the next step writes it
+        return QERR_DEVICE;
+    }
     return qk_mask_rows(be->stream, be->logits, b->n_logits, V, be->d_mask, be->d_has);
 }
 

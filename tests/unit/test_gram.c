@@ -3,7 +3,7 @@
  * byte by byte and refuses broken ones at the first bad byte; ambiguous
  * alternatives are followed together; completion and "done"; rollback by
  * commits; a refused byte changes nothing; undefined rules and left
- * recursion are reported, not looped on. */
+ * recursion are reported, not looped on; members in any order. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +209,66 @@ static void test_errors(void)
     gram_free(g);
 }
 
+/* Members in any order (gram_b_perm): each at most once, required ones
+ * before the end, dependencies, max counting extras; rollback across
+ * members restores the set; bad specs fail the builder. */
+static void test_perm(void)
+{
+    char err[256];
+    gram *g = NULL;
+    gram_b *b = gram_b_new();
+    const int root = gram_b_rule(b, "root");
+    const gram_x mem[4] = { gram_b_str(b, "a"), gram_b_str(b, "b"), gram_b_str(b, "c"), gram_b_str(b, "d") };
+    const unsigned char req[4] = { 0, 1, 0, 0 };
+    const int deps[1][2] = { { 2, 3 } }; /* c given: d too */
+    const gram_perm p = { 4, mem, req, deps, 1, 1, gram_b_str(b, "x"), 0, 3, "," };
+    gram_b_define(b, root, gram_b_seq(b, gram_b_str(b, "{"), gram_b_seq(b, gram_b_perm(b, &p), gram_b_str(b, "}"))));
+    REQUIRE(gram_b_build(b, root, &g, err, sizeof err) == 0);
+    gram_b_free(b);
+    static const struct {
+        const char *s;
+        int ok;
+    } C[] = { { "{b}", 1 },     { "{a,b}", 1 },   { "{b,a}", 1 },   { "{x,b,x}", 1 }, { "{d,c,b}", 1 },
+              { "{}", 0 },      { "{a}", 0 },     { "{b,b}", 0 },   { "{c,b}", 0 },   { "{a,b,d,x}", 0 },
+              { "{x,x,x,b}", 0 }, { "{c,b,a}", 0 }, { "{b,}", 0 } };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        gram_m *m = gram_m_new(g);
+        REQUIRE(m);
+        int end = 0;
+        const int at = feed_all(m, C[i].s, &end);
+        const int ok = at < 0 && end;
+        if (ok != C[i].ok) fprintf(stderr, "  %s: %s\n", C[i].s, ok ? "taken" : "refused");
+        CHECK_EQ_INT(ok, C[i].ok);
+        gram_m_free(m);
+    }
+    /* "{c,b," needs d next (max 3): a and x are refused there, before the end. */
+    gram_m *m = gram_m_new(g);
+    REQUIRE(m);
+    CHECK_EQ_INT(gram_m_feed(m, (const uint8_t *)"{c,", 3), 0);
+    CHECK_EQ_INT(gram_m_commit(m), 0);
+    CHECK_EQ_INT(gram_m_feed(m, (const uint8_t *)"b,", 2), 0);
+    CHECK(!gram_m_allows(m, (const uint8_t *)"a", 1));
+    CHECK(!gram_m_allows(m, (const uint8_t *)"x", 1));
+    CHECK(gram_m_allows(m, (const uint8_t *)"d}", 2));
+    /* Back to "{c,": b is allowed again, c is not. */
+    CHECK_EQ_INT(gram_m_rollback(m, 0), 0);
+    CHECK(gram_m_allows(m, (const uint8_t *)"b", 1));
+    CHECK(!gram_m_allows(m, (const uint8_t *)"c", 1));
+    gram_m_free(m);
+    gram_free(g);
+    /* Bad specs. */
+    b = gram_b_new();
+    gram_perm bad = { 1, mem, NULL, NULL, 0, 0, 0, 0, -1, ", " };
+    CHECK(gram_b_perm(b, &bad) == QERR_INVAL);
+    gram_b_free(b);
+    b = gram_b_new();
+    const gram_x one = gram_b_str(b, "a");
+    const int far[1][2] = { { 0, 5 } };
+    bad = (gram_perm){ 1, &one, NULL, far, 1, 0, 0, 0, -1, "," };
+    CHECK(gram_b_perm(b, &bad) == QERR_RANGE);
+    gram_b_free(b);
+}
+
 /* The cache: the same key gives the same grammar, retained; the least
  * recently used goes past the capacity; a grammar outlives its eviction
  * while someone holds it. */
@@ -246,6 +306,7 @@ int main(void)
     QT_RUN(test_state_and_rollback);
     QT_RUN(test_ambiguity);
     QT_RUN(test_errors);
+    QT_RUN(test_perm);
     QT_RUN(test_cache);
     QT_MAIN_END();
 }

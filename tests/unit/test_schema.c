@@ -171,6 +171,8 @@ static const kase CASES[] = {
       { "{\"a\":\"x\",\"b\":2}", "{\"a\":\"y\"}" }, { "{\"a\":\"x\"}" } },
     /* A whole number in enum / const either way, 2 or 2.0. */
     { "{\"enum\":[2.0,\"x\",-7]}", { "2", "2.0", "-7", "-7.0", "\"x\"" }, { "2.5", "7", "2.00" } },
+    { "{\"const\":9007199254740993}", { "9007199254740993", "9007199254740993.0" }, { "9007199254740992" } },
+    { "{\"enum\":[1e300,3]}", { "3", "3.0" }, { "1" } },
     /* Dependencies on a schema: without the property, or with it and the schema. */
     { "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{\"type\":\"integer\"}},\"dependencies\":{\"a\":{\"required\":[\"b\"]}}}",
       { "{}", "{\"b\":1}", "{\"a\":1,\"b\":2}" }, { "{\"a\":1}", "{\"a\":1,\"b\":\"x\"}" } },
