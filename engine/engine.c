@@ -1,4 +1,6 @@
-/* engine.c - requests, the scheduler and the step loop.
+/* engine.c - requests, the scheduler and the step loop (preemption and the
+ * swap space are engine_swap.c's, guided decoding's masks engine_guided.c's;
+ * the types they share are in engine_int.h).
  *
  * Requests live in three FIFO lists owned by the engine thread: `waiting`
  * (prompt not yet fully computed: new, or preempted to recompute),
@@ -57,6 +59,7 @@
  */
 #define _GNU_SOURCE
 #include "engine.h"
+#include "engine_int.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -64,142 +67,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/pool.h"
-#include "gram.h"
-#include "guide.h"
-#include "kv.h"
-#include "model.h"
-#include "stop.h"
-#include "tier.h"
-#include "tokenizer.h"
-#include "util.h"
-
-typedef struct req {
-    uint64_t id;
-    struct req *next;
-    int32_t *tokens;        /* prompt then output */
-    int n_tokens, cap_tokens;
-    int n_prompt, n_gen;
-    int max_tokens, ignore_eos;
-    int32_t *stop_ids;
-    int n_stop_ids;
-    int n_computed;         /* tokens whose K/V are in the cache */
-    int cached_tokens;      /* of the prompt, reused from the prefix cache (first admission) */
-    int admitted_once;
-    uint64_t admit_seq;     /* order of (re)admission, for preemption */
-    kv_seq kv;
-    qsampler *smp;
-    qdetok *detok;
-    qstop *stop;
-    int want_logprobs, top_logprobs;
-    int cancelled;
-    int tier_wait;          /* waiting for the store's answer (persistent tier) */
-    int in_batch;           /* static batching: member of the current batch */
-    int preempted_now;      /* preempted during the current step's scheduling */
-    int index;              /* sample index within the request (n > 1) */
-    struct req **forks;     /* samples 1..n-1, waiting for this one's prompt */
-    int n_forks;
-    gram_m *gm;             /* guided decoding: where the output is in the grammar, or NULL */
-    const gram_vocab *gv;
-    uint32_t *gmask;        /* (n_vocab + 31) / 32: the tokens the grammar allows now */
-    uint32_t *gdst;         /* where this step's mask job writes: gmask, or the backend's row (mask_rows) */
-    int gpend;              /* the last token, for the grammar to take with the next mask (-1: none) */
-    int gdone;              /* the mask job found the output complete: the step's draw is not taken */
-    int gm_failed;          /* the mask could not be made: the request ends in error */
-    int gjob;               /* this step's mask job (index in e->gjobs), -1 for none */
-    int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
-    int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
-    int n_slots;
-    double t_submit, t_first;
-} req;
-
-typedef struct {
-    req *head, *tail;
-    int n;
-} rlist;
-
-struct qengine {
-    const qmodel *m;
-    const qtok *tok;
-    qengine_opts o;
-    qbackend *be;
-    kv_pool *pool;
-    qtier *tier;            /* the persistent prefix tier, or NULL */
-    double prefill_rate;    /* prompt tokens a second in steps with >= 128 of them (moving average) */
-    rlist waiting, running, swapped;
-    uint64_t next_id, admit_counter;
-    /* swap space (QPREEMPT_SWAP): n_slots one-block slots of block_bytes */
-    char *swap_mem;
-    size_t block_bytes;
-    int n_slots;
-    int32_t *slot_free;     /* (n_slots) stack of free slots; top handed out first */
-    int n_slot_free;
-    int32_t *sw_idx, *sw_blocks;  /* (num_blocks) scratch: logical and physical ids */
-    /* inbox */
-    pthread_mutex_t mu;
-    req *inbox_head, *inbox_tail;
-    uint64_t *cancels;
-    int n_cancels, cap_cancels;
-    /* outbox */
-    qevent *events;
-    size_t ev_head, ev_n, ev_cap;
-    /* live ids (for cancel), protected by mu */
-    int live;
-    /* step scratch */
-    int32_t *b_tokens, *b_logits_idx;
-    qbatch_seq *b_seqs;
-    req **b_reqs;
-    int *b_sample;
-    uint8_t *b_rowmode;           /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
-    qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
-    qrow_logprobs *b_rlp;         /* (cap_seqs) log-probabilities the backend gives for reduced rows */
-    const uint32_t **b_rowmask;   /* (cap_seqs) guided rows' masks, for a backend that applies them (else NULL) */
-    struct sdraw *draws;          /* (cap_draws) the draws of a step */
-    qguide *guide;                /* the thread making masks during the forward pass (made on first use) */
-    qguide_job *gjobs;            /* (cap_gjobs) a step's masks */
-    int n_gjobs_out;              /* started and not yet waited for */
-    double t_gjobs;               /* when they were started */
-    int cap_gjobs;
-    int cap_draws;
-    qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
-    int32_t *b_rowtok;            /* (cap_seqs) the backend's token of those rows */
-    float *logits;
-    int cap_tokens, cap_seqs;
-    qengine_stats st;
-};
-
-/* ---- lists ------------------------------------------------------------------ */
-
-static void rl_push_back(rlist *l, req *r)
-{
-    r->next = NULL;
-    if (l->tail) l->tail->next = r;
-    else l->head = r;
-    l->tail = r;
-    l->n++;
-}
-
-static void rl_push_front(rlist *l, req *r)
-{
-    r->next = l->head;
-    l->head = r;
-    if (!l->tail) l->tail = r;
-    l->n++;
-}
-
-static void rl_remove(rlist *l, req *r)
-{
-    req **pp = &l->head, *prev = NULL;
-    while (*pp && *pp != r) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    if (!*pp) return;
-    *pp = r->next;
-    if (l->tail == r) l->tail = prev;
-    r->next = NULL;
-    l->n--;
-}
 
 /* ---- events ---------------------------------------------------------------- */
 
@@ -257,7 +124,7 @@ static void req_free(req *r)
 
 /* Returns r's swap slots to the free stack (in reverse, so that the next
  * swap-out takes them in increasing order: long runs, few transfers). */
-static void slots_release(qengine *e, req *r)
+void qe_slots_release(qengine *e, req *r)
 {
     for (int i = r->n_slots - 1; i >= 0; i--) e->slot_free[e->n_slot_free++] = r->slots[i];
     free(r->slots);
@@ -266,20 +133,19 @@ static void slots_release(qengine *e, req *r)
 }
 
 /* Frees r's KV: its blocks (full ones stay cached) and its swap slots. */
-static void release_kv(qengine *e, req *r)
+void qe_release_kv(qengine *e, req *r)
 {
-    slots_release(e, r);
+    qe_slots_release(e, r);
     kv_seq_free(e->pool, &r->kv);
 }
 
 /* Finishes r: frees its blocks (full ones stay cached) and swap slots, emits
  * the finish event with any held-back text, and releases it. */
-static void finish(qengine *e, req *r, qfinish why);
 
-static void finish(qengine *e, req *r, qfinish why)
+void qe_finish(qengine *e, req *r, qfinish why)
 {
     /* Samples still waiting for this one's prompt end with it. */
-    for (int i = 0; i < r->n_forks; i++) finish(e, r->forks[i], why == QFINISH_CANCELLED ? why : QFINISH_ERROR);
+    for (int i = 0; i < r->n_forks; i++) qe_finish(e, r->forks[i], why == QFINISH_CANCELLED ? why : QFINISH_ERROR);
     r->n_forks = 0;
     qevent ev = { .id = r->id, .index = r->index, .token = -1, .finish = why, .prompt_tokens = r->n_prompt,
                   .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens };
@@ -316,7 +182,7 @@ static void finish(qengine *e, req *r, qfinish why)
     ev.ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : now - r->t_submit;
     ev.total_s = now - r->t_submit;
     if (e->tier) qtier_persist(e->tier, &r->kv);
-    release_kv(e, r);
+    qe_release_kv(e, r);
     if (push_event(e, &ev)) free(ev.text);
     e->st.finished++;
     pthread_mutex_lock(&e->mu);
@@ -500,7 +366,7 @@ static void tier_answers(qengine *e)
         if (got < 0) {
             QLOGW("loading request %llu's prefix from disk failed (%s)", (unsigned long long)r->id, qerr_str(got));
             rl_remove(&e->waiting, r);
-            finish(e, r, QFINISH_ERROR);
+            qe_finish(e, r, QFINISH_ERROR);
             continue;
         }
         if (got == 0) continue;
@@ -542,7 +408,7 @@ static void drain_inbox(qengine *e)
             req *nx = q->next;
             if (q->cancelled) {
                 rl_remove(lists[k], q);
-                finish(e, q, QFINISH_CANCELLED);
+                qe_finish(e, q, QFINISH_CANCELLED);
             }
             q = nx;
         }
@@ -586,162 +452,6 @@ static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
     return 0;
 }
 
-/* ---- swapping ------------------------------------------------------------------ */
-
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Moves n blocks between the pool and swap slots (block i <-> slots[i]):
- * one batched transfer per run of consecutive slots.  0 or the backend's
- * error. */
-static int swap_transfer(qengine *e, const int32_t *blocks, const int32_t *slots, int n, int to_pool)
-{
-    for (int i = 0, j; i < n; i = j) {
-        for (j = i + 1; j < n && slots[j] == slots[j - 1] + 1; j++) {
-        }
-        char *host = e->swap_mem + (size_t)slots[i] * e->block_bytes;
-        int rc = to_pool ? qbackend_write_blocks(e->be, blocks + i, j - i, host)
-                         : qbackend_read_blocks(e->be, blocks + i, j - i, host);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-/* Swaps running request r out: copies the blocks it holds alone into free
- * slots and releases them (its shared blocks stay referenced).  Returns 0,
- * or 1 when r must be recomputed instead (no block held alone, too few free
- * slots, no memory, a failed transfer), with nothing changed. */
-static int swap_out(qengine *e, req *r)
-{
-    int n = kv_seq_exclusive_blocks(e->pool, &r->kv, e->sw_idx);
-    if (n == 0 || n > e->n_slot_free) return 1;
-    int32_t *slots = q_mallocn((size_t)n, sizeof *slots);
-    if (!slots) return 1;
-    for (int i = 0; i < n; i++) slots[i] = e->slot_free[e->n_slot_free - 1 - i];
-    qsort(slots, (size_t)n, sizeof *slots, cmp_i32);
-    for (int i = 0; i < n; i++) e->sw_blocks[i] = r->kv.blocks[e->sw_idx[i]];
-    int rc = swap_transfer(e, e->sw_blocks, slots, n, 0);
-    if (!rc) rc = kv_seq_swap_out(e->pool, &r->kv, e->sw_idx, n);
-    if (rc) {
-        QLOGW("swapping out request %llu failed (%s): recomputing it", (unsigned long long)r->id, qerr_str(rc));
-        free(slots);
-        return 1;
-    }
-    e->n_slot_free -= n;
-    r->slots = slots;
-    r->n_slots = n;
-    e->st.swapped_out_blocks += (uint64_t)n;
-    return 0;
-}
-
-/* Preempts running request r: swapped out (swap mode, when it can be) to
- * the tail of swapped, else its blocks freed and it goes to the front of
- * waiting, to recompute. */
-static void preempt(qengine *e, req *r)
-{
-    rl_remove(&e->running, r);
-    r->preempted_now = 1;
-    e->st.preemptions++;
-    if (e->o.preempt_mode == QPREEMPT_SWAP) {
-        if (swap_out(e, r) == 0) {
-            rl_push_back(&e->swapped, r);
-            e->st.preemptions_swap++;
-            return;
-        }
-        e->st.swap_fallbacks++;
-    }
-    kv_seq_free(e->pool, &r->kv);
-    r->n_computed = 0;
-    rl_push_front(&e->waiting, r);
-}
-
-/* Resumes swapped request r when its holes and its next token's block fit:
- * fresh blocks, the saved bytes written back, slots freed; r joins running
- * as its newest admission.  Returns 0, 1 when it does not fit (nothing
- * changed), or the backend's error (r then finishes with QFINISH_ERROR). */
-static int swap_in(qengine *e, req *r)
-{
-    int next = kv_seq_blocks_needed(e->pool, &r->kv, 1);
-    if (next < 0 || r->kv.n_swapped + next > kv_pool_num_allocatable(e->pool)) return 1;
-    int n = kv_seq_swap_in(e->pool, &r->kv, e->sw_idx);
-    if (n != r->n_slots) return QERR_INTERNAL;  /* invariant 5 */
-    for (int i = 0; i < n; i++) e->sw_blocks[i] = r->kv.blocks[e->sw_idx[i]];
-    int rc = swap_transfer(e, e->sw_blocks, r->slots, n, 1);
-    rl_remove(&e->swapped, r);
-    if (rc) {
-        finish(e, r, QFINISH_ERROR);
-        return rc;
-    }
-    slots_release(e, r);
-    rl_push_back(&e->running, r);
-    r->admit_seq = ++e->admit_counter;
-    e->st.swap_ins++;
-    e->st.swapped_in_blocks += (uint64_t)n;
-    return 0;
-}
-
-/* Drops swapped request r to recompute: slots and blocks freed, to the
- * front of waiting. */
-static void unswap(qengine *e, req *r)
-{
-    rl_remove(&e->swapped, r);
-    release_kv(e, r);
-    r->n_computed = 0;
-    rl_push_front(&e->waiting, r);
-    e->st.swap_fallbacks++;
-}
-
-/* Drops to recompute the swapped requests other than keep that still hold
- * pool blocks (shared ones they kept).  Returns 1 when it freed any. */
-static int unswap_holders(qengine *e, const req *keep)
-{
-    int freed = 0;
-    for (req *q = e->swapped.head, *nx; q; q = nx) {
-        nx = q->next;
-        if (q == keep || q->kv.n_blocks == q->kv.n_swapped) continue;
-        unswap(e, q);
-        freed = 1;
-    }
-    return freed;
-}
-
-static req *newest_running(qengine *e)
-{
-    req *best = NULL;
-    for (req *r = e->running.head; r; r = r->next)
-        if (!best || r->admit_seq > best->admit_seq) best = r;
-    return best;
-}
-
-/* Readies the slot for r's next token: copy-on-write, then one block if its
- * token opens one.  Preempts newer requests as needed; 0, 1 when r itself
- * was preempted, or a backend error. */
-static int reserve_decode(qengine *e, req *r)
-{
-    for (;;) {
-        int src, dst, rc = kv_seq_prepare_write(e->pool, &r->kv, &src, &dst);
-        if (rc == 1) {
-            if ((rc = e->be->ops->copy_block(e->be, src, dst))) return rc;
-        } else if (rc == QERR_BUSY) {
-            req *v = newest_running(e);
-            preempt(e, v);
-            if (v == r) return 1;
-            continue;
-        } else if (rc < 0) {
-            return rc;
-        }
-        rc = kv_seq_append(e->pool, &r->kv, &r->tokens[r->n_tokens - 1], 1);
-        if (rc == 0) return 0;
-        if (rc != QERR_BUSY) return rc;
-        req *v = newest_running(e);
-        preempt(e, v);
-        if (v == r) return 1;
-    }
-}
-
 static int grow_tokens(req *r)
 {
     if (r->n_tokens < r->cap_tokens) return 0;
@@ -782,109 +492,6 @@ typedef struct sdraw {
     int n_lp;                /* entries in lp: 0 when no logprobs were asked for */
     qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
 } sdraw;
-
-/* r's mask for this step as a job (made on the guide thread or now); the
- * job feeds the grammar r's last token first. */
-static qguide_job mask_job(const qengine *e, req *r, uint32_t *dst)
-{
-    const qguide_job j = { r->gm, r->gv, dst, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos, r->gpend, 0, 0, 0, 0, 0 };
-    r->gpend = -1;
-    return j;
-}
-
-/* Feeds r's grammar its last token now (at the end of a request, where no
- * mask job follows): 0, or the matcher's refusal. */
-static int feed_now(qengine *e, req *r)
-{
-    const int tok = r->gpend;
-    if (tok < 0) return 0;
-    const double t = q_now();
-    const int rc = gram_m_feed_token(r->gm, r->gv, tok);
-    e->st.feed_s += q_now() - t;
-    r->gpend = -1;
-    if (rc)
-        QLOGW("engine: request %llu: its grammar refuses token %d, which its mask allowed", (unsigned long long)r->id,
-              tok);
-    return rc;
-}
-
-/* Sets the logits of the tokens r's grammar refuses to -inf (EOS allowed
- * only where the output may end), unless the backend did (on_device).  The
- * mask was made during the forward pass (its job's answer), or is made now.
- * 0, or an error (out of memory, or no token at all is allowed). */
-static int apply_mask(qengine *e, req *r, float *lg, int on_device)
-{
-    qguide_job one;
-    const qguide_job *j = &one;
-    if (r->gjob >= 0) {
-        j = &e->gjobs[r->gjob];
-    } else {
-        one = mask_job(e, r, r->gmask);
-        qguide_job_run(&one);
-    }
-    const int rc = j->rc;
-    if (j->feed_rc)
-        QLOGW("engine: request %llu: its grammar refuses token %d, which its mask allowed", (unsigned long long)r->id,
-              j->feed);
-    r->gdone = !rc && j->done;
-    r->gjob = -1;
-    e->st.masks++;
-    if (!rc && !on_device) qguide_mask_logits(r->gmask, lg, e->m->hp.n_vocab);
-    return rc;
-}
-
-/* qrow_masks.ready: the step's masks are done (the backend is about to read them). */
-static int masks_ready(void *ctx)
-{
-    qengine *e = ctx;
-    const double t = q_now();
-    qguide_wait(e->guide);
-    e->st.mask_wait_s += q_now() - t;
-    if (e->n_gjobs_out) { /* the round's timings, once */
-        double last = e->t_gjobs, slowest = 0;
-        for (int i = 0; i < e->n_gjobs_out; i++) {
-            e->st.mask_work_s += e->gjobs[i].secs;
-            if (e->gjobs[i].secs > slowest) slowest = e->gjobs[i].secs;
-            if (e->gjobs[i].t_end > last) last = e->gjobs[i].t_end;
-        }
-        e->st.mask_slowest_s += slowest;
-        e->st.mask_span_s += last - e->t_gjobs;
-        e->n_gjobs_out = 0;
-    }
-    return 0;
-}
-
-/* Starts the masks of the step's grammar requests on the guide thread, to
- * be made while the forward pass runs: how many were started (0: none, or
- * no thread, and apply_mask makes them itself). */
-static int start_masks(qengine *e, int n_seqs)
-{
-    int n = 0;
-    for (int i = 0; i < n_seqs; i++) {
-        req *q = e->b_reqs[i];
-        q->gjob = -1;
-        if (e->b_sample[i] && q->gm && !q->gm_failed) n++;
-    }
-    if (!n) return 0;
-    const int gpu = strcmp(e->be->ops->name, "cpu") != 0;
-    if (!e->guide && qguide_new(qguide_threads(gpu), &e->guide)) return 0;
-    if (n > e->cap_gjobs) {
-        qguide_job *j = q_reallocn(e->gjobs, (size_t)n, sizeof *j);
-        if (!j) return 0;
-        e->gjobs = j, e->cap_gjobs = n;
-    }
-    n = 0;
-    for (int i = 0; i < n_seqs; i++) {
-        req *q = e->b_reqs[i];
-        if (!e->b_sample[i] || !q->gm || q->gm_failed) continue;
-        e->gjobs[n] = mask_job(e, q, q->gdst);
-        q->gjob = n++;
-    }
-    e->t_gjobs = q_now();
-    e->n_gjobs_out = n;
-    qguide_start(e->guide, e->gjobs, n);
-    return n;
-}
 
 static void draw_one(qengine *e, sdraw *d)
 {
@@ -932,7 +539,7 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
         for (int k = 0; k < e->m->n_eos; k++)
             if (tok == e->m->eos_ids[k]) return QFINISH_STOP;
         r->gpend = tok;
-        if (e->m->n_eos == 0 && feed_now(e, r)) return QFINISH_ERROR;
+        if (e->m->n_eos == 0 && qe_feed_now(e, r)) return QFINISH_ERROR;
     }
     qsampler_accept(r->smp, tok);
     if (grow_tokens(r)) return QFINISH_ERROR;
@@ -961,27 +568,11 @@ static qfinish take_token(qengine *e, req *r, const sdraw *d)
     if (r->gm && r->gpend < 0 && gram_m_done(r->gm)) return QFINISH_STOP; /* complete: nothing can follow */
     if (r->n_gen >= r->max_tokens || r->n_tokens >= e->m->hp.max_ctx) {
         /* Out of tokens: unless the output is complete right here. */
-        if (r->gm && feed_now(e, r)) return QFINISH_ERROR;
+        if (r->gm && qe_feed_now(e, r)) return QFINISH_ERROR;
         if (r->gm && gram_m_done(r->gm)) return QFINISH_STOP;
         return QFINISH_LENGTH;
     }
     return QFINISH_NONE;
-}
-
-/* Frees the blocks of waiting requests other than keep that hold some (a
- * prompt partly computed): they recompute later.  Breaks the deadlock of a
- * pool held by half-done prompts. */
-static int reclaim_waiting(qengine *e, const req *keep)
-{
-    int freed = 0;
-    for (req *q = e->waiting.head; q; q = q->next) {
-        if (q == keep || q->kv.n_tokens == 0) continue;
-        kv_seq_free(e->pool, &q->kv);
-        q->n_computed = 0;
-        e->st.preemptions++;
-        freed = 1;
-    }
-    return freed;
 }
 
 /* Puts running request q's decode into the batch. */
@@ -1022,7 +613,7 @@ int qengine_step(qengine *e)
     for (int i = 0; i < n_run && n_seqs < e->o.max_seqs && budget > 0; i++) {
         req *q = snap[i];
         if (q->preempted_now) continue; /* preempted by an older request */
-        rc = reserve_decode(e, q);
+        rc = qe_reserve_decode(e, q);
         if (rc < 0) {
             free(snap);
             return rc;
@@ -1038,7 +629,7 @@ int qengine_step(qengine *e)
     const int preempted = e->st.preemptions != preempted_before;
     while (e->swapped.head && !preempted && n_seqs < e->o.max_seqs && budget > 0) {
         req *q = e->swapped.head;
-        rc = swap_in(e, q);
+        rc = qe_swap_in(e, q);
         if (rc < 0) return rc;
         if (rc == 1) {
             if (e->running.n > 0) break; /* blocks come back as they finish */
@@ -1046,12 +637,12 @@ int qengine_step(qengine *e)
              * partly computed prompts, then from other swapped requests,
              * and at last recompute q itself (which fails it if it can
              * never fit). */
-            if (reclaim_waiting(e, NULL) || unswap_holders(e, q)) continue;
-            unswap(e, q);
+            if (qe_reclaim_waiting(e, NULL) || qe_unswap_holders(e, q)) continue;
+            qe_unswap(e, q);
             continue;
         }
         /* Room for its next token was checked: this cannot preempt. */
-        rc = reserve_decode(e, q);
+        rc = qe_reserve_decode(e, q);
         if (rc < 0) return rc;
         if (rc == 1) break;
         add_decode(e, q, &n_seqs, &n_tok);
@@ -1093,12 +684,12 @@ int qengine_step(qengine *e)
         /* Shrink the chunk to what the pool can hold now. */
         while (chunk > 0 && kv_seq_can_append(e->pool, &r->kv, chunk) != 1) chunk /= 2;
         if (chunk <= 0) {
-            if (n_seqs == 0 && e->running.n == 0 && reclaim_waiting(e, r)) continue; /* retry r */
+            if (n_seqs == 0 && e->running.n == 0 && qe_reclaim_waiting(e, r)) continue; /* retry r */
             int need = kv_seq_blocks_needed(e->pool, &r->kv, remaining);
             if (need == QERR_LIMIT || (n_seqs == 0 && e->running.n == 0)) {
                 /* It can never fit: nothing else holds blocks. */
                 rl_remove(&e->waiting, r);
-                finish(e, r, QFINISH_ERROR);
+                qe_finish(e, r, QFINISH_ERROR);
                 r = nx;
                 continue;
             }
@@ -1180,20 +771,20 @@ int qengine_step(qengine *e)
     }
     /* The masks are made while the pass runs; a backend that applies them
      * waits for them once its layers are launched, others get them after. */
-    const int n_masks = start_masks(e, n_seqs);
+    const int n_masks = qe_start_masks(e, n_seqs);
     const int dev_masks = n_masks && (e->be->ops->caps & QBE_CAP_ROW_MASK);
     if (!n_masks)
         /* No guide thread (or no memory for the jobs): the masks are made
          * on the host after the pass, so guided rows come back whole. */
         for (int row = 0; row < n_logits; row++)
             if (e->b_rowmask[row]) e->b_rowmask[row] = NULL, e->b_rowmode[row] = QROW_LOGITS, e->b_rsample[row].n_logprobs = 0;
-    const qrow_masks rm = { e->b_rowmask, masks_ready, e };
+    const qrow_masks rm = { e->b_rowmask, qe_masks_ready, e };
     qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
                  e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL, dev_masks ? &rm : NULL };
     const double t_fwd = q_now();
     rc = e->be->ops->forward(e->be, &b, e->logits);
     if (n_masks) {
-        masks_ready(e); /* at once when the backend waited already: the matchers are the engine's again */
+        qe_masks_ready(e); /* at once when the backend waited already: the matchers are the engine's again */
         e->st.masks_overlapped += (uint64_t)n_masks;
     }
     {
@@ -1214,7 +805,7 @@ int qengine_step(qengine *e)
             req *q = e->b_reqs[i];
             rl_remove(&e->waiting, q);
             rl_remove(&e->running, q);
-            finish(e, q, QFINISH_ERROR);
+            qe_finish(e, q, QFINISH_ERROR);
         }
         return rc;
     }
@@ -1234,7 +825,7 @@ int qengine_step(qengine *e)
                 req *q = e->b_reqs[i];
                 if (!e->b_sample[i]) continue;
                 rl_remove(&e->running, q);
-                finish(e, q, QFINISH_ERROR);
+                qe_finish(e, q, QFINISH_ERROR);
             }
             return QERR_NOMEM;
         }
@@ -1248,7 +839,7 @@ int qengine_step(qengine *e)
         float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
         /* Guided decoding: what the grammar refuses gets no probability.
          * (Forks start where their parent does: one mask for the row.) */
-        if (q->gm && !q->gm_failed && apply_mask(e, q, lg, e->b_rowmask[row] != NULL)) {
+        if (q->gm && !q->gm_failed && qe_apply_mask(e, q, lg, e->b_rowmask[row] != NULL)) {
             QLOGW("engine: request %llu: its grammar allows no token after %d (the output ends in error)",
                   (unsigned long long)q->id, q->n_gen);
             q->gm_failed = 1;
@@ -1272,7 +863,7 @@ int qengine_step(qengine *e)
             req *c = q->forks[f];
             const sdraw *d = &e->draws[dk++];
             if (kv_seq_fork(e->pool, &q->kv, &c->kv)) {
-                finish(e, c, QFINISH_ERROR);
+                qe_finish(e, c, QFINISH_ERROR);
                 continue;
             }
             c->n_computed = q->n_computed;
@@ -1283,14 +874,14 @@ int qengine_step(qengine *e)
             qfinish cw = take_token(e, c, d);
             if (cw != QFINISH_NONE) {
                 rl_remove(&e->running, c);
-                finish(e, c, cw);
+                qe_finish(e, c, cw);
             }
         }
         q->n_forks = 0;
         qfinish why = take_token(e, q, &e->draws[dk++]);
         if (why != QFINISH_NONE) {
             rl_remove(&e->running, q);
-            finish(e, q, why);
+            qe_finish(e, q, why);
         }
     }
     e->st.step_s += q_now() - t_step;

@@ -1,0 +1,183 @@
+/* engine_int.h - what the engine's files share (engine internal): the
+ * request and the engine, and the functions one file calls in another.
+ * engine.c has the requests, the step loop and the API; engine_swap.c
+ * preemption and the swap space; engine_guided.c guided decoding's masks. */
+#ifndef QUIRE_ENGINE_INT_H
+#define QUIRE_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cpu/pool.h"
+#include "engine.h"
+#include "gram.h"
+#include "guide.h"
+#include "kv.h"
+#include "model.h"
+#include "stop.h"
+#include "tier.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct req {
+    uint64_t id;
+    struct req *next;
+    int32_t *tokens;        /* prompt then output */
+    int n_tokens, cap_tokens;
+    int n_prompt, n_gen;
+    int max_tokens, ignore_eos;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    int n_computed;         /* tokens whose K/V are in the cache */
+    int cached_tokens;      /* of the prompt, reused from the prefix cache (first admission) */
+    int admitted_once;
+    uint64_t admit_seq;     /* order of (re)admission, for preemption */
+    kv_seq kv;
+    qsampler *smp;
+    qdetok *detok;
+    qstop *stop;
+    int want_logprobs, top_logprobs;
+    int cancelled;
+    int tier_wait;          /* waiting for the store's answer (persistent tier) */
+    int in_batch;           /* static batching: member of the current batch */
+    int preempted_now;      /* preempted during the current step's scheduling */
+    int index;              /* sample index within the request (n > 1) */
+    struct req **forks;     /* samples 1..n-1, waiting for this one's prompt */
+    int n_forks;
+    gram_m *gm;             /* guided decoding: where the output is in the grammar, or NULL */
+    const gram_vocab *gv;
+    uint32_t *gmask;        /* (n_vocab + 31) / 32: the tokens the grammar allows now */
+    uint32_t *gdst;         /* where this step's mask job writes: gmask, or the backend's row (mask_rows) */
+    int gpend;              /* the last token, for the grammar to take with the next mask (-1: none) */
+    int gdone;              /* the mask job found the output complete: the step's draw is not taken */
+    int gm_failed;          /* the mask could not be made: the request ends in error */
+    int gjob;               /* this step's mask job (index in e->gjobs), -1 for none */
+    int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
+    int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
+    int n_slots;
+    double t_submit, t_first;
+} req;
+
+typedef struct {
+    req *head, *tail;
+    int n;
+} rlist;
+
+struct qengine {
+    const qmodel *m;
+    const qtok *tok;
+    qengine_opts o;
+    qbackend *be;
+    kv_pool *pool;
+    qtier *tier;            /* the persistent prefix tier, or NULL */
+    double prefill_rate;    /* prompt tokens a second in steps with >= 128 of them (moving average) */
+    rlist waiting, running, swapped;
+    uint64_t next_id, admit_counter;
+    /* swap space (QPREEMPT_SWAP): n_slots one-block slots of block_bytes */
+    char *swap_mem;
+    size_t block_bytes;
+    int n_slots;
+    int32_t *slot_free;     /* (n_slots) stack of free slots; top handed out first */
+    int n_slot_free;
+    int32_t *sw_idx, *sw_blocks;  /* (num_blocks) scratch: logical and physical ids */
+    /* inbox */
+    pthread_mutex_t mu;
+    req *inbox_head, *inbox_tail;
+    uint64_t *cancels;
+    int n_cancels, cap_cancels;
+    /* outbox */
+    qevent *events;
+    size_t ev_head, ev_n, ev_cap;
+    /* live ids (for cancel), protected by mu */
+    int live;
+    /* step scratch */
+    int32_t *b_tokens, *b_logits_idx;
+    qbatch_seq *b_seqs;
+    req **b_reqs;
+    int *b_sample;
+    uint8_t *b_rowmode;           /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
+    qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
+    qrow_logprobs *b_rlp;         /* (cap_seqs) log-probabilities the backend gives for reduced rows */
+    const uint32_t **b_rowmask;   /* (cap_seqs) guided rows' masks, for a backend that applies them (else NULL) */
+    struct sdraw *draws;          /* (cap_draws) the draws of a step */
+    qguide *guide;                /* the thread making masks during the forward pass (made on first use) */
+    qguide_job *gjobs;            /* (cap_gjobs) a step's masks */
+    int n_gjobs_out;              /* started and not yet waited for */
+    double t_gjobs;               /* when they were started */
+    int cap_gjobs;
+    int cap_draws;
+    qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
+    int32_t *b_rowtok;            /* (cap_seqs) the backend's token of those rows */
+    float *logits;
+    int cap_tokens, cap_seqs;
+    qengine_stats st;
+};
+
+/* ---- request lists (FIFO) ---------------------------------------------------- */
+
+static inline void rl_push_back(rlist *l, req *r)
+{
+    r->next = NULL;
+    if (l->tail) l->tail->next = r;
+    else l->head = r;
+    l->tail = r;
+    l->n++;
+}
+
+static inline void rl_push_front(rlist *l, req *r)
+{
+    r->next = l->head;
+    l->head = r;
+    if (!l->tail) l->tail = r;
+    l->n++;
+}
+
+static inline void rl_remove(rlist *l, req *r)
+{
+    req **pp = &l->head, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp) return;
+    *pp = r->next;
+    if (l->tail == r) l->tail = prev;
+    r->next = NULL;
+    l->n--;
+}
+
+/* engine.c */
+/* Ends r (an event with why; its blocks released, full ones kept cached)
+ * and frees it. */
+void qe_finish(qengine *e, req *r, qfinish why);
+/* Releases r's blocks (full ones stay cached). */
+void qe_release_kv(qengine *e, req *r);
+/* Gives r's swap slots back. */
+void qe_slots_release(qengine *e, req *r);
+
+/* engine_swap.c */
+/* Room for running request r's next token: 0, 1 when r itself was
+ * preempted to make room, or an error. */
+int qe_reserve_decode(qengine *e, req *r);
+/* Brings swapped request r back: 0, 1 when its blocks do not fit now, or
+ * an error. */
+int qe_swap_in(qengine *e, req *r);
+/* Swapped request r drops to recompute (back to waiting). */
+void qe_unswap(qengine *e, req *r);
+/* Other swapped requests that hold blocks drop to recompute: 1 when any did. */
+int qe_unswap_holders(qengine *e, const req *keep);
+/* Partly computed waiting prompts other than keep free their blocks: 1
+ * when any did. */
+int qe_reclaim_waiting(qengine *e, const req *keep);
+
+/* engine_guided.c */
+/* Feeds r's grammar its pending token now: 0 or the matcher's refusal. */
+int qe_feed_now(qengine *e, req *r);
+/* r's mask for this step applied (on_device: by the backend): 0 or an error. */
+int qe_apply_mask(qengine *e, req *r, float *lg, int on_device);
+/* qrow_masks.ready: the step's masks are done. */
+int qe_masks_ready(void *ctx);
+/* Starts the step's masks on the guide threads: how many. */
+int qe_start_masks(qengine *e, int n_seqs);
+
+#endif
