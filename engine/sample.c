@@ -365,9 +365,11 @@ static int best_of(const int *idx, int n, const float *prob)
     return best;
 }
 
-/* The draw proper, on processed logits w (s->prob); returns the id.  u: the
- * uniform number to use, or NULL to take the next from s's stream. */
-static int draw(qsampler *s, const uint32_t *allowed, const double *u)
+/* The candidates of a draw on processed logits (s->prob): their ids in
+ * s->idx[0..*n) (in a defined order), their probabilities in s->prob (not
+ * renormalised after the filters).  Returns -1, or the id itself when the
+ * draw needs no randomness (greedy; no finite logit). */
+static int candidates(qsampler *s, const uint32_t *allowed, int *n_out)
 {
     const int V = s->n_vocab;
     const qsample_params *p = &s->p;
@@ -453,14 +455,62 @@ static int draw(qsampler *s, const uint32_t *allowed, const double *u)
          * draw depends on the distribution only. */
         qsort_r(s->idx, (size_t)n, sizeof(int), cmp_desc, prob);
     }
+    *n_out = n;
+    return -1;
+}
+
+/* The candidate at mass fraction u of candidates idx[0..n). */
+static int pick(const qsampler *s, int n, double u)
+{
     double mass = 0;
-    for (int i = 0; i < n; i++) mass += prob[s->idx[i]];
-    double r = (u ? *u : qrng_uniform(&s->rng)) * mass, c = 0;
+    for (int i = 0; i < n; i++) mass += s->prob[s->idx[i]];
+    double r = u * mass, c = 0;
     for (int i = 0; i < n; i++) {
-        c += prob[s->idx[i]];
+        c += s->prob[s->idx[i]];
         if (r < c) return s->idx[i];
     }
     return s->idx[n - 1];
+}
+
+/* The draw proper, on processed logits (s->prob); returns the id.  u: the
+ * uniform number to use, or NULL to take the next from s's stream. */
+static int draw(qsampler *s, const uint32_t *allowed, const double *u)
+{
+    int n;
+    const int id = candidates(s, allowed, &n);
+    if (id >= 0) return id;
+    return pick(s, n, u ? *u : qrng_uniform(&s->rng));
+}
+
+int qsample_verify(qsampler *s, const float *logits, const uint32_t *allowed, int draft, int *accepted)
+{
+    *accepted = 0;
+    if (qsampler_process(s, logits, allowed, s->prob) == 0) return QERR_INVAL;
+    int n;
+    const int id = candidates(s, allowed, &n);
+    if (id >= 0) { /* no randomness: the draft is the token or not */
+        *accepted = id == draft;
+        return id;
+    }
+    /* Rejection sampling with a proposal certain of its token (q = 1 on
+     * draft): take it with probability p(draft); else draw from p with
+     * draft removed.  Either way the token is distributed as p. */
+    double mass = 0, pd = 0;
+    int at = -1;
+    for (int i = 0; i < n; i++) {
+        mass += s->prob[s->idx[i]];
+        if (s->idx[i] == draft) at = i, pd = s->prob[draft];
+    }
+    if (at >= 0 && qrng_uniform(&s->rng) * mass < pd) {
+        *accepted = 1;
+        return draft;
+    }
+    if (at >= 0) {
+        if (n == 1) return draft; /* p(draft) = 1: cannot be refused (rounding) */
+        memmove(s->idx + at, s->idx + at + 1, sizeof *s->idx * (size_t)(n - at - 1));
+        n--;
+    }
+    return pick(s, n, qrng_uniform(&s->rng));
 }
 
 int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed)

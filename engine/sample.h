@@ -138,6 +138,15 @@ int qsampler_row_params(const qsampler *s, float *temperature, int *top_k, float
  * the host's fallback for a row the backend could not draw. */
 int qsample_with_uniform(qsampler *s, const float *logits, double u);
 
+/* Speculative decoding's verification of a proposed token (a proposer
+ * certain of it, as n-gram lookup is): the token to keep, distributed
+ * exactly as qsample_masked's (rejection sampling: the draft is accepted
+ * with the probability the sampler gives it, else a token is drawn from the
+ * rest of the distribution, renormalised); *accepted says whether it is the
+ * draft.  Greedy: the argmax, accepted when it is the draft.  QERR_INVAL
+ * when the mask allows no id. */
+int qsample_verify(qsampler *s, const float *logits, const uint32_t *allowed, int draft, int *accepted);
+
 /* Takes the one uniform number the next draw consumes, for a draw made
  * elsewhere (a QROW_SAMPLE row), so that the stream stays where qsample
  * would leave it. */

@@ -1,0 +1,151 @@
+/* test_spec.c - speculative decoding's parts: n-gram prompt lookup
+ * (spec/ngram.c) and the verification of a proposed token
+ * (qsample_verify): the token kept is distributed as a plain draw, whatever
+ * the draft, with temperature and filters; greedy keeps the argmax. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "qerr.h"
+#include "qtest.h"
+#include "sample.h"
+#include "spec.h"
+
+static void test_ngram(void)
+{
+    int32_t out[QSPEC_MAX_K + 4];
+    /* 1 2 3 4 5 ... 2 3 -> the 2 3 earlier was followed by 4 5. */
+    const int32_t h1[] = { 1, 2, 3, 4, 5, 9, 2, 3 };
+    CHECK_EQ_INT(qspec_ngram(h1, 8, 1, 3, 2, out), 2);
+    CHECK(out[0] == 4 && out[1] == 5);
+    /* Up to k, fewer where the history ends (the continuation may run into
+     * the suffix itself). */
+    CHECK_EQ_INT(qspec_ngram(h1, 8, 2, 2, 10, out), 5);
+    CHECK(out[0] == 4 && out[4] == 3);
+    /* No suffix recurs. */
+    const int32_t h2[] = { 1, 2, 3, 4 };
+    CHECK_EQ_INT(qspec_ngram(h2, 4, 1, 3, 4, out), 0);
+    /* The longest suffix first: 7 8 occurs once followed by 1, the lone 8
+     * latest followed by 6. */
+    const int32_t h3[] = { 7, 8, 1, 8, 6, 7, 8 };
+    CHECK_EQ_INT(qspec_ngram(h3, 7, 1, 2, 1, out), 1);
+    CHECK_EQ_INT(out[0], 1);
+    CHECK_EQ_INT(qspec_ngram(h3, 7, 1, 1, 1, out), 1);
+    CHECK_EQ_INT(out[0], 6);
+    /* The latest occurrence among several that is followed by k tokens. */
+    const int32_t h4[] = { 5, 1, 5, 2, 5, 3, 5 };
+    CHECK_EQ_INT(qspec_ngram(h4, 7, 1, 1, 1, out), 1);
+    CHECK_EQ_INT(out[0], 3);
+    CHECK_EQ_INT(qspec_ngram(h4, 7, 1, 1, 3, out), 3);
+    CHECK(out[0] == 2 && out[1] == 5 && out[2] == 3);
+    /* k is clamped; bad arguments give nothing. */
+    int32_t run[40];
+    for (int i = 0; i < 40; i++) run[i] = 4;
+    CHECK_EQ_INT(qspec_ngram(run, 40, 1, 3, 100, out), QSPEC_MAX_K);
+    CHECK_EQ_INT(qspec_ngram(run, 1, 1, 3, 4, out), 0);
+    CHECK_EQ_INT(qspec_ngram(run, 40, 0, 3, 4, out), 0);
+    CHECK_EQ_INT(qspec_ngram(run, 40, 3, 2, 4, out), 0);
+    CHECK_EQ_INT(qspec_ngram(run, 40, 1, 3, 0, out), 0);
+}
+
+#define V 12
+
+/* Pearson's chi-square of counts against probabilities p (cells with p = 0
+ * must be empty: they add a large value otherwise). */
+static double chi2(const int *count, const double *p, int n)
+{
+    double x = 0;
+    for (int i = 0; i < V; i++) {
+        const double want = p[i] * n;
+        if (want == 0) x += count[i] ? 1e9 : 0;
+        else x += (count[i] - want) * (count[i] - want) / want;
+    }
+    return x;
+}
+
+/* The distribution qsample draws from: the same sampler's draws counted. */
+static void plain_probs(const qsample_params *sp, const float *l, int n, double *p)
+{
+    qsampler *s = qsampler_create(sp, V);
+    int c[V] = { 0 };
+    for (int i = 0; i < n; i++) c[qsample(s, l)]++;
+    for (int i = 0; i < V; i++) p[i] = (double)c[i] / n;
+    qsampler_destroy(s);
+}
+
+static void test_verify_distribution(void)
+{
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(0.4 * i - 0.03 * i * i);
+    qsample_params sps[3];
+    sps[0] = qsample_defaults();
+    sps[1] = qsample_defaults();
+    sps[1].temperature = 0.7f, sps[1].top_k = 6;
+    sps[2] = qsample_defaults();
+    sps[2].top_p = 0.8f, sps[2].seed = 9;
+    for (int k = 0; k < 3; k++) {
+        /* The exact distribution: softmax with the filters, from a million
+         * plain draws (their noise is a tenth of the test's). */
+        double p[V];
+        plain_probs(&sps[k], l, 1000000, p);
+        for (int draft = 0; draft < V; draft += 5) {
+            qsampler *s = qsampler_create(&sps[k], V);
+            REQUIRE(s);
+            int c[V] = { 0 }, acc_n = 0;
+            const int n = 100000;
+            for (int i = 0; i < n; i++) {
+                int acc;
+                const int t = qsample_verify(s, l, NULL, draft, &acc);
+                REQUIRE(t >= 0 && t < V);
+                c[t]++;
+                acc_n += acc;
+                CHECK(!acc || t == draft);
+            }
+            qsampler_destroy(s);
+            /* 11 degrees of freedom at most: 31.3 is the 0.1% point (fixed
+             * seeds, so this is deterministic). */
+            const double x = chi2(c, p, n);
+            if (x > 31.3) fprintf(stderr, "  params %d draft %d: chi-square %.1f\n", k, draft, x);
+            CHECK(x < 31.3);
+            /* The draft is taken as often as it would be drawn. */
+            CHECK(fabs((double)acc_n / n - p[draft]) < 0.01);
+        }
+    }
+}
+
+static void test_verify_greedy_and_masks(void)
+{
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(i % 7);
+    qsample_params sp = qsample_defaults();
+    sp.temperature = 0;
+    qsampler *s = qsampler_create(&sp, V);
+    int acc;
+    CHECK_EQ_INT(qsample_verify(s, l, NULL, 6, &acc), 6);
+    CHECK_EQ_INT(acc, 1);
+    CHECK_EQ_INT(qsample_verify(s, l, NULL, 5, &acc), 6);
+    CHECK_EQ_INT(acc, 0);
+    /* A mask: the best allowed id. */
+    uint32_t m[1] = { 1u << 3 | 1u << 11 };
+    CHECK_EQ_INT(qsample_verify(s, l, m, 3, &acc), 11);
+    CHECK_EQ_INT(acc, 0);
+    uint32_t none[1] = { 0 };
+    CHECK_EQ_INT(qsample_verify(s, l, none, 3, &acc), QERR_INVAL);
+    qsampler_destroy(s);
+    /* Sampling under a mask: a refused draft is never taken. */
+    sp = qsample_defaults();
+    s = qsampler_create(&sp, V);
+    for (int i = 0; i < 1000; i++) {
+        const int t = qsample_verify(s, l, m, 5, &acc);
+        CHECK(!acc && (t == 3 || t == 11));
+    }
+    qsampler_destroy(s);
+}
+
+int main(void)
+{
+    QT_RUN(test_ngram);
+    QT_RUN(test_verify_distribution);
+    QT_RUN(test_verify_greedy_and_masks);
+    QT_MAIN_END();
+}
