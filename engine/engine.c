@@ -148,7 +148,8 @@ void qe_finish(qengine *e, req *r, qfinish why)
     for (int i = 0; i < r->n_forks; i++) qe_finish(e, r->forks[i], why == QFINISH_CANCELLED ? why : QFINISH_ERROR);
     r->n_forks = 0;
     qevent ev = { .id = r->id, .index = r->index, .token = -1, .finish = why, .prompt_tokens = r->n_prompt,
-                  .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens };
+                  .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens, .spec_drafted = r->spec_drafted,
+                  .spec_accepted = r->spec_accepted, .spec_passes = r->spec_passes };
     /* Text still held (an incomplete character, a byte-fallback run, a
      * possible stop prefix) goes out, unless a stop string ended the text. */
     if (!(why == QFINISH_STOP && r->stop_string) && why != QFINISH_CANCELLED && why != QFINISH_ERROR) {
@@ -246,6 +247,10 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
     }
     r->gjob = -1;
     r->gpend = -1;
+    /* Speculation: not yet with a grammar (its masks would be needed at
+     * every draft position). */
+    r->spec = e->o.spec_mode != QSPEC_NONE && !p->no_spec && !p->grammar;
+    r->spec_k = e->o.spec_k;
     if (p->grammar) {
         r->gm = gram_m_new(p->grammar);
         r->gv = p->grammar_vocab;
@@ -427,27 +432,38 @@ static int grow_array(void **pp, size_t n, size_t size)
 }
 #define GROW(arr, n) grow_array((void **)&(arr), (size_t)(n), sizeof *(arr))
 
-static int ensure_scratch(qengine *e, int n_tokens, int n_seqs)
+/* Logit rows a step may ask for: one a sequence, and one a draft. */
+static int rows_needed(const qengine *e)
+{
+    if (e->o.spec_mode == QSPEC_NONE) return e->o.max_seqs;
+    const int drafts = e->o.max_seqs * e->o.spec_k;
+    return e->o.max_seqs + (drafts < e->o.max_batch_tokens ? drafts : e->o.max_batch_tokens);
+}
+
+static int ensure_scratch(qengine *e, int n_tokens, int n_seqs, int n_rows)
 {
     if (n_tokens > e->cap_tokens) {
         if (GROW(e->b_tokens, n_tokens) || GROW(e->b_logits_idx, n_tokens)) return QERR_NOMEM;
         e->cap_tokens = n_tokens;
     }
     if (n_seqs > e->cap_seqs) {
-        /* Per sequence, and per logit row (at most one a sequence). */
-        if (GROW(e->b_seqs, n_seqs) || GROW(e->b_reqs, n_seqs) || GROW(e->b_sample, n_seqs) ||
-            GROW(e->b_rowmode, n_seqs) || GROW(e->b_rowtok, n_seqs) || GROW(e->b_rsample, n_seqs) ||
-            GROW(e->b_rlp, n_seqs) || GROW(e->b_rowmask, n_seqs))
+        if (GROW(e->b_seqs, n_seqs) || GROW(e->b_reqs, n_seqs) || GROW(e->b_sample, n_seqs) || GROW(e->b_row0, n_seqs))
+            return QERR_NOMEM;
+        e->cap_seqs = n_seqs;
+    }
+    if (n_rows > e->cap_rows) {
+        if (GROW(e->b_rowmode, n_rows) || GROW(e->b_rowtok, n_rows) || GROW(e->b_rsample, n_rows) ||
+            GROW(e->b_rlp, n_rows) || GROW(e->b_rowmask, n_rows))
             return QERR_NOMEM;
         /* The logits come back from the backend every step: in memory it
          * transfers to fast (pinned, on CUDA).  Nothing in them outlives a step. */
-        const size_t lbytes = (size_t)n_seqs * (size_t)e->m->hp.n_vocab * sizeof(float);
-        if (lbytes / sizeof(float) / (size_t)n_seqs != (size_t)e->m->hp.n_vocab) return QERR_NOMEM;
+        const size_t lbytes = (size_t)n_rows * (size_t)e->m->hp.n_vocab * sizeof(float);
+        if (lbytes / sizeof(float) / (size_t)n_rows != (size_t)e->m->hp.n_vocab) return QERR_NOMEM;
         float *lg = qbackend_host_alloc(e->be, lbytes);
         if (!lg) return QERR_NOMEM;
         if (e->logits) qbackend_host_free(e->be, e->logits);
         e->logits = lg;
-        e->cap_seqs = n_seqs;
+        e->cap_rows = n_rows;
     }
     return 0;
 }
@@ -477,23 +493,8 @@ static int is_stop_token(const qengine *e, const req *r, int tok)
  * argmax of a greedy row, whose logits were not copied) and emits it.
  * Returns why r is done, or QFINISH_NONE to go on (the caller removes r
  * from its list and calls finish). */
-/* One draw of a step: the request, its logits row, and what the draw gave.
- * Draws touch only their own request's sampler, so a step's draws can run
- * on several threads; their effects (events, stops) are then applied in
- * order by take_token. */
-_Static_assert(QROW_MAX_LOGPROBS == 1 + QSAMPLE_MAX_LOGPROBS, "a row's log-probabilities fit the API's");
 
-typedef struct sdraw {
-    req *r;
-    const float *lg;
-    int tok;                 /* the backend's token for a reduced row, or -1 to sample */
-    const double *u;         /* a drawn row the backend gave back: the uniform it was given */
-    const qrow_logprobs *blp; /* the backend's log-probabilities of the row, or NULL */
-    int n_lp;                /* entries in lp: 0 when no logprobs were asked for */
-    qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
-} sdraw;
-
-static void draw_one(qengine *e, sdraw *d)
+void qe_draw_one(qengine *e, sdraw *d)
 {
     if (d->tok < 0) d->tok = d->u ? qsample_with_uniform(d->r->smp, d->lg, *d->u) : qsample(d->r->smp, d->lg);
     d->n_lp = 0;
@@ -513,10 +514,10 @@ static void draw_task(void *ctx, int task, int tid)
 {
     (void)tid;
     qengine *e = ctx;
-    draw_one(e, &e->draws[task]);
+    qe_draw_one(e, &e->draws[task]);
 }
 
-static qfinish take_token(qengine *e, req *r, const sdraw *d)
+qfinish qe_take_token(qengine *e, req *r, const sdraw *d)
 {
     const int tok = d->tok;
     qevent ev = { .id = r->id, .index = r->index, .token = tok, .finish = QFINISH_NONE };
@@ -580,8 +581,9 @@ static void add_decode(qengine *e, req *q, int *n_seqs, int *n_tok)
 {
     e->b_reqs[*n_seqs] = q;
     e->b_sample[*n_seqs] = 1;
-    e->b_seqs[*n_seqs] = (qbatch_seq){ *n_tok, 1, q->n_computed, q->kv.blocks, q->kv.n_blocks };
+    e->b_seqs[*n_seqs] = (qbatch_seq){ *n_tok, 1 + q->n_draft, q->n_computed, q->kv.blocks, q->kv.n_blocks };
     e->b_tokens[(*n_tok)++] = q->tokens[q->n_tokens - 1];
+    for (int j = 0; j < q->n_draft; j++) e->b_tokens[(*n_tok)++] = q->draft[j];
     (*n_seqs)++;
 }
 
@@ -599,7 +601,7 @@ int qengine_step(qengine *e)
     e->st.steps++;
     const int budget_max = e->o.max_batch_tokens;
     int budget = budget_max, n_seqs = 0, n_tok = 0, rc;
-    if ((rc = ensure_scratch(e, budget_max + e->o.max_seqs, e->o.max_seqs))) return rc;
+    if ((rc = ensure_scratch(e, budget_max + e->o.max_seqs, e->o.max_seqs, rows_needed(e)))) return rc;
 
     /* a. decodes, oldest admission first.  The running list is in
      * admission order and preemption takes the newest, so a request already
@@ -610,6 +612,9 @@ int qengine_step(qengine *e)
     int k = 0;
     const uint64_t preempted_before = e->st.preemptions;
     for (req *q = e->running.head; q; q = q->next) snap[k++] = q, q->preempted_now = 0;
+    /* Drafts only where the batch is small enough for the pass to be bound
+     * by reading the weights (extra tokens then cost little). */
+    const int spec_now = e->o.spec_mode != QSPEC_NONE && n_run < e->o.spec_max_batch;
     for (int i = 0; i < n_run && n_seqs < e->o.max_seqs && budget > 0; i++) {
         req *q = snap[i];
         if (q->preempted_now) continue; /* preempted by an older request */
@@ -619,8 +624,10 @@ int qengine_step(qengine *e)
             return rc;
         }
         if (rc == 1) continue;
+        q->n_draft = 0;
+        if (spec_now) qe_spec_draft(e, q, budget - 1);
         add_decode(e, q, &n_seqs, &n_tok);
-        budget--;
+        budget -= 1 + q->n_draft;
     }
     free(snap);
 
@@ -645,6 +652,7 @@ int qengine_step(qengine *e)
         rc = qe_reserve_decode(e, q);
         if (rc < 0) return rc;
         if (rc == 1) break;
+        q->n_draft = 0;
         add_decode(e, q, &n_seqs, &n_tok);
         budget--;
     }
@@ -743,6 +751,18 @@ int qengine_step(qengine *e)
     for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;
         req *q = e->b_reqs[i];
+        e->b_row0[i] = n_logits;
+        if (q->n_draft) {
+            /* Drafts: a row for each position, verified on the host. */
+            for (int j = 0; j <= q->n_draft; j++) {
+                memset(&e->b_rsample[n_logits], 0, sizeof e->b_rsample[n_logits]);
+                e->b_rlp[n_logits].n = -1;
+                e->b_rowmask[n_logits] = NULL;
+                e->b_rowmode[n_logits] = QROW_LOGITS;
+                e->b_logits_idx[n_logits++] = e->b_seqs[i].first + j;
+            }
+            continue;
+        }
         /* A row without logprobs or parallel samples needs only its token:
          * the backend reduces it where the logits are - the argmax of a
          * greedy row, or a plain temperature draw (with the one random
@@ -812,9 +832,10 @@ int qengine_step(qengine *e)
     /* 4. commit, draw (in parallel where a pool exists), then apply the
      * draws in order: forks first, as they are listed, then their parent. */
     const double t_after = q_now();
-    int li = 0, n_draws = 0;
+    int n_draws = 0;
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
+        if (q->n_draft) continue; /* qe_spec_take: as far as the drafts are kept */
         q->n_computed += e->b_seqs[i].n_tokens;
         kv_seq_commit(e->pool, &q->kv, q->n_computed);
         if (e->b_sample[i]) n_draws += 1 + q->n_forks;
@@ -833,9 +854,9 @@ int qengine_step(qengine *e)
     }
     int dk = 0;
     for (int i = 0; i < n_seqs; i++) {
-        if (!e->b_sample[i]) continue;
+        if (!e->b_sample[i] || e->b_reqs[i]->n_draft) continue;
         req *q = e->b_reqs[i];
-        const int row = li++;
+        const int row = e->b_row0[i];
         float *lg = e->logits + (size_t)row * e->m->hp.n_vocab;
         /* Guided decoding: what the grammar refuses gets no probability.
          * (Forks start where their parent does: one mask for the row.) */
@@ -852,11 +873,19 @@ int qengine_step(qengine *e)
     }
     if (e->spool && n_draws > 1) qpool_run(e->spool, n_draws, draw_task, e);
     else
-        for (int d = 0; d < n_draws; d++) draw_one(e, &e->draws[d]);
+        for (int d = 0; d < n_draws; d++) qe_draw_one(e, &e->draws[d]);
     dk = 0;
     for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;
         req *q = e->b_reqs[i];
+        if (q->n_draft) { /* drafts: kept as far as the target agrees */
+            const qfinish why = qe_spec_take(e, q, e->b_row0[i]);
+            if (why != QFINISH_NONE) {
+                rl_remove(&e->running, q);
+                qe_finish(e, q, why);
+            }
+            continue;
+        }
         /* Parallel samples: they take the prompt's blocks by reference and
          * draw their first token from the same logits. */
         for (int f = 0; f < q->n_forks; f++) {
@@ -871,14 +900,14 @@ int qengine_step(qengine *e)
             c->admitted_once = 1;
             c->admit_seq = ++e->admit_counter;
             rl_push_back(&e->running, c);
-            qfinish cw = take_token(e, c, d);
+            qfinish cw = qe_take_token(e, c, d);
             if (cw != QFINISH_NONE) {
                 rl_remove(&e->running, c);
                 qe_finish(e, c, cw);
             }
         }
         q->n_forks = 0;
-        qfinish why = take_token(e, q, &e->draws[dk++]);
+        qfinish why = qe_take_token(e, q, &e->draws[dk++]);
         if (why != QFINISH_NONE) {
             rl_remove(&e->running, q);
             qe_finish(e, q, why);
@@ -931,9 +960,17 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
     if (e->o.max_batch_tokens <= 0) e->o.max_batch_tokens = 512;
     if (e->o.max_seqs <= 0) e->o.max_seqs = 64;
     if (e->o.max_seqs > e->o.max_batch_tokens) e->o.max_seqs = e->o.max_batch_tokens;
+    if (e->o.spec_k <= 0) e->o.spec_k = 4;
+    if (e->o.spec_k > QSPEC_MAX_K) e->o.spec_k = QSPEC_MAX_K;
+    if (e->o.spec_ngram_min <= 0) e->o.spec_ngram_min = 1;
+    if (e->o.spec_ngram_max < e->o.spec_ngram_min) e->o.spec_ngram_max = e->o.spec_ngram_min < 3 ? 3 : e->o.spec_ngram_min;
+    if (e->o.spec_max_batch <= 0) e->o.spec_max_batch = 32;
     pthread_mutex_init(&e->mu, NULL);
     int rc, nb = 0;
-    if (e->o.preempt_mode != QPREEMPT_RECOMPUTE && e->o.preempt_mode != QPREEMPT_SWAP) {
+    if (e->o.spec_mode != QSPEC_NONE && e->o.spec_mode != QSPEC_NGRAM) {
+        rc = qerr_set(err, errlen, QERR_INVAL, "spec_mode %d is not none (%d) or ngram (%d)", e->o.spec_mode, QSPEC_NONE,
+                      QSPEC_NGRAM);
+    } else if (e->o.preempt_mode != QPREEMPT_RECOMPUTE && e->o.preempt_mode != QPREEMPT_SWAP) {
         rc = qerr_set(err, errlen, QERR_INVAL, "preempt_mode %d is not recompute (%d) or swap (%d)", e->o.preempt_mode,
                       QPREEMPT_RECOMPUTE, QPREEMPT_SWAP);
     } else if (e->o.preempt_mode == QPREEMPT_SWAP && e->o.swap_space_mb > SIZE_MAX / 2 / 1048576) {
@@ -943,7 +980,7 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
         nb = e->be->opts.num_blocks;
     }
     if (!rc && !(rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) &&
-        (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs)))
+        (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs, rows_needed(e))))
         qerr_set(err, errlen, rc, "out of memory for the engine");
     if (!rc && e->o.preempt_mode == QPREEMPT_SWAP) rc = swap_space_create(e, nb, err, errlen);
     if (!rc && e->o.store && !e->o.no_prefix_cache && qtier_create(e->o.store, m, e->be, e->pool, &e->tier))
@@ -1007,6 +1044,7 @@ void qengine_destroy(qengine *e)
     free(e->b_rsample);
     free(e->b_rlp);
     free(e->b_rowmask);
+    free(e->b_row0);
     free(e->draws);
     qguide_free(e->guide);
     free(e->gjobs);

@@ -93,7 +93,26 @@ typedef struct {
      * measured faster than computing it (the GPU computes small models'
      * prefixes faster than sqlite gives them back); 1: always loaded. */
     int tier_always_load;
+    /* Speculative decoding (spec/): QSPEC_NONE, or QSPEC_NGRAM (drafts from
+     * n-gram lookup in the request's own tokens: no second model).  Drafts
+     * of up to spec_k tokens (1 to QSPEC_MAX_K; 0: 4) go through the model
+     * with the request's next token in one pass and are kept as far as the
+     * target agrees (greedy: exactly its own choices; sampling: rejection
+     * sampling, so the output is distributed as without speculation).  A
+     * request's own k follows its acceptance; no request speculates in a
+     * step that decodes spec_max_batch sequences or more (0: 32), where
+     * the pass is bound by compute rather than by reading the weights. */
+    int spec_mode;
+    int spec_k;
+    int spec_ngram_min, spec_ngram_max; /* suffix lengths looked up (0: 1 and 3) */
+    int spec_max_batch;
 } qengine_opts;
+
+typedef enum { QSPEC_NONE = 0, QSPEC_NGRAM = 1 } qspec_mode;
+/* "none", "ngram"; "?" for anything else.  Cannot fail. */
+const char *qspec_mode_name(int mode);
+/* Parses one of those names into *out: 0, or QERR_INVAL. */
+int qspec_mode_parse(const char *s, int *out);
 
 void qengine_opts_default(qengine_opts *o);
 
@@ -118,6 +137,7 @@ typedef struct {
      * alive until the request's finish event; NULL: free text. */
     const struct gram *grammar;
     const struct gram_vocab *grammar_vocab;
+    int no_spec;            /* this request does not speculate (qengine_opts.spec_mode) */
 } qreq_params;
 
 #define QENGINE_MAX_N 64
@@ -140,6 +160,10 @@ typedef struct {
     qfinish finish;         /* QFINISH_NONE for token events */
     int prompt_tokens, completion_tokens, cached_tokens;
     double ttft_s, total_s; /* time to first token, and to finish, from submission */
+    /* Speculative decoding, in the finish event: drafted tokens, those the
+     * target kept, and the passes that verified drafts (each gives the kept
+     * drafts and one token of its own). */
+    int spec_drafted, spec_accepted, spec_passes;
 } qevent;
 
 void qevent_free(qevent *e);
@@ -165,6 +189,7 @@ typedef struct {
     int swap_slots, swap_slots_free;    /* swap space, in one-block slots */
     uint64_t steps;
     uint64_t finished;
+    uint64_t spec_drafted, spec_accepted, spec_passes; /* speculative decoding, as qevent's */
     /* The persistent tier (zeros without one). */
     uint64_t disk_lookups;          /* chains looked up */
     uint64_t disk_blocks_loaded;    /* blocks loaded from it into the pool */

@@ -1,7 +1,8 @@
 /* engine_int.h - what the engine's files share (engine internal): the
  * request and the engine, and the functions one file calls in another.
  * engine.c has the requests, the step loop and the API; engine_swap.c
- * preemption and the swap space; engine_guided.c guided decoding's masks. */
+ * preemption and the swap space; engine_guided.c guided decoding's masks;
+ * engine_spec.c speculative decoding's drafts and their verification. */
 #ifndef QUIRE_ENGINE_INT_H
 #define QUIRE_ENGINE_INT_H
 
@@ -14,6 +15,7 @@
 #include "guide.h"
 #include "kv.h"
 #include "model.h"
+#include "spec.h"
 #include "stop.h"
 #include "tier.h"
 #include "tokenizer.h"
@@ -53,6 +55,14 @@ typedef struct req {
     int gm_failed;          /* the mask could not be made: the request ends in error */
     int gjob;               /* this step's mask job (index in e->gjobs), -1 for none */
     int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
+    /* speculative decoding (engine_spec.c) */
+    int spec;               /* it may speculate (the engine's spec_mode, not opted out, no grammar) */
+    int spec_k;             /* drafts it asks for now (its acceptance decides; 0: resting) */
+    int spec_rest;          /* steps left before it tries again once spec_k fell to 0 */
+    double spec_rate;       /* share of drafts kept, a moving average */
+    int32_t draft[QSPEC_MAX_K];
+    int n_draft;            /* this step's drafts, in the batch after its next token */
+    int spec_drafted, spec_accepted, spec_passes;
     int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
     int n_slots;
     double t_submit, t_first;
@@ -95,10 +105,10 @@ struct qengine {
     qbatch_seq *b_seqs;
     req **b_reqs;
     int *b_sample;
-    uint8_t *b_rowmode;           /* (cap_seqs) per logit row: QROW_*, how the backend reduces it */
-    qrow_sample *b_rsample;       /* (cap_seqs) the draws of QROW_SAMPLE rows */
-    qrow_logprobs *b_rlp;         /* (cap_seqs) log-probabilities the backend gives for reduced rows */
-    const uint32_t **b_rowmask;   /* (cap_seqs) guided rows' masks, for a backend that applies them (else NULL) */
+    uint8_t *b_rowmode;           /* (cap_rows) per logit row: QROW_*, how the backend reduces it */
+    qrow_sample *b_rsample;       /* (cap_rows) the draws of QROW_SAMPLE rows */
+    qrow_logprobs *b_rlp;         /* (cap_rows) log-probabilities the backend gives for reduced rows */
+    const uint32_t **b_rowmask;   /* (cap_rows) guided rows' masks, for a backend that applies them (else NULL) */
     struct sdraw *draws;          /* (cap_draws) the draws of a step */
     qguide *guide;                /* the thread making masks during the forward pass (made on first use) */
     qguide_job *gjobs;            /* (cap_gjobs) a step's masks */
@@ -107,9 +117,10 @@ struct qengine {
     int cap_gjobs;
     int cap_draws;
     qpool *spool;                 /* threads for the draws when the model runs on a GPU, or NULL */
-    int32_t *b_rowtok;            /* (cap_seqs) the backend's token of those rows */
+    int32_t *b_rowtok;            /* (cap_rows) the backend's token of those rows */
     float *logits;
-    int cap_tokens, cap_seqs;
+    int *b_row0;                  /* (cap_seqs) each sequence's first logit row */
+    int cap_tokens, cap_seqs, cap_rows;
     qengine_stats st;
 };
 
@@ -146,7 +157,29 @@ static inline void rl_remove(rlist *l, req *r)
     l->n--;
 }
 
+/* One draw of a step: the request, its logits row, and what the draw gave.
+ * Draws touch only their own request's sampler, so a step's draws can run
+ * on several threads; their effects (events, stops) are then applied in
+ * order by take_token. */
+_Static_assert(QROW_MAX_LOGPROBS == 1 + QSAMPLE_MAX_LOGPROBS, "a row's log-probabilities fit the API's");
+
+typedef struct sdraw {
+    req *r;
+    const float *lg;
+    int tok;                 /* the backend's token for a reduced row, or -1 to sample */
+    const double *u;         /* a drawn row the backend gave back: the uniform it was given */
+    const qrow_logprobs *blp; /* the backend's log-probabilities of the row, or NULL */
+    int n_lp;                /* entries in lp: 0 when no logprobs were asked for */
+    qlogprob lp[1 + QSAMPLE_MAX_LOGPROBS];
+} sdraw;
+
 /* engine.c */
+/* Fills d's token (drawn when the backend gave none) and its
+ * log-probabilities when r asked for them. */
+void qe_draw_one(qengine *e, sdraw *d);
+/* Takes d's token into its request (the grammar, the stop conditions, the
+ * text, an event): QFINISH_NONE while it goes on. */
+qfinish qe_take_token(qengine *e, req *r, const sdraw *d);
 /* Ends r (an event with why; its blocks released, full ones kept cached)
  * and frees it. */
 void qe_finish(qengine *e, req *r, qfinish why);
@@ -169,6 +202,17 @@ int qe_unswap_holders(qengine *e, const req *keep);
 /* Partly computed waiting prompts other than keep free their blocks: 1
  * when any did. */
 int qe_reclaim_waiting(qengine *e, const req *keep);
+
+/* engine_spec.c */
+/* Drafts for running request r, its next token's slot reserved, with room
+ * for at most room more tokens this step: appended to r's kv, r->n_draft
+ * set (0: none).  Cannot fail. */
+void qe_spec_draft(qengine *e, req *r, int room);
+/* Verifies r's drafts against the pass's logit rows row0..row0+n_draft and
+ * takes the tokens kept plus one of the target's own (in order, through
+ * qe_take_token, stopping where the request ends); the rejected drafts
+ * leave the kv.  QFINISH_NONE while it goes on. */
+qfinish qe_spec_take(qengine *e, req *r, int row0);
 
 /* engine_guided.c */
 /* Feeds r's grammar its pending token now: 0 or the matcher's refusal. */

@@ -41,4 +41,23 @@ void qengine_opts_default(qengine_opts *o)
     o->block_size = 16;
     o->max_batch_tokens = 512;
     o->max_seqs = 64;
+    o->spec_k = 4;
+    o->spec_ngram_min = 1;
+    o->spec_ngram_max = 3;
+    o->spec_max_batch = 32;
+}
+
+const char *qspec_mode_name(int mode)
+{
+    return mode == QSPEC_NONE ? "none" : mode == QSPEC_NGRAM ? "ngram" : "?";
+}
+
+int qspec_mode_parse(const char *s, int *out)
+{
+    for (int m = QSPEC_NONE; m <= QSPEC_NGRAM; m++)
+        if (s && !strcmp(s, qspec_mode_name(m))) {
+            *out = m;
+            return 0;
+        }
+    return QERR_INVAL;
 }

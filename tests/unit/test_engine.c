@@ -240,6 +240,70 @@ static void test_batch_invariance(void)
     qengine_destroy(e);
 }
 
+/* ---- speculative decoding ---------------------------------------------------- */
+
+static qengine *spec_engine(int k, int blocks, int mode)
+{
+    qengine_opts o;
+    test_opts(&o);
+    o.n_threads = 2;
+    o.num_blocks = blocks ? blocks : 512;
+    o.spec_mode = QSPEC_NGRAM;
+    o.spec_k = k;
+    o.spec_max_batch = 1000; /* all 50 speculate together too */
+    o.preempt_mode = mode;
+    qengine *e = NULL;
+    char err[256];
+    if (qengine_create(g_model, g_tok, &o, &e, err, sizeof err)) fprintf(stderr, "  create: %s\n", err);
+    return e;
+}
+
+/* Greedy output with n-gram drafts is the output without, for every k,
+ * alone and batched, under preemption too; drafts were made and some kept
+ * (else nothing was tested); the blocks all come back. */
+static void test_spec_greedy(void)
+{
+    static job got[NREQ];
+    for (int k = 1; k <= 8; k++) {
+        qengine *e = spec_engine(k, 0, QPREEMPT_RECOMPUTE);
+        REQUIRE(e);
+        CHECK(run(e, 0, NREQ, got, 0, 0) == 0);
+        char what[64];
+        snprintf(what, sizeof what, "n-gram drafts, k %d, batched", k);
+        CHECK(same_outputs(alone, got, what));
+        qengine_stats st;
+        qengine_stats_get(e, &st);
+        fprintf(stderr, "  k %d: %llu drafted, %llu kept, %llu passes, %llu steps\n", k,
+                (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted,
+                (unsigned long long)st.spec_passes, (unsigned long long)st.steps);
+        CHECK(st.spec_drafted > 0 && st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted);
+        check_clean(e);
+        qengine_destroy(e);
+    }
+    /* Alone, k 3. */
+    for (int j = 0; j < NREQ; j++) {
+        qengine *e = spec_engine(3, 0, QPREEMPT_RECOMPUTE);
+        REQUIRE(e);
+        CHECK(run(e, j, j + 1, got, 0, 0) == 0);
+        check_clean(e);
+        qengine_destroy(e);
+    }
+    CHECK(same_outputs(alone, got, "n-gram drafts, k 3, alone"));
+    /* A 20-block pool, by recomputation and by swapping, checked every step. */
+    for (int mode = QPREEMPT_RECOMPUTE; mode <= QPREEMPT_SWAP; mode++) {
+        qengine *e = spec_engine(4, 20, mode);
+        REQUIRE(e);
+        run_cfg c = { .check_every_step = 1 };
+        CHECK(run_with(e, 0, NREQ, got, &c) == 0);
+        CHECK(same_outputs(alone, got, mode == QPREEMPT_SWAP ? "n-gram drafts, 20 blocks, swap" : "n-gram drafts, 20 blocks"));
+        qengine_stats st;
+        qengine_stats_get(e, &st);
+        CHECK(st.preemptions > 0 && st.spec_drafted > 0);
+        check_clean(e);
+        qengine_destroy(e);
+    }
+}
+
 /* ---- preemption by swapping ------------------------------------------------ */
 
 static qengine *swap_engine_for(const qmodel *m, const qtok *tok, int blocks, size_t swap_mb)
@@ -1016,6 +1080,7 @@ int main(void)
     }
     make_jobs();
     QT_RUN(test_batch_invariance);
+    QT_RUN(test_spec_greedy);
     QT_RUN(test_swap_invariance);
     QT_RUN(test_swap_parallel_samples);
     QT_RUN(test_swap_cancel);

@@ -1,0 +1,81 @@
+/* engine_spec.c - speculative decoding in a step (engine_int.h).
+ *
+ * A running request that may speculate gets drafts (spec/: n-gram lookup in
+ * its own tokens) after its next token, in the same pass: the batch holds
+ * [next, d1 .. dk] with a logit row at each position.  The target's row j
+ * says what follows d1 .. dj: d(j+1) is kept when the sampler verifies it
+ * (qsample_verify: greedy, when it is the target's own choice; sampling,
+ * by rejection sampling, so the output is distributed as without drafts),
+ * and the first refused draft is replaced by the target's token; when all
+ * are kept the last row gives one more.  The refused drafts leave the kv
+ * (kv_seq_truncate: their K/V were written but are never read), so
+ * between steps a running request holds n_tokens - 1 computed tokens as
+ * always.
+ *
+ * Each request's k follows its acceptance: one more after a pass that kept
+ * everything, the kept count plus one after one that did not; a request
+ * whose drafts are mostly refused rests (no drafts) for a while. */
+#include <string.h>
+
+#include "engine_int.h"
+#include "qerr.h"
+
+#define REST_STEPS 16    /* steps a request with a low acceptance goes without drafts */
+#define LOW_RATE 0.1     /* below this share of drafts kept (after MIN_PASSES passes) it rests */
+#define MIN_PASSES 4
+
+void qe_spec_draft(qengine *e, req *r, int room)
+{
+    r->n_draft = 0;
+    if (!r->spec || r->n_forks || room < 1) return;
+    if (r->spec_k == 0) { /* resting */
+        if (--r->spec_rest > 0) return;
+        r->spec_k = 1, r->spec_rate = 0.5;
+    }
+    int k = r->spec_k < room ? r->spec_k : room;
+    /* Not past max_tokens (the pass adds one token of its own) nor the context. */
+    const int left = r->max_tokens - r->n_gen - 1, ctx = e->m->hp.max_ctx - r->n_tokens - 1;
+    if (k > left) k = left;
+    if (k > ctx) k = ctx;
+    if (k < 1) return;
+    const int d = qspec_ngram(r->tokens, r->n_tokens, e->o.spec_ngram_min, e->o.spec_ngram_max, k, r->draft);
+    /* Their slots come after the next token's, in blocks r holds alone (a
+     * fresh block when the next token filled the last one); none when the
+     * pool is short: drafts never preempt anyone. */
+    if (d < 1 || !kv_seq_can_append(e->pool, &r->kv, d) || kv_seq_append(e->pool, &r->kv, r->draft, d)) return;
+    r->n_draft = d;
+}
+
+qfinish qe_spec_take(qengine *e, req *r, int row0)
+{
+    const int d = r->n_draft, V = e->m->hp.n_vocab, start = r->n_computed;
+    int kept = 0;
+    qfinish why = QFINISH_NONE;
+    for (int j = 0; j <= d; j++) {
+        sdraw dr = { .r = r, .lg = e->logits + (size_t)(row0 + j) * (size_t)V, .tok = -1 };
+        int acc = 0;
+        dr.tok = j < d ? qsample_verify(r->smp, dr.lg, NULL, r->draft[j], &acc) : qsample(r->smp, dr.lg);
+        if (dr.tok < 0) {
+            why = QFINISH_ERROR;
+            break;
+        }
+        qe_draw_one(e, &dr); /* log-probabilities, when asked for */
+        why = qe_take_token(e, r, &dr);
+        kept += acc;
+        if (why != QFINISH_NONE || !acc) break;
+    }
+    /* The next token and the kept drafts are computed; the rest go. */
+    r->n_computed = start + 1 + kept;
+    kv_seq_truncate(e->pool, &r->kv, r->n_computed);
+    kv_seq_commit(e->pool, &r->kv, r->n_computed);
+    r->n_draft = 0;
+    /* Acceptance, and the next k. */
+    r->spec_drafted += d, r->spec_accepted += kept, r->spec_passes++;
+    e->st.spec_drafted += (uint64_t)d, e->st.spec_accepted += (uint64_t)kept, e->st.spec_passes++;
+    const double rate = (double)kept / d;
+    r->spec_rate = r->spec_passes == 1 ? rate : 0.7 * r->spec_rate + 0.3 * rate;
+    if (kept == d) r->spec_k = r->spec_k < e->o.spec_k ? r->spec_k + 1 : e->o.spec_k;
+    else r->spec_k = kept + 1 < e->o.spec_k ? kept + 1 : e->o.spec_k;
+    if (r->spec_passes >= MIN_PASSES && r->spec_rate < LOW_RATE) r->spec_k = 0, r->spec_rest = REST_STEPS;
+    return why;
+}
