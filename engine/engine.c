@@ -961,7 +961,7 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
     if (e->o.max_seqs <= 0) e->o.max_seqs = 64;
     if (e->o.max_seqs > e->o.max_batch_tokens) e->o.max_seqs = e->o.max_batch_tokens;
     if (e->o.spec_k <= 0) e->o.spec_k = 4;
-    if (e->o.spec_k > QSPEC_MAX_K) e->o.spec_k = QSPEC_MAX_K;
+    if (e->o.spec_k > QENGINE_MAX_SPEC_K) e->o.spec_k = QENGINE_MAX_SPEC_K;
     if (e->o.spec_ngram_min <= 0) e->o.spec_ngram_min = 1;
     if (e->o.spec_ngram_max < e->o.spec_ngram_min) e->o.spec_ngram_max = e->o.spec_ngram_min < 3 ? 3 : e->o.spec_ngram_min;
     if (e->o.spec_max_batch <= 0) e->o.spec_max_batch = 32;

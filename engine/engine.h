@@ -95,7 +95,7 @@ typedef struct {
     int tier_always_load;
     /* Speculative decoding (spec/): QSPEC_NONE, or QSPEC_NGRAM (drafts from
      * n-gram lookup in the request's own tokens: no second model).  Drafts
-     * of up to spec_k tokens (1 to QSPEC_MAX_K; 0: 4) go through the model
+     * of up to spec_k tokens (1 to QENGINE_MAX_SPEC_K; 0: 4) go through the model
      * with the request's next token in one pass and are kept as far as the
      * target agrees (greedy: exactly its own choices; sampling: rejection
      * sampling, so the output is distributed as without speculation).  A
@@ -109,6 +109,8 @@ typedef struct {
 } qengine_opts;
 
 typedef enum { QSPEC_NONE = 0, QSPEC_NGRAM = 1 } qspec_mode;
+/* The largest spec_k (spec.h's QSPEC_MAX_K). */
+#define QENGINE_MAX_SPEC_K 16
 /* "none", "ngram"; "?" for anything else.  Cannot fail. */
 const char *qspec_mode_name(int mode);
 /* Parses one of those names into *out: 0, or QERR_INVAL. */

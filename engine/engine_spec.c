@@ -20,6 +20,8 @@
 #include "engine_int.h"
 #include "qerr.h"
 
+_Static_assert(QENGINE_MAX_SPEC_K == QSPEC_MAX_K, "engine.h's bound on spec_k is spec.h's");
+
 #define REST_STEPS 16    /* steps a request with a low acceptance goes without drafts */
 #define LOW_RATE 0.1     /* below this share of drafts kept (after MIN_PASSES passes) it rests */
 #define MIN_PASSES 4

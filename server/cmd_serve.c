@@ -65,6 +65,9 @@ static const qopt serve_table[] = {
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "sequences per engine step (default 64)" },
     { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
     { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
+    { NULL, "--spec", "MODE", OPT_STR, F_(spec), "speculative decoding: none (default) or ngram (drafts from n-gram lookup in each request's own tokens)" },
+    { NULL, "--spec-k", "K", OPT_INT, F_(spec_k), "--spec: drafts a pass at most, 1 to 16 (default 4; each request's own k follows its acceptance)" },
+    { NULL, "--spec-max-batch", "N", OPT_INT, F_(spec_max_batch), "--spec: no drafts in steps decoding N sequences or more (default 32)" },
     { "-h", "--help", NULL, OPT_FLAG, F_(help), "show this help" },
 };
 #undef F_
@@ -237,12 +240,14 @@ static void dispatch(qevent *ev)
     r->prompt_tokens = ev->prompt_tokens;
     r->cached_tokens = ev->cached_tokens;
     r->completion_tokens += ev->completion_tokens;
+    r->spec[0] += ev->spec_drafted, r->spec[1] += ev->spec_accepted, r->spec[2] += ev->spec_passes;
     if (++r->n_done < r->n) return;
     r->finished = !r->session[0]; /* a session's request once its reply is stored */
     S.live--;
     qmetrics_tokens(S.metrics, r->prompt_tokens, r->completion_tokens);
     qmetrics_latency(S.metrics, now - r->t0);
-    json_t *usage = qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens);
+    const int spec_on = S.eo.spec_mode != QSPEC_NONE;
+    json_t *usage = qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens, spec_on ? r->spec : NULL);
     if (r->ws) {
         json_t *chs = json_array();
         for (int i = 0; chs && i < r->n; i++)
@@ -256,6 +261,13 @@ static void dispatch(qevent *ev)
                                  total > ttft && r->completion_tokens > 1
                                      ? (r->completion_tokens - 1) / (total - ttft)
                                      : 0.0);
+        /* Speculative decoding in the timings too: drafts kept, tokens a pass. */
+        json_t *tm = done ? json_object_get(done, "timings") : NULL;
+        if (tm && spec_on) {
+            json_object_set_new(tm, "spec_acceptance", json_real(r->spec[0] ? (double)r->spec[1] / r->spec[0] : 0.0));
+            json_object_set_new(tm, "spec_mean_accepted_length",
+                                json_real(r->spec[2] ? (double)(r->spec[1] + r->spec[2]) / r->spec[2] : 0.0));
+        }
         if (r->session[0]) sess_finish(r, done);
         else out_frame(r, done);
     } else if (r->req.stream) {
@@ -1029,6 +1041,16 @@ int cmd_serve(int argc, char **argv)
     if (o->max_batch_tokens > 0) eo.max_batch_tokens = o->max_batch_tokens;
     if (o->max_seqs > 0) eo.max_seqs = o->max_seqs;
     if (o->block_size > 0) eo.block_size = o->block_size;
+    if (o->spec && qspec_mode_parse(o->spec, &eo.spec_mode)) {
+        fprintf(stderr, "quire serve: --spec must be none or ngram\n");
+        return 2;
+    }
+    if (o->spec_k < 0 || o->spec_k > QENGINE_MAX_SPEC_K || o->spec_max_batch < 0) {
+        fprintf(stderr, "quire serve: --spec-k must be 1 to %d, --spec-max-batch positive\n", QENGINE_MAX_SPEC_K);
+        return 2;
+    }
+    if (o->spec_k) eo.spec_k = o->spec_k;
+    if (o->spec_max_batch) eo.spec_max_batch = o->spec_max_batch;
 
     /* The database opens before the port: a database the program cannot use
      * (corrupt, newer) stops the start with its message. */

@@ -199,6 +199,11 @@ int qmetrics_render(qmetrics *m, const qengine_stats *st, const qstore_stats *ss
         head(&b, "quire_preemptions_total", "counter", "Requests preempted, by mode.");
         put(&b, "quire_preemptions_total{mode=\"recompute\"} %llu\nquire_preemptions_total{mode=\"swap\"} %llu\n",
             (unsigned long long)(st->preemptions - st->preemptions_swap), (unsigned long long)st->preemptions_swap);
+        head(&b, "quire_spec_tokens_total", "counter", "Speculative decoding: tokens drafted, and of those kept.");
+        put(&b, "quire_spec_tokens_total{kind=\"drafted\"} %llu\nquire_spec_tokens_total{kind=\"accepted\"} %llu\n",
+            (unsigned long long)st->spec_drafted, (unsigned long long)st->spec_accepted);
+        head(&b, "quire_spec_passes_total", "counter", "Speculative decoding: passes that verified drafts.");
+        put(&b, "quire_spec_passes_total %llu\n", (unsigned long long)st->spec_passes);
     }
     if (sst) {
         head(&b, "quire_disk_blocks_total", "counter",

@@ -6,7 +6,8 @@
  * generated tokens, time to first token, inter-token latency and request
  * latency histograms, queue depth, running and waiting sequences, KV blocks
  * used / cached / free and utilisation, the prefix-cache hit rate, and
- * preemptions by mode.  Every name starts with "quire_". */
+ * preemptions by mode, and speculative decoding's drafted and kept tokens
+ * and verifying passes.  Every name starts with "quire_". */
 #ifndef QUIRE_METRICS_H
 #define QUIRE_METRICS_H
 

@@ -215,6 +215,8 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     if (rc) p->n = (int)d;
     TRY(flag(o, "ignore_eos", &b, e));
     if (rc) p->ignore_eos = b;
+    TRY(flag(o, "speculative", &b, e));
+    if (rc) p->no_spec = !b;
 
     /* logprobs: a boolean with top_logprobs in chat, the number of
      * alternatives in completions. */

@@ -17,7 +17,8 @@
  * non-empty strings), logprobs (chat: boolean, with top_logprobs [0, 20];
  * completions: integer [0, 20]), stream (boolean), stream_options
  * ({"include_usage": boolean}, only with stream), user (string),
- * ignore_eos (boolean), tools (chat: passed to the template),
+ * ignore_eos (boolean), speculative (boolean, quire's: false keeps this
+ * request out of speculative decoding), tools (chat: passed to the template),
  * response_format ({"type": "text"}, {"type": "json_object"}, or {"type":
  * "json_schema", "json_schema": {"name", "schema", "strict"}}: the output
  * is a JSON object, or an instance of the schema, by guided decoding), and
@@ -172,7 +173,9 @@ const char *qoai_finish_reason(qfinish f);
 
 /* {"prompt_tokens", "completion_tokens", "total_tokens",
  * "prompt_tokens_details": {"cached_tokens"}}. */
-json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens);
+/* usage; with spec (drafted, kept, passes: speculative decoding on), its
+ * "speculative" object too. */
+json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens, const int *spec);
 
 /* Appends token event ev's logprobs to *acc (created on first use in the
  * kind's layout); text_offset is where the token's text starts in the

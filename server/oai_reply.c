@@ -13,11 +13,20 @@ const char *qoai_finish_reason(qfinish f)
     return f == QFINISH_STOP ? "stop" : f == QFINISH_LENGTH ? "length" : "abort";
 }
 
-json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens)
+json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens, const int *spec)
 {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", prompt_tokens, "completion_tokens",
-                     completion_tokens, "total_tokens", prompt_tokens + completion_tokens, "prompt_tokens_details",
-                     "cached_tokens", cached_tokens);
+    json_t *u = json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", prompt_tokens, "completion_tokens",
+                          completion_tokens, "total_tokens", prompt_tokens + completion_tokens, "prompt_tokens_details",
+                          "cached_tokens", cached_tokens);
+    /* Speculative decoding: drafted tokens, those kept, the passes that
+     * verified them; the acceptance rate and the tokens a pass gave. */
+    if (u && spec)
+        json_object_set_new(u, "speculative",
+                            json_pack("{s:i, s:i, s:i, s:f, s:f}", "drafted_tokens", spec[0], "accepted_tokens", spec[1],
+                                      "passes", spec[2], "acceptance_rate", spec[0] ? (double)spec[1] / spec[0] : 0.0,
+                                      "mean_accepted_length",
+                                      spec[2] ? (double)(spec[1] + spec[2]) / spec[2] : 0.0));
+    return u;
 }
 
 /* JSON has no -inf: a token of probability 0 reads -9999, as OpenAI's. */

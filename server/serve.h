@@ -22,6 +22,8 @@
 typedef struct {
     const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db, *disk_load;
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
+    const char *spec;
+    int spec_k, spec_max_batch;
     int max_requests, help, no_persist, cache_disk_max;
     float gpu_mem_util, grace;
 } serve_opts;
@@ -48,6 +50,7 @@ typedef struct sreq {
     int n, n_done, finished;
     acc *ch;
     int prompt_tokens, completion_tokens, cached_tokens;
+    int spec[3];                /* speculative decoding over its choices: drafted, kept, passes */
     char *out; /* bytes for the client not yet taken by the lws thread */
     size_t out_len, out_cap;
     int failed;         /* out of memory while building the output */
