@@ -304,6 +304,150 @@ static void test_spec_greedy(void)
     }
 }
 
+/* The second and third tokens of n requests from one prompt at temperature
+ * 1 (seeds seed0 + i), drawn with n-gram drafts (k 2) or without, into
+ * pairs[i] (the first comes from the prompt's pass, where nothing is
+ * drafted; the next two from one pass with drafts). */
+static void two_tokens(const int32_t *prompt, int np, int n, int spec, uint64_t seed0, int32_t (*pairs)[2],
+                       qengine_stats *st)
+{
+    qengine_opts o;
+    test_opts(&o);
+    o.n_threads = 2;
+    o.num_blocks = 512;
+    o.spec_mode = spec ? QSPEC_NGRAM : QSPEC_NONE;
+    o.spec_k = 2;
+    o.spec_max_batch = 1000;
+    qengine *e = NULL;
+    char err[256];
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    enum { AT_ONCE = 64 };
+    for (int lo = 0; lo < n; lo += AT_ONCE) {
+        const int hi = lo + AT_ONCE < n ? lo + AT_ONCE : n;
+        uint64_t ids[AT_ONCE];
+        int got[AT_ONCE] = { 0 }; /* tokens seen */
+        for (int i = lo; i < hi; i++) {
+            qreq_params p = { .prompt = prompt, .n_prompt = np, .sp = qsample_defaults(), .max_tokens = 3, .ignore_eos = 1 };
+            p.sp.seed = seed0 + (uint64_t)i; /* independent samples */
+            REQUIRE(qengine_submit(e, &p, &ids[i - lo], err, sizeof err) == 0);
+        }
+        for (int live = 1; live > 0;) {
+            live = qengine_step(e);
+            qevent ev;
+            while (qengine_poll(e, &ev)) {
+                for (int i = lo; i < hi; i++)
+                    if (ids[i - lo] == ev.id && ev.finish == QFINISH_NONE && got[i - lo] < 3) {
+                        if (got[i - lo] >= 1) pairs[i][got[i - lo] - 1] = ev.token;
+                        got[i - lo]++;
+                    }
+                qevent_free(&ev);
+            }
+        }
+        for (int i = lo; i < hi; i++) CHECK_EQ_INT(got[i - lo], 3);
+    }
+    qengine_stats_get(e, st);
+    check_clean(e);
+    qengine_destroy(e);
+}
+
+/* n greedy tokens after prompt (no drafts) into out. */
+static void greedy_tokens(const int32_t *prompt, int np, int n, int32_t *out)
+{
+    qengine *e = engine(0, 0, 0);
+    REQUIRE(e);
+    qreq_params p = { .prompt = prompt, .n_prompt = np, .sp = qsample_defaults(), .max_tokens = n, .ignore_eos = 1 };
+    p.sp.temperature = 0;
+    uint64_t id;
+    char err[256];
+    REQUIRE(qengine_submit(e, &p, &id, err, sizeof err) == 0);
+    int got = 0;
+    for (int live = 1; live > 0;) {
+        live = qengine_step(e);
+        qevent ev;
+        while (qengine_poll(e, &ev)) {
+            if (ev.finish == QFINISH_NONE && got < n) out[got++] = ev.token;
+            qevent_free(&ev);
+        }
+    }
+    CHECK_EQ_INT(got, n);
+    qengine_destroy(e);
+}
+
+/* The chi-square value above which two samples' homogeneity is refused at
+ * significance 0.001, for df degrees of freedom (Wilson-Hilferty). */
+static double chi2_crit(int df)
+{
+    const double z = 3.0902, a = 2.0 / (9.0 * df), c = 1 - a + z * sqrt(a);
+    return df * c * c * c;
+}
+
+/* With drafts two tokens are distributed as without: n samples of
+ * each, Pearson's two-sample chi-square over the pairs (rare ones pooled)
+ * below the 0.001 point (seeds fixed: the outcome is deterministic).  The
+ * prompt repeats itself so that drafts are made and, often enough, kept. */
+static void test_spec_distribution(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    enum { N = 600 }; /* the sanitizers' run checks memory, not statistics */
+#else
+    enum { N = 4000 };
+#endif
+    /* A story the model tells greedily from BOS, then its start again: what
+     * follows the second start is much like what followed the first, which
+     * n-gram lookup finds. */
+    int32_t g[20], prompt[32];
+    const int32_t bos = 1;
+    greedy_tokens(&bos, 1, 20, g);
+    int np = 0;
+    prompt[np++] = 1;
+    for (int i = 0; i < 20; i++) prompt[np++] = g[i];
+    prompt[np++] = 1;
+    for (int i = 0; i < 8; i++) prompt[np++] = g[i];
+    static int32_t a[N][2], b[N][2];
+    qengine_stats sa, sb;
+    /* Seeds of their own each way: independent samples. */
+    two_tokens(prompt, np, N, 0, 1, a, &sa);
+    two_tokens(prompt, np, N, 1, 1000003, b, &sb);
+    CHECK(sa.spec_drafted == 0);
+    CHECK(sb.spec_drafted > 0 && sb.spec_accepted > 0);
+    /* Pairs as cells: counts of each sample. */
+    static int32_t key[2 * N];
+    static int ca[2 * N], cb[2 * N];
+    int nk = 0;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < N; i++) {
+            const int32_t k = (s ? b : a)[i][0] * 65536 + (s ? b : a)[i][1];
+            int j = 0;
+            while (j < nk && key[j] != k) j++;
+            if (j == nk) key[nk] = k, ca[nk] = cb[nk] = 0, nk++;
+            (s ? cb : ca)[j]++;
+        }
+    /* Cells with fewer than 20 in both samples together pool into one (so
+     * that no expected count is small: with 10, two runs without drafts
+     * from different seeds gave 130.6 for 101 degrees of freedom). */
+    double x = 0;
+    int cells = 0, pa = 0, pb = 0;
+    for (int j = 0; j < nk; j++) {
+        if (ca[j] + cb[j] < 20) {
+            pa += ca[j], pb += cb[j];
+            continue;
+        }
+        const double t = ca[j] + cb[j];
+        x += (ca[j] - t / 2) * (ca[j] - t / 2) / (t / 2) + (cb[j] - t / 2) * (cb[j] - t / 2) / (t / 2);
+        cells++;
+    }
+    if (pa + pb >= 20) {
+        const double t = pa + pb;
+        x += (pa - t / 2) * (pa - t / 2) / (t / 2) + (pb - t / 2) * (pb - t / 2) / (t / 2);
+        cells++;
+    }
+    CHECK(cells >= 10 || N < 4000);
+    if (cells < 2) return;
+    fprintf(stderr, "  %d pairs seen, %d cells: chi-square %.1f (0.001 point %.1f); drafts %llu, kept %llu\n", nk, cells,
+            x, chi2_crit(cells - 1), (unsigned long long)sb.spec_drafted, (unsigned long long)sb.spec_accepted);
+    CHECK(x < chi2_crit(cells - 1));
+}
+
 /* ---- preemption by swapping ------------------------------------------------ */
 
 static qengine *swap_engine_for(const qmodel *m, const qtok *tok, int blocks, size_t swap_mb)
@@ -1081,6 +1225,7 @@ int main(void)
     make_jobs();
     QT_RUN(test_batch_invariance);
     QT_RUN(test_spec_greedy);
+    QT_RUN(test_spec_distribution);
     QT_RUN(test_swap_invariance);
     QT_RUN(test_swap_parallel_samples);
     QT_RUN(test_swap_cancel);
