@@ -753,12 +753,14 @@ int qengine_step(qengine *e)
         req *q = e->b_reqs[i];
         e->b_row0[i] = n_logits;
         if (q->n_draft) {
-            /* Drafts: a row for each position, verified on the host. */
+            /* Drafts: a row for each position, verified on the host; a
+             * greedy request needs only each row's argmax. */
+            const uint8_t mode = qsampler_is_greedy(q->smp) && !q->want_logprobs ? QROW_ARGMAX : QROW_LOGITS;
             for (int j = 0; j <= q->n_draft; j++) {
                 memset(&e->b_rsample[n_logits], 0, sizeof e->b_rsample[n_logits]);
                 e->b_rlp[n_logits].n = -1;
                 e->b_rowmask[n_logits] = NULL;
-                e->b_rowmode[n_logits] = QROW_LOGITS;
+                e->b_rowmode[n_logits] = mode;
                 e->b_logits_idx[n_logits++] = e->b_seqs[i].first + j;
             }
             continue;

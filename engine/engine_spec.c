@@ -56,7 +56,12 @@ qfinish qe_spec_take(qengine *e, req *r, int row0)
     for (int j = 0; j <= d; j++) {
         sdraw dr = { .r = r, .lg = e->logits + (size_t)(row0 + j) * (size_t)V, .tok = -1 };
         int acc = 0;
-        dr.tok = j < d ? qsample_verify(r->smp, dr.lg, NULL, r->draft[j], &acc) : qsample(r->smp, dr.lg);
+        if (e->b_rowmode[row0 + j] == QROW_ARGMAX) { /* greedy, reduced where the logits are */
+            dr.tok = e->b_rowtok[row0 + j];
+            acc = j < d && dr.tok == r->draft[j];
+        } else {
+            dr.tok = j < d ? qsample_verify(r->smp, dr.lg, NULL, r->draft[j], &acc) : qsample(r->smp, dr.lg);
+        }
         if (dr.tok < 0) {
             why = QFINISH_ERROR;
             break;
