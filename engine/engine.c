@@ -117,6 +117,7 @@ static void req_free(req *r)
     qsampler_destroy(r->smp);
     gram_m_free(r->gm);
     free(r->gmask);
+    free(r->smask);
     qdetok_free(r->detok);
     qstop_free(r->stop);
     free(r);
@@ -247,9 +248,7 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
     }
     r->gjob = -1;
     r->gpend = -1;
-    /* Speculation: not yet with a grammar (its masks would be needed at
-     * every draft position). */
-    r->spec = e->o.spec_mode != QSPEC_NONE && !p->no_spec && !p->grammar;
+    r->spec = e->o.spec_mode != QSPEC_NONE && !p->no_spec;
     r->spec_k = e->o.spec_k;
     if (p->grammar) {
         r->gm = gram_m_new(p->grammar);
@@ -755,7 +754,7 @@ int qengine_step(qengine *e)
         if (q->n_draft) {
             /* Drafts: a row for each position, verified on the host; a
              * greedy request needs only each row's argmax. */
-            const uint8_t mode = qsampler_is_greedy(q->smp) && !q->want_logprobs ? QROW_ARGMAX : QROW_LOGITS;
+            const uint8_t mode = qsampler_is_greedy(q->smp) && !q->want_logprobs && !q->gm ? QROW_ARGMAX : QROW_LOGITS;
             for (int j = 0; j <= q->n_draft; j++) {
                 memset(&e->b_rsample[n_logits], 0, sizeof e->b_rsample[n_logits]);
                 e->b_rlp[n_logits].n = -1;

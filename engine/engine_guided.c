@@ -88,7 +88,7 @@ int qe_start_masks(qengine *e, int n_seqs)
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
         q->gjob = -1;
-        if (e->b_sample[i] && q->gm && !q->gm_failed) n++;
+        if (e->b_sample[i] && q->gm && !q->gm_failed && !q->n_draft) n++; /* drafts: their masks are made */
     }
     if (!n) return 0;
     const int gpu = strcmp(e->be->ops->name, "cpu") != 0;
@@ -101,7 +101,7 @@ int qe_start_masks(qengine *e, int n_seqs)
     n = 0;
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
-        if (!e->b_sample[i] || !q->gm || q->gm_failed) continue;
+        if (!e->b_sample[i] || !q->gm || q->gm_failed || q->n_draft) continue;
         e->gjobs[n] = mask_job(e, q, q->gdst);
         q->gjob = n++;
     }

@@ -26,6 +26,35 @@ _Static_assert(QENGINE_MAX_SPEC_K == QSPEC_MAX_K, "engine.h's bound on spec_k is
 #define LOW_RATE 0.1     /* below this share of drafts kept (after MIN_PASSES passes) it rests */
 #define MIN_PASSES 4
 
+/* With a grammar: keeps the first d drafts it allows, making the mask of
+ * each row (rows 0..kept) into r->smask on the way; the matcher ends where
+ * it began.  Returns how many drafts are kept. */
+static int grammar_drafts(qengine *e, req *r, int d)
+{
+    const size_t words = ((size_t)e->m->hp.n_vocab + 31) / 32;
+    if (!r->smask && !(r->smask = q_mallocn((size_t)(QSPEC_MAX_K + 1) * words, sizeof *r->smask))) return 0;
+    /* The grammar takes the last token now: the drafts start after it. */
+    if (qe_feed_now(e, r)) {
+        r->gm_failed = 1;
+        return 0;
+    }
+    int fed = 0, kept = 0;
+    for (int j = 0; j <= d; j++) {
+        qguide_job job = { r->gm, r->gv, r->smask + (size_t)j * words, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos,
+                           -1, 0, 0, 0, 0, 0 };
+        qguide_job_run(&job);
+        if (job.rc) break; /* row j has no mask: the drafts end before it */
+        kept = j;
+        if (j == d) break;
+        const int t = r->draft[j];
+        if (!(job.mask[t / 32] >> (t % 32) & 1u) || gram_m_feed_token(r->gm, r->gv, t)) break;
+        fed++;
+    }
+    if (fed) gram_m_rollback(r->gm, fed);
+    e->st.masks += (uint64_t)kept + 1;
+    return kept;
+}
+
 void qe_spec_draft(qengine *e, req *r, int room)
 {
     r->n_draft = 0;
@@ -40,7 +69,10 @@ void qe_spec_draft(qengine *e, req *r, int room)
     if (k > left) k = left;
     if (k > ctx) k = ctx;
     if (k < 1) return;
-    const int d = qspec_ngram(r->tokens, r->n_tokens, e->o.spec_ngram_min, e->o.spec_ngram_max, k, r->draft);
+    int d = qspec_ngram(r->tokens, r->n_tokens, e->o.spec_ngram_min, e->o.spec_ngram_max, k, r->draft);
+    /* Under a grammar only drafts it allows, each row with its mask. */
+    if (d >= 1 && r->gm && !r->gm_failed) d = grammar_drafts(e, r, d);
+    else if (r->gm_failed) d = 0;
     /* Their slots come after the next token's, in blocks r holds alone (a
      * fresh block when the next token filled the last one); none when the
      * pool is short: drafts never preempt anyone. */
@@ -51,16 +83,25 @@ void qe_spec_draft(qengine *e, req *r, int room)
 qfinish qe_spec_take(qengine *e, req *r, int row0)
 {
     const int d = r->n_draft, V = e->m->hp.n_vocab, start = r->n_computed;
+    const size_t words = ((size_t)V + 31) / 32;
     int kept = 0;
     qfinish why = QFINISH_NONE;
     for (int j = 0; j <= d; j++) {
         sdraw dr = { .r = r, .lg = e->logits + (size_t)(row0 + j) * (size_t)V, .tok = -1 };
         int acc = 0;
+        /* With a grammar, the token before this one is its own now (the
+         * rows' masks were made from the drafts ahead of time). */
+        if (j && r->gm && qe_feed_now(e, r)) {
+            why = QFINISH_ERROR;
+            break;
+        }
+        const uint32_t *allowed = r->gm ? r->smask + (size_t)j * words : NULL;
         if (e->b_rowmode[row0 + j] == QROW_ARGMAX) { /* greedy, reduced where the logits are */
             dr.tok = e->b_rowtok[row0 + j];
             acc = j < d && dr.tok == r->draft[j];
         } else {
-            dr.tok = j < d ? qsample_verify(r->smp, dr.lg, NULL, r->draft[j], &acc) : qsample(r->smp, dr.lg);
+            dr.tok = j < d ? qsample_verify(r->smp, dr.lg, allowed, r->draft[j], &acc)
+                           : qsample_masked(r->smp, dr.lg, allowed);
         }
         if (dr.tok < 0) {
             why = QFINISH_ERROR;

@@ -2,7 +2,8 @@
  * same greedy requests with n-gram drafts and without.
  *
  *   bench_spec [--model PATH | --random-weights CONFIG.json] [--device cpu|cuda] [--threads N]
- *              [--k 1,2,4,8] [--batch 1,4,16,32,64] [--max-tokens N] [--prompt-tokens N]
+ *              [--k 1,2,4,8] [--batch 1,4,16,32,64] [--max-tokens N] [--prompt-tokens N] [--repeat N]
+ *              [--exact]
  *
  * Each request's prompt is a random stretch of token ids said twice (text
  * that quotes itself, where n-gram lookup has something to find); the
@@ -11,8 +12,11 @@
  * drafts, the speedup, the share of drafts kept and the tokens a pass gave.
  * Then one against the batch size (k 4): without drafts, with them as the
  * engine runs by default (no drafts from spec_max_batch sequences on), and
- * with drafts whatever the batch.  Every run's outputs must equal the run
- * without drafts (exit status 1 otherwise). */
+ * with drafts whatever the batch.  Each figure is the best of --repeat
+ * runs (3).  Every run's outputs are compared with the run without drafts:
+ * they must be equal on the CPU and in the CUDA backend's exact mode (exit
+ * status 1 otherwise); in bf16 the drafts' pass rounds differently from the
+ * one-token decode graph, and a near tie may go the other way. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +29,7 @@
 
 typedef struct {
     const char *model, *random_weights;
-    int device, threads, max_tokens, prompt_tokens;
+    int device, threads, max_tokens, prompt_tokens, repeat, exact;
     int k[MAX_LIST], nk, batch[MAX_LIST], nb;
 } opts;
 
@@ -58,6 +62,7 @@ static int run(const qmodel *m, const opts *o, int spec, int k, int max_batch, i
     qengine_opts_default(&eo);
     eo.device = o->device;
     eo.n_threads = o->threads;
+    eo.exact = o->exact;
     eo.spec_mode = spec ? QSPEC_NGRAM : QSPEC_NONE;
     eo.spec_k = k;
     eo.spec_max_batch = max_batch;
@@ -73,7 +78,10 @@ static int run(const qmodel *m, const opts *o, int spec, int k, int max_batch, i
     int *got = calloc((size_t)n + 1, sizeof *got);
     r->out = calloc((size_t)n * (size_t)o->max_tokens + 1, sizeof *r->out);
     int rc = ids && got && r->out ? 0 : -1;
-    for (int pass = 0; pass < 2 && !rc; pass++) {
+    /* Then the run, repeat times: the fastest counts (short runs on a
+     * shared machine vary). */
+    r->secs = 1e30;
+    for (int pass = 0; pass < 1 + o->repeat && !rc; pass++) {
         const int cnt = pass ? n : 1;
         memset(got, 0, sizeof *got * (size_t)n);
         qengine_stats a;
@@ -97,8 +105,9 @@ static int run(const qmodel *m, const opts *o, int spec, int k, int max_batch, i
                 qevent_free(&ev);
             }
         }
-        if (pass) {
-            r->secs = q_now() - t0;
+        const double dt = q_now() - t0;
+        if (pass && dt < r->secs) {
+            r->secs = dt;
             qengine_stats_get(e, &r->st);
             r->st.spec_drafted -= a.spec_drafted, r->st.spec_accepted -= a.spec_accepted;
             r->st.spec_passes -= a.spec_passes, r->st.generated -= a.generated;
@@ -118,7 +127,7 @@ static int same(const result *a, const result *b, int n, int max_tokens)
 
 int main(int argc, char **argv)
 {
-    opts o = { NULL, NULL, QDEVICE_CPU, 0, 128, 48, { 1, 2, 4, 8 }, 4, { 1, 4, 16, 32, 64 }, 5 };
+    opts o = { NULL, NULL, QDEVICE_CPU, 0, 128, 48, 3, 0, { 1, 2, 4, 8 }, 4, { 1, 4, 16, 32, 64 }, 5 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -128,12 +137,15 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads") && v) o.threads = atoi(v), i++;
         else if (!strcmp(a, "--max-tokens") && v) o.max_tokens = atoi(v), i++;
         else if (!strcmp(a, "--prompt-tokens") && v) o.prompt_tokens = atoi(v), i++;
+        else if (!strcmp(a, "--repeat") && v) o.repeat = atoi(v), i++;
+        else if (!strcmp(a, "--exact")) o.exact = 1;
         else if (!strcmp(a, "--k") && v) bad = (o.nk = parse_list(v, o.k)) <= 0, i++;
         else if (!strcmp(a, "--batch") && v) bad = (o.nb = parse_list(v, o.batch)) <= 0, i++;
         else bad = 1;
-        if (bad || o.max_tokens < 1 || o.prompt_tokens < 2) {
+        if (bad || o.max_tokens < 1 || o.prompt_tokens < 2 || o.repeat < 1) {
             fprintf(stderr, "usage: bench_spec [--model PATH | --random-weights CONFIG.json] [--device cpu|cuda] "
-                            "[--threads N] [--k 1,2,4,8] [--batch 1,4,16,32,64] [--max-tokens N] [--prompt-tokens N]\n");
+                            "[--threads N] [--k 1,2,4,8] [--batch 1,4,16,32,64] [--max-tokens N] [--prompt-tokens N] "
+                            "[--repeat N] [--exact]\n");
             return 2;
         }
     }
@@ -196,6 +208,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < nmax; i++) free(prompts[i]);
     free(prompts);
     qmodel_destroy(m);
-    if (fail) printf("\nFAILED: outputs with drafts differ from those without\n");
-    return fail;
+    /* Equal outputs are required where the arithmetic is the same whatever
+     * the batch's shape: the CPU, the CUDA backend's exact mode. */
+    const int strict = o.device == QDEVICE_CPU || o.exact;
+    if (fail)
+        printf(strict ? "\nFAILED: outputs with drafts differ from those without\n"
+                      : "\noutputs with drafts differ in places (bf16: see above; --exact compares them exactly)\n");
+    return fail && strict;
 }

@@ -4,7 +4,8 @@
  * output that the schema's grammar takes whole and that parses as JSON
  * whenever they finish with "stop"; max_tokens that runs out mid-structure
  * finishes with "length"; requests with and without a grammar run in one
- * batch. */
+ * batch; with n-gram drafts, greedy outputs are the same and sampled ones
+ * valid. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,17 +77,19 @@ static int valid(const gram *g, const out_t *o)
     return ok && j != NULL;
 }
 
+/* The schemas both tests run. */
+static const char *const S[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\","
+    "\"minimum\":0,\"maximum\":120},\"happy\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"happy\"],"
+    "\"additionalProperties\":false}",
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"minItems\":1,\"maxItems\":4}",
+    "{\"type\":\"object\",\"properties\":{\"when\":{\"type\":\"string\",\"format\":\"date\"},\"tags\":{\"type\":\"array\","
+    "\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z]{1,5}$\"},\"maxItems\":3}},\"required\":[\"when\",\"tags\"],"
+    "\"additionalProperties\":false}",
+};
+
 static void test_schemas(void)
 {
-    static const char *const S[] = {
-        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\","
-        "\"minimum\":0,\"maximum\":120},\"happy\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"happy\"],"
-        "\"additionalProperties\":false}",
-        "{\"type\":\"array\",\"items\":{\"enum\":[\"red\",\"green\",\"blue\"]},\"minItems\":1,\"maxItems\":4}",
-        "{\"type\":\"object\",\"properties\":{\"when\":{\"type\":\"string\",\"format\":\"date\"},\"tags\":{\"type\":\"array\","
-        "\"items\":{\"type\":\"string\",\"pattern\":\"^[a-z]{1,5}$\"},\"maxItems\":3}},\"required\":[\"when\",\"tags\"],"
-        "\"additionalProperties\":false}",
-    };
     qengine_opts o;
     qengine_opts_default(&o);
     o.device = QDEVICE_CPU;
@@ -155,6 +158,68 @@ static void test_schemas(void)
     qengine_destroy(e);
 }
 
+/* With n-gram drafts under a grammar (drafts it refuses are dropped, each
+ * draft row masked): greedy outputs equal those without drafts, sampled
+ * ones stay valid, and drafts are made and kept. */
+static void test_spec_schemas(void)
+{
+    static const char *const PROMPTS[] = { "Once", "Tom and Tom and", "The list:", "red green blue red" };
+    qengine *e[2] = { NULL, NULL };
+    char err[256];
+    for (int s = 0; s < 2; s++) {
+        qengine_opts o;
+        qengine_opts_default(&o);
+        o.device = QDEVICE_CPU;
+        o.n_threads = 2;
+        o.num_blocks = 256;
+        o.spec_mode = s ? QSPEC_NGRAM : QSPEC_NONE;
+        o.spec_k = 4;
+        o.spec_max_batch = 1000;
+        REQUIRE(qengine_create(g_model, g_tok, &o, &e[s], err, sizeof err) == 0);
+    }
+    enum { NP = sizeof PROMPTS / sizeof PROMPTS[0] };
+    int32_t *pr[NP];
+    int np[NP];
+    for (int i = 0; i < NP; i++) REQUIRE(qtok_encode(g_tok, PROMPTS[i], strlen(PROMPTS[i]), 1, &pr[i], &np[i]) == 0);
+    for (size_t si = 0; si < sizeof S / sizeof S[0]; si++) {
+        gram *g = schema(S[si]);
+        REQUIRE(g);
+        /* Greedy from each prompt, and two sampled ones. */
+        qreq_params ps[NP + 2];
+        for (int i = 0; i < NP + 2; i++) {
+            ps[i] = (qreq_params){ .prompt = pr[i % NP], .n_prompt = np[i % NP], .sp = qsample_defaults(),
+                                   .max_tokens = 200, .grammar = g, .grammar_vocab = g_vocab };
+            if (i < NP) ps[i].sp.temperature = 0;
+            else ps[i].sp.seed = 7 + (uint64_t)i;
+        }
+        out_t a[NP + 2][3], b[NP + 2][3];
+        run(e[0], ps, NP + 2, a);
+        run(e[1], ps, NP + 2, b);
+        for (int i = 0; i < NP; i++) {
+            const int same = a[i][0].fin == b[i][0].fin && a[i][0].len == b[i][0].len &&
+                             !memcmp(a[i][0].text, b[i][0].text, a[i][0].len);
+            if (!same)
+                fprintf(stderr, "  schema %zu prompt %d: %.*s | %.*s\n", si, i, (int)a[i][0].len, a[i][0].text,
+                        (int)b[i][0].len, b[i][0].text);
+            CHECK(same);
+        }
+        for (int i = 0; i < NP + 2; i++)
+            if (b[i][0].fin == QFINISH_STOP) CHECK(valid(g, &b[i][0]));
+        gram_free(g);
+    }
+    qengine_stats st;
+    qengine_stats_get(e[1], &st);
+    fprintf(stderr, "  with drafts: %llu drafted, %llu kept\n", (unsigned long long)st.spec_drafted,
+            (unsigned long long)st.spec_accepted);
+    CHECK(st.spec_drafted > 0 && st.spec_accepted > 0);
+    for (int s = 0; s < 2; s++) {
+        char check[256];
+        CHECK(qengine_check(e[s], check, sizeof check) == 0);
+        qengine_destroy(e[s]);
+    }
+    for (int i = 0; i < NP; i++) free(pr[i]);
+}
+
 int main(void)
 {
     char path[1024], err[256];
@@ -165,6 +230,7 @@ int main(void)
         return 1;
     }
     QT_RUN(test_schemas);
+    QT_RUN(test_spec_schemas);
     gram_vocab_free(g_vocab);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
