@@ -599,7 +599,7 @@ int qengine_step(qengine *e)
     const double t_step = q_now();
     e->st.steps++;
     const int budget_max = e->o.max_batch_tokens;
-    int budget = budget_max, n_seqs = 0, n_tok = 0, rc;
+    int budget = budget_max, n_seqs = 0, n_tok = 0, n_dec = 0, rc; /* n_dec: sequences that decode */
     if ((rc = ensure_scratch(e, budget_max + e->o.max_seqs, e->o.max_seqs, rows_needed(e)))) return rc;
 
     /* a. decodes, oldest admission first.  The running list is in
@@ -613,7 +613,7 @@ int qengine_step(qengine *e)
     for (req *q = e->running.head; q; q = q->next) snap[k++] = q, q->preempted_now = 0;
     /* Drafts only where the batch is small enough for the pass to be bound
      * by reading the weights (extra tokens then cost little). */
-    const int spec_now = e->o.spec_mode != QSPEC_NONE && n_run < e->o.spec_max_batch;
+    const int spec_now = e->o.spec_mode != QSPEC_NONE && qe_spec_allowed(e) && n_run < e->o.spec_max_batch;
     for (int i = 0; i < n_run && n_seqs < e->o.max_seqs && budget > 0; i++) {
         req *q = snap[i];
         if (q->preempted_now) continue; /* preempted by an older request */
@@ -626,6 +626,7 @@ int qengine_step(qengine *e)
         q->n_draft = 0;
         if (spec_now) qe_spec_draft(e, q, budget - 1);
         add_decode(e, q, &n_seqs, &n_tok);
+        n_dec++;
         budget -= 1 + q->n_draft;
     }
     free(snap);
@@ -653,6 +654,7 @@ int qengine_step(qengine *e)
         if (rc == 1) break;
         q->n_draft = 0;
         add_decode(e, q, &n_seqs, &n_tok);
+        n_dec++;
         budget--;
     }
 
@@ -915,6 +917,7 @@ int qengine_step(qengine *e)
         }
     }
     e->st.step_s += q_now() - t_step;
+    if (e->o.spec_mode != QSPEC_NONE) qe_spec_step_done(e, n_dec == n_seqs, q_now() - t_step);
     e->st.after_s += q_now() - t_after;
     return n_live(e);
 }

@@ -106,6 +106,11 @@ typedef struct {
     int spec_k;
     int spec_ngram_min, spec_ngram_max; /* suffix lengths looked up (0: 1 and 3) */
     int spec_max_batch;
+    /* Whether drafting pays is measured, not assumed: decode steps run 8
+     * with drafts and 8 without in turn, and the next 64 draft only when
+     * the steps with drafts gave more tokens a second.  spec_always: draft
+     * in every step (tests, benchmarks). */
+    int spec_always;
 } qengine_opts;
 
 typedef enum { QSPEC_NONE = 0, QSPEC_NGRAM = 1 } qspec_mode;
@@ -192,6 +197,7 @@ typedef struct {
     uint64_t steps;
     uint64_t finished;
     uint64_t spec_drafted, spec_accepted, spec_passes; /* speculative decoding, as qevent's */
+    uint64_t spec_probes, spec_probes_won;  /* drafts measured against none, and found faster */
     /* The persistent tier (zeros without one). */
     uint64_t disk_lookups;          /* chains looked up */
     uint64_t disk_blocks_loaded;    /* blocks loaded from it into the pool */

@@ -123,6 +123,14 @@ struct qengine {
     int *b_row0;                  /* (cap_seqs) each sequence's first logit row */
     int cap_tokens, cap_seqs, cap_rows;
     qengine_stats st;
+    /* speculative decoding's probe (engine_spec.c): steps with and without
+     * drafts measured in turn, the faster used for a while */
+    struct {
+        int phase, left;         /* SP_* and its steps left */
+        double tok[2], secs[2];  /* tokens and seconds of decode-only steps, without [0] and with [1] drafts */
+        int use;                 /* drafts allowed while exploiting */
+        uint64_t gen0;           /* st.generated when the step began */
+    } sp;
 };
 
 /* ---- request lists (FIFO) ---------------------------------------------------- */
@@ -214,6 +222,11 @@ void qe_spec_draft(qengine *e, req *r, int room);
  * qe_take_token, stopping where the request ends); the rejected drafts
  * leave the kv.  QFINISH_NONE while it goes on. */
 qfinish qe_spec_take(qengine *e, req *r, int row0);
+/* Whether this step may draft (the probe's say), as it begins. */
+int qe_spec_allowed(qengine *e);
+/* The step's outcome for the probe: decode_only (no prompt tokens in it),
+ * its seconds; the tokens it gave are counted from st.generated. */
+void qe_spec_step_done(qengine *e, int decode_only, double secs);
 
 /* engine_guided.c */
 /* Feeds r's grammar its pending token now: 0 or the matcher's refusal. */

@@ -14,13 +14,54 @@
  *
  * Each request's k follows its acceptance: one more after a pass that kept
  * everything, the kept count plus one after one that did not; a request
- * whose drafts are mostly refused rests (no drafts) for a while. */
+ * whose drafts are mostly refused rests (no drafts) for a while.
+ *
+ * Whether drafts pay at all depends on the machine as much as on the text:
+ * a pass with drafts carries more tokens, and on the GPU it runs without
+ * the one-token decode graph.  So the engine measures it: PROBE_STEPS
+ * decode-only steps with drafts, as many without, then USE_STEPS with
+ * whichever gave more tokens a second, and again. */
 #include <string.h>
 
 #include "engine_int.h"
 #include "qerr.h"
 
 _Static_assert(QENGINE_MAX_SPEC_K == QSPEC_MAX_K, "engine.h's bound on spec_k is spec.h's");
+
+#define PROBE_STEPS 8
+#define USE_STEPS 64
+enum { SP_ON, SP_OFF, SP_USE }; /* probing with drafts, without, using the faster */
+
+int qe_spec_allowed(qengine *e)
+{
+    e->sp.gen0 = e->st.generated;
+    if (e->o.spec_always) return 1;
+    if (e->sp.left <= 0 && e->sp.phase == SP_ON) e->sp.left = PROBE_STEPS; /* the first step */
+    return e->sp.phase == SP_ON || (e->sp.phase == SP_USE && e->sp.use);
+}
+
+void qe_spec_step_done(qengine *e, int decode_only, double secs)
+{
+    if (e->o.spec_always || !decode_only) return; /* prompt chunks would weigh on either side */
+    if (e->sp.phase != SP_USE) {
+        const int w = e->sp.phase == SP_ON;
+        e->sp.tok[w] += (double)(e->st.generated - e->sp.gen0);
+        e->sp.secs[w] += secs;
+    }
+    if (--e->sp.left > 0) return;
+    if (e->sp.phase == SP_ON) {
+        e->sp.phase = SP_OFF, e->sp.left = PROBE_STEPS;
+    } else if (e->sp.phase == SP_OFF) {
+        const double with = e->sp.secs[1] > 0 ? e->sp.tok[1] / e->sp.secs[1] : 0,
+                     without = e->sp.secs[0] > 0 ? e->sp.tok[0] / e->sp.secs[0] : 0;
+        e->sp.use = with > without;
+        e->st.spec_probes++, e->st.spec_probes_won += (uint64_t)e->sp.use;
+        e->sp.phase = SP_USE, e->sp.left = USE_STEPS;
+    } else {
+        e->sp.phase = SP_ON, e->sp.left = PROBE_STEPS;
+        e->sp.tok[0] = e->sp.tok[1] = e->sp.secs[0] = e->sp.secs[1] = 0;
+    }
+}
 
 #define REST_STEPS 16    /* steps a request with a low acceptance goes without drafts */
 #define LOW_RATE 0.1     /* below this share of drafts kept (after MIN_PASSES passes) it rests */

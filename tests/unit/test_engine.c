@@ -251,6 +251,7 @@ static qengine *spec_engine(int k, int blocks, int mode)
     o.spec_mode = QSPEC_NGRAM;
     o.spec_k = k;
     o.spec_max_batch = 1000; /* all 50 speculate together too */
+    o.spec_always = 1;       /* in every step, whatever pays */
     o.preempt_mode = mode;
     qengine *e = NULL;
     char err[256];
@@ -277,6 +278,30 @@ static void test_spec_greedy(void)
                 (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted,
                 (unsigned long long)st.spec_passes, (unsigned long long)st.steps);
         CHECK(st.spec_drafted > 0 && st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted);
+        check_clean(e);
+        qengine_destroy(e);
+    }
+    /* As the engine runs drafts by default: measured against none in turn
+     * (probes), used only when faster; the output is the same either way. */
+    {
+        qengine_opts o;
+        test_opts(&o);
+        o.n_threads = 2;
+        o.num_blocks = 512;
+        o.spec_mode = QSPEC_NGRAM;
+        o.spec_max_batch = 1000;
+        qengine *e = NULL;
+        char err[256];
+        REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+        for (int rep = 0; rep < 4; rep++) {
+            CHECK(run(e, 0, NREQ, got, 0, 0) == 0);
+            CHECK(same_outputs(alone, got, "n-gram drafts, probed"));
+        }
+        qengine_stats st;
+        qengine_stats_get(e, &st);
+        fprintf(stderr, "  probed: %llu probes, drafts faster in %llu\n", (unsigned long long)st.spec_probes,
+                (unsigned long long)st.spec_probes_won);
+        CHECK(st.spec_probes > 0 && st.spec_drafted > 0);
         check_clean(e);
         qengine_destroy(e);
     }
@@ -318,6 +343,7 @@ static void two_tokens(const int32_t *prompt, int np, int n, int spec, uint64_t 
     o.spec_mode = spec ? QSPEC_NGRAM : QSPEC_NONE;
     o.spec_k = 2;
     o.spec_max_batch = 1000;
+    o.spec_always = 1;
     qengine *e = NULL;
     char err[256];
     REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);

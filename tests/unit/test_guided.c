@@ -175,6 +175,7 @@ static void test_spec_schemas(void)
         o.spec_mode = s ? QSPEC_NGRAM : QSPEC_NONE;
         o.spec_k = 4;
         o.spec_max_batch = 1000;
+        o.spec_always = 1;
         REQUIRE(qengine_create(g_model, g_tok, &o, &e[s], err, sizeof err) == 0);
     }
     enum { NP = sizeof PROMPTS / sizeof PROMPTS[0] };
