@@ -484,6 +484,11 @@ static int draw(qsampler *s, const uint32_t *allowed, const double *u)
 
 int qsample_verify(qsampler *s, const float *logits, const uint32_t *allowed, int draft, int *accepted)
 {
+    return qsample_verify_q(s, logits, allowed, NULL, draft, accepted);
+}
+
+int qsample_verify_q(qsampler *s, const float *logits, const uint32_t *allowed, const float *q, int draft, int *accepted)
+{
     *accepted = 0;
     if (qsampler_process(s, logits, allowed, s->prob) == 0) return QERR_INVAL;
     int n;
@@ -492,25 +497,48 @@ int qsample_verify(qsampler *s, const float *logits, const uint32_t *allowed, in
         *accepted = id == draft;
         return id;
     }
-    /* Rejection sampling with a proposal certain of its token (q = 1 on
-     * draft): take it with probability p(draft); else draw from p with
-     * draft removed.  Either way the token is distributed as p. */
+    /* Rejection sampling (Leviathan et al., Chen et al.): take the draft
+     * with probability min(1, p(draft) / q(draft)); else draw from the
+     * residual max(0, p - q), renormalised.  Either way the token is
+     * distributed as p.  A proposal certain of its token (q NULL: q = 1 on
+     * draft) takes it with probability p(draft), else draws from p without
+     * it. */
     double mass = 0, pd = 0;
     int at = -1;
     for (int i = 0; i < n; i++) {
         mass += s->prob[s->idx[i]];
         if (s->idx[i] == draft) at = i, pd = s->prob[draft];
     }
-    if (at >= 0 && qrng_uniform(&s->rng) * mass < pd) {
+    const double qd = q ? (draft >= 0 && draft < s->n_vocab ? q[draft] : 0) : 1;
+    if (at >= 0 && qd > 0 && qrng_uniform(&s->rng) * mass * qd < pd) {
         *accepted = 1;
         return draft;
     }
-    if (at >= 0) {
-        if (n == 1) return draft; /* p(draft) = 1: cannot be refused (rounding) */
-        memmove(s->idx + at, s->idx + at + 1, sizeof *s->idx * (size_t)(n - at - 1));
-        n--;
+    if (!q) {
+        if (at >= 0) {
+            if (n == 1) return draft; /* p(draft) = 1: cannot be refused (rounding) */
+            memmove(s->idx + at, s->idx + at + 1, sizeof *s->idx * (size_t)(n - at - 1));
+            n--;
+        }
+        return pick(s, n, qrng_uniform(&s->rng));
     }
-    return pick(s, n, qrng_uniform(&s->rng));
+    /* The residual, over the candidates (p is 0 elsewhere). */
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        const double r = s->prob[s->idx[i]] / mass - q[s->idx[i]];
+        if (r > 0) total += r;
+    }
+    if (!(total > 0)) return pick(s, n, qrng_uniform(&s->rng)); /* p = q: any draw from p */
+    const double u = qrng_uniform(&s->rng) * total;
+    double c = 0;
+    int last = s->idx[0];
+    for (int i = 0; i < n; i++) {
+        const double r = s->prob[s->idx[i]] / mass - q[s->idx[i]];
+        if (r <= 0) continue;
+        c += r, last = s->idx[i];
+        if (u < c) return s->idx[i];
+    }
+    return last;
 }
 
 int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed)

@@ -146,6 +146,11 @@ int qsample_with_uniform(qsampler *s, const float *logits, double u);
  * draft.  Greedy: the argmax, accepted when it is the draft.  QERR_INVAL
  * when the mask allows no id. */
 int qsample_verify(qsampler *s, const float *logits, const uint32_t *allowed, int draft, int *accepted);
+/* The same for a draft drawn from a proposal distribution q (n_vocab
+ * probabilities, a draft model's, processed as the request's sampler would):
+ * accepted with probability min(1, p / q), else drawn from max(0, p - q)
+ * renormalised; q NULL is qsample_verify. */
+int qsample_verify_q(qsampler *s, const float *logits, const uint32_t *allowed, const float *q, int draft, int *accepted);
 
 /* Takes the one uniform number the next draw consumes, for a draw made
  * elsewhere (a QROW_SAMPLE row), so that the stream stays where qsample

@@ -1,7 +1,8 @@
 /* test_spec.c - speculative decoding's parts: n-gram prompt lookup
  * (spec/ngram.c) and the verification of a proposed token
  * (qsample_verify): the token kept is distributed as a plain draw, whatever
- * the draft, with temperature and filters; greedy keeps the argmax. */
+ * the draft (certain of it, or drawn from a proposal distribution), with
+ * temperature and filters; greedy keeps the argmax. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -113,6 +114,63 @@ static void test_verify_distribution(void)
     }
 }
 
+/* A draft drawn from a proposal q (a draft model's distribution): the kept
+ * token is distributed as p whatever q is, and the draft is kept with
+ * probability sum over ids of min(p, q). */
+static void test_verify_proposal(void)
+{
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(0.4 * i - 0.03 * i * i);
+    qsample_params sps[2];
+    sps[0] = qsample_defaults();
+    sps[1] = qsample_defaults();
+    sps[1].temperature = 0.8f, sps[1].top_p = 0.9f;
+    /* Proposals: one close to p, one far (mass on ids p gives little). */
+    float qs[2][V];
+    double qsum[2] = { 0, 0 };
+    for (int i = 0; i < V; i++) {
+        qs[0][i] = (float)exp(0.35 * i - 0.03 * i * i), qsum[0] += qs[0][i];
+        qs[1][i] = (float)exp(-0.3 * i), qsum[1] += qs[1][i];
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < V; i++) qs[k][i] = (float)(qs[k][i] / qsum[k]);
+    for (int pi = 0; pi < 2; pi++) {
+        double p[V];
+        plain_probs(&sps[pi], l, 1000000, p);
+        for (int qi = 0; qi < 2; qi++) {
+            qsampler *s = qsampler_create(&sps[pi], V);
+            REQUIRE(s);
+            qrng draw;
+            qrng_seed(&draw, 77 + (uint64_t)qi);
+            int c[V] = { 0 }, acc_n = 0;
+            const int n = 100000;
+            for (int t = 0; t < n; t++) {
+                /* The draft, drawn from q. */
+                double u = qrng_uniform(&draw), cum = 0;
+                int d = V - 1;
+                for (int i = 0; i < V; i++)
+                    if (u < (cum += qs[qi][i])) {
+                        d = i;
+                        break;
+                    }
+                int acc;
+                const int tok = qsample_verify_q(s, l, NULL, qs[qi], d, &acc);
+                REQUIRE(tok >= 0 && tok < V);
+                c[tok]++;
+                acc_n += acc;
+            }
+            qsampler_destroy(s);
+            const double x = chi2(c, p, n);
+            double want_acc = 0;
+            for (int i = 0; i < V; i++) want_acc += p[i] < qs[qi][i] ? p[i] : qs[qi][i];
+            fprintf(stderr, "  params %d, proposal %d: chi-square %.1f, kept %.3f (expected %.3f)\n", pi, qi, x,
+                    (double)acc_n / n, want_acc);
+            CHECK(x < 31.3);
+            CHECK(fabs((double)acc_n / n - want_acc) < 0.01);
+        }
+    }
+}
+
 static void test_verify_greedy_and_masks(void)
 {
     float l[V];
@@ -146,6 +204,7 @@ int main(void)
 {
     QT_RUN(test_ngram);
     QT_RUN(test_verify_distribution);
+    QT_RUN(test_verify_proposal);
     QT_RUN(test_verify_greedy_and_masks);
     QT_MAIN_END();
 }
