@@ -305,6 +305,38 @@ static void test_spec_greedy(void)
         check_clean(e);
         qengine_destroy(e);
     }
+    /* Cancellations mid-decode, with drafts in every step: every block
+     * comes back. */
+    {
+        qengine *e = spec_engine(4, 0, QPREEMPT_RECOMPUTE);
+        REQUIRE(e);
+        uint64_t ids[NREQ];
+        char err[256];
+        for (int j = 0; j < NREQ; j++) {
+            qreq_params p = { .prompt = jobs[j].prompt, .n_prompt = jobs[j].n, .sp = qsample_defaults(),
+                              .max_tokens = 200, .ignore_eos = 1 };
+            p.sp.temperature = 0;
+            REQUIRE(qengine_submit(e, &p, &ids[j], err, sizeof err) == 0);
+        }
+        for (int i = 0; i < 12; i++) qengine_step(e);
+        for (int j = 0; j < NREQ; j += 2) CHECK(qengine_cancel(e, ids[j]) == 0);
+        int cancelled = 0;
+        for (int live = 1; live > 0;) {
+            live = qengine_step(e);
+            qevent ev;
+            while (qengine_poll(e, &ev)) {
+                cancelled += ev.finish == QFINISH_CANCELLED;
+                qevent_free(&ev);
+            }
+        }
+        CHECK_EQ_INT(cancelled, NREQ / 2);
+        qengine_stats st;
+        qengine_stats_get(e, &st);
+        CHECK(st.spec_drafted > 0);
+        CHECK_EQ_INT(st.kv_used, 0);
+        check_clean(e);
+        qengine_destroy(e);
+    }
     /* Alone, k 3. */
     for (int j = 0; j < NREQ; j++) {
         qengine *e = spec_engine(3, 0, QPREEMPT_RECOMPUTE);
