@@ -435,7 +435,9 @@ static int grow_array(void **pp, size_t n, size_t size)
 static int rows_needed(const qengine *e)
 {
     if (e->o.spec_mode == QSPEC_NONE) return e->o.max_seqs;
-    const int drafts = e->o.max_seqs * e->o.spec_k;
+    /* Drafts only in steps of fewer than spec_max_batch decodes. */
+    const int drafters = e->o.max_seqs < e->o.spec_max_batch - 1 ? e->o.max_seqs : e->o.spec_max_batch - 1;
+    const int drafts = drafters * e->o.spec_k;
     return e->o.max_seqs + (drafts < e->o.max_batch_tokens ? drafts : e->o.max_batch_tokens);
 }
 
@@ -614,7 +616,11 @@ int qengine_step(qengine *e)
     /* Drafts only where the batch is small enough for the pass to be bound
      * by reading the weights (extra tokens then cost little). */
     const int spec_now = e->o.spec_mode != QSPEC_NONE && qe_spec_allowed(e) && n_run < e->o.spec_max_batch;
-    for (int i = 0; i < n_run && n_seqs < e->o.max_seqs && budget > 0; i++) {
+    /* Every decode's slot first (oldest first, preempting the newest when
+     * the pool is short), then drafts from what is left: drafts never take
+     * a decode's budget or block. */
+    int n_sched = 0;
+    for (int i = 0; i < n_run && n_sched < e->o.max_seqs && budget > 0; i++) {
         req *q = snap[i];
         if (q->preempted_now) continue; /* preempted by an older request */
         rc = qe_reserve_decode(e, q);
@@ -623,11 +629,16 @@ int qengine_step(qengine *e)
             return rc;
         }
         if (rc == 1) continue;
+        snap[n_sched++] = q; /* i >= n_sched: entries not yet read stay */
+        budget--;
+    }
+    for (int i = 0; i < n_sched; i++) {
+        req *q = snap[i];
         q->n_draft = 0;
-        if (spec_now) qe_spec_draft(e, q, budget - 1);
+        if (spec_now) qe_spec_draft(e, q, budget);
         add_decode(e, q, &n_seqs, &n_tok);
         n_dec++;
-        budget -= 1 + q->n_draft;
+        budget -= q->n_draft;
     }
     free(snap);
 
@@ -741,11 +752,14 @@ int qengine_step(qengine *e)
     int n_logits = 0;
     /* Guided rows' masks are made straight into the backend's memory for
      * them, where it has some (no copy on the way to the device). */
+    int n_rows = 0; /* the step's logit rows: a sampled sequence's, and one a draft */
+    for (int i = 0; i < n_seqs; i++)
+        if (e->b_sample[i]) n_rows += 1 + e->b_reqs[i]->n_draft;
     uint32_t *mrows = NULL;
     if (e->be->ops->mask_rows && (e->be->ops->caps & QBE_CAP_ROW_MASK))
         for (int i = 0; i < n_seqs; i++)
             if (e->b_sample[i] && e->b_reqs[i]->gm && !e->b_reqs[i]->gm_failed) {
-                mrows = e->be->ops->mask_rows(e->be, n_seqs); /* once: NULL falls back to the requests' own */
+                mrows = e->be->ops->mask_rows(e->be, n_rows); /* once: NULL falls back to the requests' own */
                 break;
             }
     const size_t mwords = ((size_t)e->m->hp.n_vocab + 31) / 32;
@@ -814,7 +828,7 @@ int qengine_step(qengine *e)
         /* The prefill rate, against which loading a prefix is weighed. */
         int n_prefill = n_tok;
         for (int i = 0; i < n_seqs; i++)
-            if (e->b_seqs[i].n_tokens == 1 && e->b_reqs[i]->n_computed >= e->b_reqs[i]->n_prompt) n_prefill--;
+            if (e->b_reqs[i]->n_computed >= e->b_reqs[i]->n_prompt) n_prefill -= e->b_seqs[i].n_tokens; /* a decode, drafts and all */
         const double dt = q_now() - t_fwd;
         e->st.forward_s += dt;
         if (!rc && n_prefill >= 128 && dt > 0) {
@@ -917,7 +931,8 @@ int qengine_step(qengine *e)
         }
     }
     e->st.step_s += q_now() - t_step;
-    if (e->o.spec_mode != QSPEC_NONE) qe_spec_step_done(e, n_dec == n_seqs, q_now() - t_step);
+    /* The probe weighs steps that could draft and hold no prompt chunk. */
+    if (e->o.spec_mode != QSPEC_NONE) qe_spec_step_done(e, n_dec == n_seqs && n_run < e->o.spec_max_batch, q_now() - t_step);
     e->st.after_s += q_now() - t_after;
     return n_live(e);
 }

@@ -56,7 +56,7 @@ typedef struct req {
     int gjob;               /* this step's mask job (index in e->gjobs), -1 for none */
     int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
     /* speculative decoding (engine_spec.c) */
-    int spec;               /* it may speculate (the engine's spec_mode, not opted out, no grammar) */
+    int spec;               /* it may speculate (the engine's spec_mode, not opted out) */
     int spec_k;             /* drafts it asks for now (its acceptance decides; 0: resting) */
     int spec_rest;          /* steps left before it tries again once spec_k fell to 0 */
     double spec_rate;       /* share of drafts kept, a moving average */

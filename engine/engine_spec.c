@@ -88,10 +88,19 @@ static int grammar_drafts(qengine *e, req *r, int d)
         kept = j;
         if (j == d) break;
         const int t = r->draft[j];
-        if (!(job.mask[t / 32] >> (t % 32) & 1u) || gram_m_feed_token(r->gm, r->gv, t)) break;
+        if (!(job.mask[t / 32] >> (t % 32) & 1u)) break;
+        const int rc = gram_m_feed_token(r->gm, r->gv, t);
+        if (rc == QERR_INVAL) break; /* refused: the matcher is unchanged */
+        if (rc) {                    /* out of memory mid-feed: where the matcher stands is unknown */
+            r->gm_failed = 1;
+            return 0;
+        }
         fed++;
     }
-    if (fed) gram_m_rollback(r->gm, fed);
+    if (fed && gram_m_rollback(r->gm, fed)) {
+        r->gm_failed = 1;
+        return 0;
+    }
     e->st.masks += (uint64_t)kept + 1;
     return kept;
 }
@@ -115,9 +124,11 @@ void qe_spec_draft(qengine *e, req *r, int room)
     if (d >= 1 && r->gm && !r->gm_failed) d = grammar_drafts(e, r, d);
     else if (r->gm_failed) d = 0;
     /* Their slots come after the next token's, in blocks r holds alone (a
-     * fresh block when the next token filled the last one); none when the
-     * pool is short: drafts never preempt anyone. */
-    if (d < 1 || !kv_seq_can_append(e->pool, &r->kv, d) || kv_seq_append(e->pool, &r->kv, r->draft, d)) return;
+     * fresh block when the next token filled the last one), from free
+     * blocks only: drafts never preempt anyone nor evict cached prefixes. */
+    if (d < 1) return;
+    const int need = kv_seq_blocks_needed(e->pool, &r->kv, d);
+    if (need < 0 || need > kv_pool_num_free(e->pool) || kv_seq_append(e->pool, &r->kv, r->draft, d)) return;
     r->n_draft = d;
 }
 
@@ -137,6 +148,8 @@ qfinish qe_spec_take(qengine *e, req *r, int row0)
             break;
         }
         const uint32_t *allowed = r->gm ? r->smask + (size_t)j * words : NULL;
+        /* Log-probabilities are of the masked logits, as without drafts. */
+        if (allowed && r->want_logprobs) qguide_mask_logits(allowed, (float *)dr.lg, V);
         if (e->b_rowmode[row0 + j] == QROW_ARGMAX) { /* greedy, reduced where the logits are */
             dr.tok = e->b_rowtok[row0 + j];
             acc = j < d && dr.tok == r->draft[j];
