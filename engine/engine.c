@@ -118,6 +118,7 @@ static void req_free(req *r)
     gram_m_free(r->gm);
     free(r->gmask);
     free(r->smask);
+    qspec_index_free(r->sidx);
     qdetok_free(r->detok);
     qstop_free(r->stop);
     free(r);

@@ -63,6 +63,7 @@ typedef struct req {
     int32_t draft[QSPEC_MAX_K];
     int n_draft;            /* this step's drafts, in the batch after its next token */
     uint32_t *smask;        /* with a grammar: the mask of each draft row, (QSPEC_MAX_K + 1) rows (made on first use) */
+    qspec_index *sidx;      /* its tokens' n-grams, for the lookup (made on first use; NULL: the lookup scans) */
     int spec_drafted, spec_accepted, spec_passes;
     int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
     int n_slots;

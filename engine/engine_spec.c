@@ -119,7 +119,12 @@ void qe_spec_draft(qengine *e, req *r, int room)
     if (k > left) k = left;
     if (k > ctx) k = ctx;
     if (k < 1) return;
-    int d = qspec_ngram(r->tokens, r->n_tokens, e->o.spec_ngram_min, e->o.spec_ngram_max, k, r->draft);
+    /* The lookup, from the request's index of its n-grams where it has one
+     * (kept up to date here: tokens are only ever appended). */
+    if (!r->sidx) r->sidx = qspec_index_new(e->o.spec_ngram_min, e->o.spec_ngram_max);
+    if (r->sidx && qspec_index_update(r->sidx, r->tokens, r->n_tokens)) qspec_index_free(r->sidx), r->sidx = NULL;
+    int d = r->sidx ? qspec_index_propose(r->sidx, r->tokens, r->n_tokens, k, r->draft)
+                    : qspec_ngram(r->tokens, r->n_tokens, e->o.spec_ngram_min, e->o.spec_ngram_max, k, r->draft);
     /* Under a grammar only drafts it allows, each row with its mask. */
     if (d >= 1 && r->gm && !r->gm_failed) d = grammar_drafts(e, r, d);
     else if (r->gm_failed) d = 0;

@@ -23,4 +23,22 @@
  * min_n).  k is clamped to QSPEC_MAX_K.  Cannot fail. */
 int qspec_ngram(const int32_t *hist, int n, int min_n, int max_n, int k, int32_t *out);
 
+/* The same lookup from an index of the sequence's n-grams, kept up to
+ * date as the sequence grows: a lookup costs O(k) rather than a scan of the
+ * whole sequence (long conversations).  Proposes exactly what qspec_ngram
+ * proposes. */
+typedef struct qspec_index qspec_index;
+
+/* An empty index for suffixes of min_n..max_n tokens (1 <= min_n <= max_n
+ * <= 8); NULL on bad arguments or when out of memory. */
+qspec_index *qspec_index_new(int min_n, int max_n);
+void qspec_index_free(qspec_index *x);
+/* Indexes hist[indexed .. n) (hist: the whole sequence so far, its earlier
+ * tokens unchanged since the last call).  0 or QERR_NOMEM (the index then
+ * stays as it was: the caller may try again or drop it). */
+int qspec_index_update(qspec_index *x, const int32_t *hist, int n);
+/* qspec_ngram(hist, n, min_n, max_n, k, out), from the index (which must
+ * hold exactly n tokens of hist). */
+int qspec_index_propose(const qspec_index *x, const int32_t *hist, int n, int k, int32_t *out);
+
 #endif

@@ -49,6 +49,43 @@ static void test_ngram(void)
     CHECK_EQ_INT(qspec_ngram(run, 40, 1, 3, 0, out), 0);
 }
 
+/* The index proposes exactly what the scan does, for every prefix of
+ * sequences over small alphabets (many repeats), grown a token or a chunk
+ * at a time; bad arguments give no index. */
+static void test_ngram_index(void)
+{
+    int32_t h[3000], a[QSPEC_MAX_K], b[QSPEC_MAX_K];
+    uint64_t x = 99;
+    int diff = 0, proposals = 0;
+    for (int alpha = 2; alpha <= 40; alpha *= 3) {
+        for (int i = 0; i < 3000; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            h[i] = (int32_t)((x >> 33) % (uint64_t)alpha);
+        }
+        for (int mn = 1; mn <= 2; mn++) {
+            const int mx = mn + 2;
+            qspec_index *ix = qspec_index_new(mn, mx);
+            REQUIRE(ix);
+            for (int n = 1; n <= 3000;) {
+                REQUIRE(qspec_index_update(ix, h, n) == 0);
+                for (int k = 1; k <= QSPEC_MAX_K; k += 7) {
+                    const int ca = qspec_ngram(h, n, mn, mx, k, a), cb = qspec_index_propose(ix, h, n, k, b);
+                    proposals += ca > 0;
+                    if (ca != cb || memcmp(a, b, sizeof *a * (size_t)(ca > 0 ? ca : 0))) diff++;
+                }
+                n += n < 200 ? 1 : 1 + (int)(x % 37), x = x * 6364136223846793005ULL + 1;
+            }
+            qspec_index_free(ix);
+        }
+    }
+    CHECK_EQ_INT(diff, 0);
+    CHECK(proposals > 1000);
+    CHECK(qspec_index_new(0, 3) == NULL);
+    CHECK(qspec_index_new(3, 2) == NULL);
+    CHECK(qspec_index_new(1, 9) == NULL);
+    qspec_index_free(NULL);
+}
+
 #define V 12
 
 /* Pearson's chi-square of counts against probabilities p (cells with p = 0
@@ -203,6 +240,7 @@ static void test_verify_greedy_and_masks(void)
 int main(void)
 {
     QT_RUN(test_ngram);
+    QT_RUN(test_ngram_index);
     QT_RUN(test_verify_distribution);
     QT_RUN(test_verify_proposal);
     QT_RUN(test_verify_greedy_and_masks);
