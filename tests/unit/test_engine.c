@@ -242,7 +242,9 @@ static void test_batch_invariance(void)
 
 /* ---- speculative decoding ---------------------------------------------------- */
 
-static qengine *spec_engine(int k, int blocks, int mode)
+/* An engine with n-gram drafts of up to k tokens (always: in every step,
+ * else as the probe decides), blocks KV blocks (0: 512), preemption mode. */
+static qengine *spec_engine(int k, int blocks, int mode, int always)
 {
     qengine_opts o;
     test_opts(&o);
@@ -251,7 +253,7 @@ static qengine *spec_engine(int k, int blocks, int mode)
     o.spec_mode = QSPEC_NGRAM;
     o.spec_k = k;
     o.spec_max_batch = 1000; /* all 50 speculate together too */
-    o.spec_always = 1;       /* in every step, whatever pays */
+    o.spec_always = always;
     o.preempt_mode = mode;
     qengine *e = NULL;
     char err[256];
@@ -266,7 +268,7 @@ static void test_spec_greedy(void)
 {
     static job got[NREQ];
     for (int k = 1; k <= 8; k++) {
-        qengine *e = spec_engine(k, 0, QPREEMPT_RECOMPUTE);
+        qengine *e = spec_engine(k, 0, QPREEMPT_RECOMPUTE, 1);
         REQUIRE(e);
         CHECK(run(e, 0, NREQ, got, 0, 0) == 0);
         char what[64];
@@ -284,15 +286,8 @@ static void test_spec_greedy(void)
     /* As the engine runs drafts by default: measured against none in turn
      * (probes), used only when faster; the output is the same either way. */
     {
-        qengine_opts o;
-        test_opts(&o);
-        o.n_threads = 2;
-        o.num_blocks = 512;
-        o.spec_mode = QSPEC_NGRAM;
-        o.spec_max_batch = 1000;
-        qengine *e = NULL;
-        char err[256];
-        REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+        qengine *e = spec_engine(4, 0, QPREEMPT_RECOMPUTE, 0);
+        REQUIRE(e);
         for (int rep = 0; rep < 4; rep++) {
             CHECK(run(e, 0, NREQ, got, 0, 0) == 0);
             CHECK(same_outputs(alone, got, "n-gram drafts, probed"));
@@ -308,7 +303,7 @@ static void test_spec_greedy(void)
     /* Cancellations mid-decode, with drafts in every step: every block
      * comes back. */
     {
-        qengine *e = spec_engine(4, 0, QPREEMPT_RECOMPUTE);
+        qengine *e = spec_engine(4, 0, QPREEMPT_RECOMPUTE, 1);
         REQUIRE(e);
         uint64_t ids[NREQ];
         char err[256];
@@ -339,7 +334,7 @@ static void test_spec_greedy(void)
     }
     /* Alone, k 3. */
     for (int j = 0; j < NREQ; j++) {
-        qengine *e = spec_engine(3, 0, QPREEMPT_RECOMPUTE);
+        qengine *e = spec_engine(3, 0, QPREEMPT_RECOMPUTE, 1);
         REQUIRE(e);
         CHECK(run(e, j, j + 1, got, 0, 0) == 0);
         check_clean(e);
@@ -348,7 +343,7 @@ static void test_spec_greedy(void)
     CHECK(same_outputs(alone, got, "n-gram drafts, k 3, alone"));
     /* A 20-block pool, by recomputation and by swapping, checked every step. */
     for (int mode = QPREEMPT_RECOMPUTE; mode <= QPREEMPT_SWAP; mode++) {
-        qengine *e = spec_engine(4, 20, mode);
+        qengine *e = spec_engine(4, 20, mode, 1);
         REQUIRE(e);
         run_cfg c = { .check_every_step = 1 };
         CHECK(run_with(e, 0, NREQ, got, &c) == 0);
@@ -368,17 +363,9 @@ static void test_spec_greedy(void)
 static void two_tokens(const int32_t *prompt, int np, int n, int spec, uint64_t seed0, int32_t (*pairs)[2],
                        qengine_stats *st)
 {
-    qengine_opts o;
-    test_opts(&o);
-    o.n_threads = 2;
-    o.num_blocks = 512;
-    o.spec_mode = spec ? QSPEC_NGRAM : QSPEC_NONE;
-    o.spec_k = 2;
-    o.spec_max_batch = 1000;
-    o.spec_always = 1;
-    qengine *e = NULL;
+    qengine *e = spec ? spec_engine(2, 0, QPREEMPT_RECOMPUTE, 1) : engine(0, 0, 0);
+    REQUIRE(e);
     char err[256];
-    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
     enum { AT_ONCE = 64 };
     for (int lo = 0; lo < n; lo += AT_ONCE) {
         const int hi = lo + AT_ONCE < n ? lo + AT_ONCE : n;
