@@ -260,7 +260,8 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
     }
     qengine_stats st;
     qengine_stats_get(e, &st);
-    json_t *so = json_pack("{s:{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:f, s:f, s:f}}",
+    json_t *so = json_pack("{s:{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:f, s:f, s:f, "
+                           "s:I, s:I, s:I}}",
                            "stats", "requests", n, "steps", (json_int_t)st.steps,
                            "tokens_computed", (json_int_t)st.tokens_computed,
                            "tokens_reused", (json_int_t)st.tokens_reused, "prompt_tokens", (json_int_t)st.prompt_tokens_total,
@@ -271,7 +272,9 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
                            "swapped_in_blocks", (json_int_t)st.swapped_in_blocks,
                            "kv_blocks", st.kv_blocks, "kv_free", st.kv_free, "kv_cached", st.kv_cached,
                            "kv_utilisation_avg", st.kv_util_avg, "wall_s", wall,
-                           "generated_tokens_per_s", wall > 0 ? (double)gen / wall : 0.0);
+                           "generated_tokens_per_s", wall > 0 ? (double)gen / wall : 0.0, "spec_drafted",
+                           (json_int_t)st.spec_drafted, "spec_accepted", (json_int_t)st.spec_accepted, "spec_passes",
+                           (json_int_t)st.spec_passes);
     char *s = so ? json_dumps(so, JSON_COMPACT) : NULL;
     if (s) puts(s);
     free(s);

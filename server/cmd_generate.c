@@ -47,6 +47,8 @@ typedef struct {
     int kv_mem, max_batch_tokens, max_seqs, static_batching;
     const char *preempt;
     int swap_space;         /* MiB; -1 when not given */
+    const char *spec;
+    int spec_k;
     int n_predict;
     int threads;
     int block_size;
@@ -83,6 +85,8 @@ static const qopt gen_table[] = {
     { NULL, "--static-batching", NULL, OPT_FLAG, F_(static_batching), "--batch: admit a new batch only when the last has finished" },
     { NULL, "--preempt", "MODE", OPT_STR, F_(preempt), "--batch: when the KV pool runs out, recompute (default) or swap to host memory" },
     { NULL, "--swap-space", "MIB", OPT_INT, F_(swap_space), "--batch --preempt swap: host memory for swapped-out blocks (default 1024)" },
+    { NULL, "--spec", "MODE", OPT_STR, F_(spec), "--batch: speculative decoding, none (default) or ngram (drafts from n-gram lookup, in every step)" },
+    { NULL, "--spec-k", "K", OPT_INT, F_(spec_k), "--batch --spec: drafts a pass at most, 1 to 16 (default 4)" },
     { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
     { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
     { NULL, "--chunk", "N", OPT_INT, F_(chunk), "prompt tokens per forward pass (default 512)" },
@@ -197,6 +201,19 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "quire generate: --swap-space needs --preempt swap\n");
         return 2;
     }
+    int spec = QSPEC_NONE;
+    if (o.spec && qspec_mode_parse(o.spec, &spec)) {
+        fprintf(stderr, "quire generate: --spec: '%s' is not none or ngram\n", o.spec);
+        return 2;
+    }
+    if ((o.spec || o.spec_k) && !o.batch) {
+        fprintf(stderr, "quire generate: --spec and --spec-k need --batch\n");
+        return 2;
+    }
+    if (o.spec_k < 0 || o.spec_k > QENGINE_MAX_SPEC_K) {
+        fprintf(stderr, "quire generate: --spec-k: %d is not 1 to %d\n", o.spec_k, QENGINE_MAX_SPEC_K);
+        return 2;
+    }
     if (!(o.gpu_mem_util > 0 && o.gpu_mem_util <= 1)) {
         fprintf(stderr, "quire generate: --gpu-mem-util: %g is not in (0, 1]\n", (double)o.gpu_mem_util);
         return 2;
@@ -274,6 +291,9 @@ int cmd_generate(int argc, char **argv)
         eo.static_batching = o.static_batching;
         eo.preempt_mode = preempt;
         if (o.swap_space > 0) eo.swap_space_mb = (size_t)o.swap_space;
+        /* Drafts in every step: a batch file is for comparing runs. */
+        eo.spec_mode = spec, eo.spec_always = 1;
+        if (o.spec_k) eo.spec_k = o.spec_k;
         status = run_batch(m, tok, &eo, o.batch, o.n_predict);
         goto done;
     }
