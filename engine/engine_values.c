@@ -25,15 +25,18 @@ const char *qpreempt_name(int mode)
     return mode == QPREEMPT_RECOMPUTE ? "recompute" : mode == QPREEMPT_SWAP ? "swap" : "?";
 }
 
-int qpreempt_parse(const char *s, int *out)
+/* The value in lo..hi whose name(value) is s, into *out: 0 or QERR_INVAL. */
+static int parse_named(const char *s, const char *(*name)(int), int lo, int hi, int *out)
 {
-    for (int m = QPREEMPT_RECOMPUTE; m <= QPREEMPT_SWAP; m++)
-        if (s && !strcmp(s, qpreempt_name(m))) {
+    for (int m = lo; m <= hi; m++)
+        if (s && !strcmp(s, name(m))) {
             *out = m;
             return 0;
         }
     return QERR_INVAL;
 }
+
+int qpreempt_parse(const char *s, int *out) { return parse_named(s, qpreempt_name, QPREEMPT_RECOMPUTE, QPREEMPT_SWAP, out); }
 
 void qengine_opts_default(qengine_opts *o)
 {
@@ -52,12 +55,4 @@ const char *qspec_mode_name(int mode)
     return mode == QSPEC_NONE ? "none" : mode == QSPEC_NGRAM ? "ngram" : "?";
 }
 
-int qspec_mode_parse(const char *s, int *out)
-{
-    for (int m = QSPEC_NONE; m <= QSPEC_NGRAM; m++)
-        if (s && !strcmp(s, qspec_mode_name(m))) {
-            *out = m;
-            return 0;
-        }
-    return QERR_INVAL;
-}
+int qspec_mode_parse(const char *s, int *out) { return parse_named(s, qspec_mode_name, QSPEC_NONE, QSPEC_NGRAM, out); }

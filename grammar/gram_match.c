@@ -154,15 +154,17 @@ int gram_perm_may_end(const gperm *p, const uint32_t *s, int e)
     return cnt + (e > 0) >= p->min && (p->max < 0 || cnt + e <= p->max);
 }
 
-/* Whether members t (changed: what an end needs added) and e extras can
- * still end: the required members and what dependencies pull in fit under
- * max, and enough members are left for min (without counting how
- * dependencies could make min and max pull against each other). */
-static int perm_live(const gperm *p, uint32_t *t, int e)
+/* Whether members s, member i added (-1: none), and e extras can still
+ * end: enough members are left for min, and (with max) the required ones
+ * and what dependencies pull in fit under it (without counting how
+ * dependencies could make min and max pull against each other).  t: room
+ * for a set, written only when max must be counted against. */
+static int perm_live(const gperm *p, const uint32_t *s, int i, int e, uint32_t *t)
 {
     if (p->n + (e > 0 || p->has_extra) < p->min) return 0;
     if (p->max < 0) return 1;
-    for (int w = 0; w < p->nw; w++) t[w] |= p->req[w];
+    for (int w = 0; w < p->nw; w++) t[w] = s[w] | p->req[w];
+    if (i >= 0) t[i / 32] |= 1u << (i % 32);
     for (int changed = 1; changed;) {
         changed = 0;
         for (int d = 0; d < p->ndeps; d++)
@@ -176,11 +178,8 @@ static int perm_live(const gperm *p, uint32_t *t, int e)
 
 int gram_perm_may_add(const gperm *p, const uint32_t *s, int e, int i, uint32_t *scratch)
 {
-    if (i < p->n && has_bit(s, i)) return 0;
-    if (i >= p->n && !p->has_extra) return 0;
-    memcpy(scratch, s, sizeof *s * (size_t)p->nw);
-    if (i < p->n) scratch[i / 32] |= 1u << (i % 32);
-    return perm_live(p, scratch, i < p->n ? e : e + 1);
+    if (i < p->n) return !has_bit(s, i) && perm_live(p, s, i, e, scratch);
+    return p->has_extra && perm_live(p, s, -1, e + 1, scratch);
 }
 
 static uint64_t set_hash(int32_t perm, int32_t e, const uint32_t *w, int nw)
