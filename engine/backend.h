@@ -219,6 +219,12 @@ typedef struct {
     uint64_t seed;
     int max_tokens;     /* CUDA: most tokens one forward pass will carry (0: 2048);
                          * scratch is sized for it up front */
+    /* CUDA, when it sizes the pool (num_blocks 0): device memory another
+     * backend on the same device will take (a draft model's weights and
+     * scratch), left free, and bytes that backend will hold for each block
+     * of this pool (its K/V at the same block ids), counted with each. */
+    size_t reserve_bytes;
+    size_t extra_block_bytes;
 } qbackend_opts;
 
 typedef struct {

@@ -65,18 +65,26 @@ int qdevice_resolve(int device)
     return QDEVICE_CPU;
 }
 
-/* Blocks of block_size tokens that fit in mb MiB at elem_bytes per K/V
- * element, K and V, every layer: at least 1, at most 2^24. */
-static int blocks_for_mb(const qhparams *hp, int block_size, double mb, double elem_bytes)
+/* Bytes of one block of block_size tokens at elem_bytes per K/V element,
+ * K and V, every layer; 0 for no model. */
+static double block_bytes(const qmodel *m, int block_size, double elem_bytes)
 {
-    double per_block = 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * elem_bytes * block_size;
+    const qhparams *hp = m ? &m->hp : NULL;
+    return hp ? 2.0 * hp->n_layers * hp->n_kv_heads * hp->head_dim * elem_bytes * block_size : 0;
+}
+
+/* Blocks that fit in mb MiB, each block_bytes of m and of beside (NULL:
+ * none): at least 1, at most 2^24. */
+static int blocks_for_mb(const qmodel *m, const qmodel *beside, int block_size, double mb, double elem_bytes)
+{
+    double per_block = block_bytes(m, block_size, elem_bytes) + block_bytes(beside, block_size, elem_bytes);
     double n = mb * 1048576.0 / per_block;
     int nb = n > (1 << 24) ? (1 << 24) : (int)n;
     return nb < 1 ? 1 : nb;
 }
 
-int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_blocks, int max_tokens, qbackend **out,
-                           char *err, size_t errlen)
+int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_blocks, int max_tokens,
+                           const qmodel *beside, qbackend **out, char *err, size_t errlen)
 {
     *out = NULL;
     const int bs = o->block_size > 0 ? o->block_size : 16;
@@ -99,7 +107,7 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
     };
     if (device == QDEVICE_CPU) {
         if (bo.num_blocks <= 0)
-            bo.num_blocks = blocks_for_mb(&m->hp, bs, o->kv_mem_mb ? (double)o->kv_mem_mb : 256.0, 4.0);
+            bo.num_blocks = blocks_for_mb(m, beside, bs, o->kv_mem_mb ? (double)o->kv_mem_mb : 256.0, 4.0);
         return cpu_backend_create(&m->w, &bo, out, err, errlen);
     }
 #ifdef QUIRE_HAVE_CUDA
@@ -107,7 +115,16 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
     if (cuda_device_count(why, sizeof why) <= 0)
         return qerr_set(err, errlen, QERR_DEVICE, "device cuda: no usable CUDA device (%s)", why[0] ? why : "none found");
     if (bo.num_blocks <= 0 && o->kv_mem_mb)
-        bo.num_blocks = blocks_for_mb(&m->hp, bs, (double)o->kv_mem_mb, o->exact ? 4.0 : 2.0);
+        bo.num_blocks = blocks_for_mb(m, beside, bs, (double)o->kv_mem_mb, o->exact ? 4.0 : 2.0);
+    if (beside) {
+        /* Its weights at two bytes an element (four when exact), its
+         * scratch (a quarter of that, at least 256 MiB), its blocks. */
+        double wb = 0;
+        for (int i = 0; i < beside->n_tensors; i++) wb += (double)qt_numel(&beside->tensors[i].t);
+        wb *= o->exact ? 4.0 : 2.0;
+        bo.reserve_bytes = (size_t)(wb + (wb / 4 > 256.0 * 1048576.0 ? wb / 4 : 256.0 * 1048576.0));
+        bo.extra_block_bytes = (size_t)block_bytes(beside, bs, o->exact ? 4.0 : 2.0);
+    }
     return cuda_backend_create(&m->w, &bo, out, err, errlen);
 #else
     return qerr_set(err, errlen, QERR_UNSUPPORTED, "device cuda: quire was built without CUDA");

@@ -422,16 +422,6 @@ static void drain_inbox(qengine *e)
 
 /* ---- scheduling ---------------------------------------------------------------- */
 
-/* Resizes the array *pp to n elements; 0 or QERR_NOMEM (*pp unchanged). */
-static int grow_array(void **pp, size_t n, size_t size)
-{
-    void *p = q_reallocn(*pp, n, size);
-    if (!p) return QERR_NOMEM;
-    *pp = p;
-    return 0;
-}
-#define GROW(arr, n) grow_array((void **)&(arr), (size_t)(n), sizeof *(arr))
-
 /* Logit rows a step may ask for: one a sequence, and one a draft. */
 static int rows_needed(const qengine *e)
 {
@@ -633,13 +623,16 @@ int qengine_step(qengine *e)
         snap[n_sched++] = q; /* i >= n_sched: entries not yet read stay */
         budget--;
     }
+    for (int i = 0; i < n_sched; i++) snap[i]->n_draft = 0;
+    if (spec_now && e->dbe) qe_draft_run(e, snap, n_sched, &budget); /* the draft model's, budget taken */
     for (int i = 0; i < n_sched; i++) {
         req *q = snap[i];
-        q->n_draft = 0;
-        if (spec_now) qe_spec_draft(e, q, budget);
+        if (spec_now && !e->dbe) {
+            qe_spec_draft(e, q, budget);
+            budget -= q->n_draft;
+        }
         add_decode(e, q, &n_seqs, &n_tok);
         n_dec++;
-        budget -= q->n_draft;
     }
     free(snap);
 
@@ -965,6 +958,40 @@ static int swap_space_create(qengine *e, int num_blocks, char *err, size_t errle
     return 0;
 }
 
+/* A draft model must speak the target's vocabulary: the same number of
+ * ids and, where both have a tokenizer, the same token at each id.  0 or
+ * QERR_INVAL with a message. */
+static int draft_vocab_check(const qmodel *m, const qtok *tok, const qmodel *dm, char *err, size_t errlen)
+{
+    if (dm->hp.n_vocab != m->hp.n_vocab)
+        return qerr_set(err, errlen, QERR_INVAL, "the draft model's vocabulary has %d tokens, the model's %d: they must be the same",
+                        dm->hp.n_vocab, m->hp.n_vocab);
+    qtok *dt = NULL;
+    char why[256];
+    if (!tok || dm->random_fill) return 0; /* ids only */
+    if (qtok_for_model(dm, &dt, why, sizeof why)) {
+        QLOGW("engine: the draft model's tokenizer (%s): its vocabulary is taken on the number of its ids", why);
+        return 0;
+    }
+    int rc = 0;
+    const int n = qtok_vocab_size(tok);
+    if (qtok_vocab_size(dt) != n) {
+        rc = qerr_set(err, errlen, QERR_INVAL, "the draft model's tokenizer has %d ids, the model's %d: they must be the same",
+                      qtok_vocab_size(dt), n);
+    } else {
+        for (int id = 0; id < n && !rc; id++) {
+            size_t la = 0, lb = 0;
+            const char *a = qtok_id_to_token(tok, id, &la), *b = qtok_id_to_token(dt, id, &lb);
+            if ((a == NULL) != (b == NULL) || (a && (la != lb || memcmp(a, b, la))))
+                rc = qerr_set(err, errlen, QERR_INVAL,
+                              "the draft model's vocabulary is not the model's: token %d is '%.40s' there, '%.40s' here", id,
+                              b ? b : "(none)", a ? a : "(none)");
+        }
+    }
+    qtok_free(dt);
+    return rc;
+}
+
 int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qengine **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -987,17 +1014,33 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
     if (e->o.spec_max_batch <= 0) e->o.spec_max_batch = 32;
     pthread_mutex_init(&e->mu, NULL);
     int rc, nb = 0;
-    if (e->o.spec_mode != QSPEC_NONE && e->o.spec_mode != QSPEC_NGRAM) {
-        rc = qerr_set(err, errlen, QERR_INVAL, "spec_mode %d is not none (%d) or ngram (%d)", e->o.spec_mode, QSPEC_NONE,
-                      QSPEC_NGRAM);
+    const qmodel *dm = e->o.draft;
+    if (e->o.spec_mode != QSPEC_NONE && e->o.spec_mode != QSPEC_NGRAM && e->o.spec_mode != QSPEC_DRAFT) {
+        rc = qerr_set(err, errlen, QERR_INVAL, "spec_mode %d is not none (%d), ngram (%d) or draft (%d)", e->o.spec_mode,
+                      QSPEC_NONE, QSPEC_NGRAM, QSPEC_DRAFT);
+    } else if ((e->o.spec_mode == QSPEC_DRAFT) != (dm != NULL)) {
+        rc = qerr_set(err, errlen, QERR_INVAL, dm ? "a draft model is given but speculation is %s (not draft)"
+                                                  : "speculation by a draft model (%s) needs the draft model",
+                      qspec_mode_name(e->o.spec_mode));
+    } else if (dm && (rc = draft_vocab_check(m, tok, dm, err, errlen))) {
+        /* the message is set */
     } else if (e->o.preempt_mode != QPREEMPT_RECOMPUTE && e->o.preempt_mode != QPREEMPT_SWAP) {
         rc = qerr_set(err, errlen, QERR_INVAL, "preempt_mode %d is not recompute (%d) or swap (%d)", e->o.preempt_mode,
                       QPREEMPT_RECOMPUTE, QPREEMPT_SWAP);
     } else if (e->o.preempt_mode == QPREEMPT_SWAP && e->o.swap_space_mb > SIZE_MAX / 2 / 1048576) {
         rc = qerr_set(err, errlen, QERR_RANGE, "swap space of %zu MiB is too large", e->o.swap_space_mb);
-    } else if (!(rc = qengine_backend_create(m, &e->o, e->o.num_blocks, e->o.max_batch_tokens + e->o.max_seqs,
+    } else if (!(rc = qengine_backend_create(m, &e->o, e->o.num_blocks, e->o.max_batch_tokens + e->o.max_seqs, dm,
                                              &e->be, err, errlen))) {
         nb = e->be->opts.num_blocks;
+        /* The draft's backend: as many blocks, on the same device. */
+        if (dm && !(rc = qengine_backend_create(dm, &e->o, nb, e->o.max_batch_tokens + e->o.max_seqs, NULL, &e->dbe,
+                                                err, errlen))) {
+            e->dgen = q_callocn((size_t)nb, sizeof *e->dgen);
+            e->dfill = q_callocn((size_t)nb, sizeof *e->dfill);
+            if (!e->dgen || !e->dfill) rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the draft's block marks");
+        } else if (dm) {
+            QLOGW("engine: the draft model's backend: %s", err);
+        }
     }
     if (!rc && !(rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) &&
         (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs, rows_needed(e))))
@@ -1076,6 +1119,17 @@ void qengine_destroy(qengine *e)
     if (e->swap_mem) qbackend_host_free(e->be, e->swap_mem);
     qtier_destroy(e->tier);
     kv_pool_destroy(e->pool);
+    qbackend_destroy(e->dbe);
+    free(e->dgen);
+    free(e->dfill);
+    free(e->d_tokens);
+    free(e->d_lidx);
+    free(e->d_rowtok);
+    free(e->d_seqs);
+    free(e->d_reqs);
+    free(e->d_rowmode);
+    free(e->d_logits);
+    free(e->dq);
     qbackend_destroy(e->be);
     pthread_mutex_destroy(&e->mu);
     free(e);

@@ -104,6 +104,17 @@ typedef struct {
      * the pass is bound by compute rather than by reading the weights. */
     int spec_mode;
     int spec_k;
+    /* QSPEC_DRAFT: the draft model (borrowed; it must outlive the engine),
+     * any model with the target's vocabulary.  It runs on the target's
+     * device with a backend of its own whose K/V sit at the same block ids
+     * as the target's: a request's block table serves both models, so its
+     * blocks, prefix cache and preemption are the target's.  Each step it
+     * proposes up to spec_k tokens for every drafting request, k batched
+     * passes drawn as the request's sampler would draw them (and masked by
+     * its grammar); the target verifies them with the draft's probabilities.
+     * The pool is sized for both models (kv_mem_mb, or on CUDA the memory
+     * left, is shared in proportion to their bytes a block). */
+    const struct qmodel *draft;
     int spec_ngram_min, spec_ngram_max; /* suffix lengths looked up (0: 1 and 3) */
     int spec_max_batch;
     /* Whether drafting pays is measured, not assumed: decode steps run 8
@@ -113,10 +124,10 @@ typedef struct {
     int spec_always;
 } qengine_opts;
 
-typedef enum { QSPEC_NONE = 0, QSPEC_NGRAM = 1 } qspec_mode;
+typedef enum { QSPEC_NONE = 0, QSPEC_NGRAM = 1, QSPEC_DRAFT = 2 } qspec_mode;
 /* The largest spec_k (spec.h's QSPEC_MAX_K). */
 #define QENGINE_MAX_SPEC_K 16
-/* "none", "ngram"; "?" for anything else.  Cannot fail. */
+/* "none", "ngram", "draft"; "?" for anything else.  Cannot fail. */
 const char *qspec_mode_name(int mode);
 /* Parses one of those names into *out: 0, or QERR_INVAL. */
 int qspec_mode_parse(const char *s, int *out);
@@ -198,6 +209,9 @@ typedef struct {
     uint64_t finished;
     uint64_t spec_drafted, spec_accepted, spec_passes; /* speculative decoding, as qevent's */
     uint64_t spec_probes, spec_probes_won;  /* drafts measured against none, and found faster */
+    uint64_t draft_passes;  /* the draft model's passes */
+    uint64_t draft_tokens;  /* tokens they computed (catching up with the target, and drafts) */
+    double draft_s;         /* and their time, summed (part of step_s) */
     /* The persistent tier (zeros without one). */
     uint64_t disk_lookups;          /* chains looked up */
     uint64_t disk_blocks_loaded;    /* blocks loaded from it into the pool */
@@ -234,12 +248,14 @@ void qengine_destroy(qengine *e);
 
 /* The backend o->device names, for m's weights, with num_blocks KV blocks
  * (0: sized from o->kv_mem_mb, or on CUDA from gpu_mem_util) and scratch for
- * max_tokens tokens per forward pass.  qengine_create uses it; so do tools
+ * max_tokens tokens per forward pass.  beside (NULL: none): a second model
+ * (the draft) whose backend will hold as many blocks on the same device:
+ * a pool sized here leaves room for its weights and blocks too.  qengine_create uses it; so do tools
  * that run the backend directly.  The pool size chosen is
  * (*out)->opts.num_blocks.  QERR_UNSUPPORTED "built without CUDA",
  * QERR_DEVICE (no usable device) or the backend's error, with a message. */
 int qengine_backend_create(const struct qmodel *m, const qengine_opts *o, int num_blocks, int max_tokens,
-                           qbackend **out, char *err, size_t errlen);
+                           const struct qmodel *beside, qbackend **out, char *err, size_t errlen);
 
 /* The backend this engine runs on ("cpu", "cuda").  Cannot fail. */
 const char *qengine_backend_name(const qengine *e);

@@ -15,6 +15,7 @@
 #include "guide.h"
 #include "kv.h"
 #include "model.h"
+#include "qerr.h"
 #include "spec.h"
 #include "stop.h"
 #include "tier.h"
@@ -65,6 +66,11 @@ typedef struct req {
     uint32_t *smask;        /* with a grammar: the mask of each draft row, (QSPEC_MAX_K + 1) rows (made on first use) */
     qspec_index *sidx;      /* its tokens' n-grams, for the lookup (made on first use; NULL: the lookup scans) */
     int spec_drafted, spec_accepted, spec_passes;
+    /* a draft model's step (engine_draft.c) */
+    int dpos, dfeed;        /* its draft K/V are current through dpos; the first pass feeds dfeed tokens from there */
+    int dwant, dk;          /* drafts asked for, and allowed so far (a refusal ends them) */
+    int dfed;               /* drafts its grammar took on the way (rolled back after) */
+    float *dq;              /* (n_draft, n_vocab) the drafts' distributions (sampling; in e->dq), or NULL */
     int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
     int n_slots;
     double t_submit, t_first;
@@ -124,6 +130,20 @@ struct qengine {
     int *b_row0;                  /* (cap_seqs) each sequence's first logit row */
     int cap_tokens, cap_seqs, cap_rows;
     qengine_stats st;
+    /* a draft model (QSPEC_DRAFT, engine_draft.c): its backend, K/V at the
+     * target's block ids; for each block the generation the draft saw when
+     * it last wrote there and the slots it filled */
+    qbackend *dbe;
+    uint32_t *dgen;               /* (num_blocks) */
+    int32_t *dfill;               /* (num_blocks) */
+    int32_t *d_tokens, *d_lidx, *d_rowtok;
+    qbatch_seq *d_seqs;
+    req **d_reqs;
+    uint8_t *d_rowmode;
+    float *d_logits;              /* (cap_dseq, n_vocab) */
+    float *dq;                    /* (cap_dq) the step's drafts' distributions */
+    size_t cap_dq;
+    int cap_dtok, cap_dseq;
     /* speculative decoding's probe (engine_spec.c): steps with and without
      * drafts measured in turn, the faster used for a while */
     struct {
@@ -133,6 +153,16 @@ struct qengine {
         uint64_t gen0;           /* st.generated when the step began */
     } sp;
 };
+
+/* Resizes the array *pp to n elements; 0 or QERR_NOMEM (*pp unchanged). */
+static inline int qe_grow_array(void **pp, size_t n, size_t size)
+{
+    void *p = q_reallocn(*pp, n, size);
+    if (!p) return QERR_NOMEM;
+    *pp = p;
+    return 0;
+}
+#define GROW(arr, n) qe_grow_array((void **)&(arr), (size_t)(n), sizeof *(arr))
 
 /* ---- request lists (FIFO) ---------------------------------------------------- */
 
@@ -228,6 +258,22 @@ int qe_spec_allowed(qengine *e);
 /* The step's outcome for the probe: decode_only (no prompt tokens in it),
  * its seconds; the tokens it gave are counted from st.generated. */
 void qe_spec_step_done(qengine *e, int decode_only, double secs);
+
+/* Room for r's draft rows' masks (r->smask): 0 or QERR_NOMEM. */
+int qe_spec_masks(qengine *e, req *r);
+/* Makes the mask of r's draft row j (r->smask row j) from where its
+ * grammar stands: 0, or 1 when there is none (nothing allowed, or an error). */
+int qe_spec_mask_row(qengine *e, req *r, int j);
+
+/* engine_draft.c */
+/* Drafts from the draft model for the n scheduled decodes rs (each with its
+ * next token's slot reserved), taking drafts' room from *budget: each
+ * one's drafts appended to its kv, n_draft and dq set.  Cannot fail (a
+ * failed pass leaves no drafts). */
+void qe_draft_run(qengine *e, req **rs, int n, int *budget);
+/* r keeps its first keep tokens (the rest were refused): what the draft
+ * wrote past them is forgotten.  Before the kv is truncated. */
+void qe_draft_cut(qengine *e, const req *r, int keep);
 
 /* engine_guided.c */
 /* Feeds r's grammar its pending token now: 0 or the matcher's refusal. */

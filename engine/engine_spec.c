@@ -67,28 +67,40 @@ void qe_spec_step_done(qengine *e, int decode_only, double secs)
 #define LOW_RATE 0.1     /* below this share of drafts kept (after MIN_PASSES passes) it rests */
 #define MIN_PASSES 4
 
+int qe_spec_masks(qengine *e, req *r)
+{
+    const size_t words = ((size_t)e->m->hp.n_vocab + 31) / 32;
+    if (!r->smask && !(r->smask = q_mallocn((size_t)(QSPEC_MAX_K + 1) * words, sizeof *r->smask))) return QERR_NOMEM;
+    return 0;
+}
+
+int qe_spec_mask_row(qengine *e, req *r, int j)
+{
+    const size_t words = ((size_t)e->m->hp.n_vocab + 31) / 32;
+    qguide_job job = { r->gm, r->gv, r->smask + (size_t)j * words, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos,
+                       -1, 0, 0, 0, 0, 0 };
+    qguide_job_run(&job);
+    return job.rc ? 1 : 0;
+}
+
 /* With a grammar: keeps the first d drafts it allows, making the mask of
  * each row (rows 0..kept) into r->smask on the way; the matcher ends where
  * it began.  Returns how many drafts are kept. */
 static int grammar_drafts(qengine *e, req *r, int d)
 {
     const size_t words = ((size_t)e->m->hp.n_vocab + 31) / 32;
-    if (!r->smask && !(r->smask = q_mallocn((size_t)(QSPEC_MAX_K + 1) * words, sizeof *r->smask))) return 0;
     /* The grammar takes the last token now: the drafts start after it. */
-    if (qe_feed_now(e, r)) {
+    if (qe_spec_masks(e, r) || qe_feed_now(e, r)) {
         r->gm_failed = 1;
         return 0;
     }
     int fed = 0, kept = 0;
     for (int j = 0; j <= d; j++) {
-        qguide_job job = { r->gm, r->gv, r->smask + (size_t)j * words, e->m->hp.n_vocab, e->m->eos_ids, e->m->n_eos,
-                           -1, 0, 0, 0, 0, 0 };
-        qguide_job_run(&job);
-        if (job.rc) break; /* row j has no mask: the drafts end before it */
+        if (qe_spec_mask_row(e, r, j)) break; /* row j has no mask: the drafts end before it */
         kept = j;
         if (j == d) break;
         const int t = r->draft[j];
-        if (!(job.mask[t / 32] >> (t % 32) & 1u)) break;
+        if (!(r->smask[(size_t)j * words + (size_t)t / 32] >> (t % 32) & 1u)) break;
         const int rc = gram_m_feed_token(r->gm, r->gv, t);
         if (rc == QERR_INVAL) break; /* refused: the matcher is unchanged */
         if (rc) {                    /* out of memory mid-feed: where the matcher stands is unknown */
@@ -159,7 +171,9 @@ qfinish qe_spec_take(qengine *e, req *r, int row0)
             dr.tok = e->b_rowtok[row0 + j];
             acc = j < d && dr.tok == r->draft[j];
         } else {
-            dr.tok = j < d ? qsample_verify(r->smp, dr.lg, allowed, r->draft[j], &acc)
+            /* A draft model's draft was drawn from its distribution q. */
+            dr.tok = j < d ? qsample_verify_q(r->smp, dr.lg, allowed, r->dq ? r->dq + (size_t)j * (size_t)V : NULL,
+                                              r->draft[j], &acc)
                            : qsample_masked(r->smp, dr.lg, allowed);
         }
         if (dr.tok < 0) {
@@ -173,9 +187,10 @@ qfinish qe_spec_take(qengine *e, req *r, int row0)
     }
     /* The next token and the kept drafts are computed; the rest go. */
     r->n_computed = start + 1 + kept;
+    qe_draft_cut(e, r, r->n_computed);
     kv_seq_truncate(e->pool, &r->kv, r->n_computed);
     kv_seq_commit(e->pool, &r->kv, r->n_computed);
-    r->n_draft = 0;
+    r->n_draft = 0, r->dq = NULL;
     /* Acceptance, and the next k. */
     r->spec_drafted += d, r->spec_accepted += kept, r->spec_passes++;
     e->st.spec_drafted += (uint64_t)d, e->st.spec_accepted += (uint64_t)kept, e->st.spec_passes++;

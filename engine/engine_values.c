@@ -52,7 +52,7 @@ void qengine_opts_default(qengine_opts *o)
 
 const char *qspec_mode_name(int mode)
 {
-    return mode == QSPEC_NONE ? "none" : mode == QSPEC_NGRAM ? "ngram" : "?";
+    return mode == QSPEC_NONE ? "none" : mode == QSPEC_NGRAM ? "ngram" : mode == QSPEC_DRAFT ? "draft" : "?";
 }
 
-int qspec_mode_parse(const char *s, int *out) { return parse_named(s, qspec_mode_name, QSPEC_NONE, QSPEC_NGRAM, out); }
+int qspec_mode_parse(const char *s, int *out) { return parse_named(s, qspec_mode_name, QSPEC_NONE, QSPEC_DRAFT, out); }

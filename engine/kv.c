@@ -136,6 +136,7 @@ typedef struct {
     uint8_t hash[KV_HASH_BYTES];
     uint8_t parent[KV_HASH_BYTES];  /* hash of the block before it in its chain */
     int32_t index;          /* logical index in its chain, while hashed */
+    uint32_t gen;           /* allocations of the block so far (kv_pool_block_gen) */
 } kv_block;
 
 struct kv_pool {
@@ -289,6 +290,7 @@ static int32_t block_alloc(kv_pool *p)
     k->state = KV_BLOCK_USED;
     k->ref = 1;
     k->fill = 0;
+    k->gen++;
     return b;
 }
 
@@ -415,6 +417,11 @@ int kv_pool_block_info(const kv_pool *p, int b, kv_block_info *out)
         out->tokens = p->tokens + (size_t)b * (size_t)p->block_size;
     }
     return 0;
+}
+
+uint32_t kv_pool_block_gen(const kv_pool *p, int b)
+{
+    return b >= 0 && b < p->num_blocks ? p->blocks[b].gen : 0;
 }
 
 int kv_pool_set_hash_bits(kv_pool *p, int bits)

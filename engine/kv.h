@@ -144,6 +144,14 @@ void kv_pool_stats(const kv_pool *p, kv_stats *out);
  * or QERR_RANGE when b is not a block id. */
 int kv_pool_block_info(const kv_pool *p, int b, kv_block_info *out);
 
+/* How many times block b was handed out (0 for a block never used, or
+ * not a block id).  It changes exactly when the block may take other
+ * contents: whoever keeps bytes of its own beside a block (a draft model's
+ * K/V at the same block ids) knows them current while the number it saw
+ * when it wrote them stands.  A cached block found again by a prefix match
+ * keeps its number.  Cannot fail. */
+uint32_t kv_pool_block_gen(const kv_pool *p, int b);
+
 /* Validates every internal invariant of the pool (kv.c lists them): counts,
  * free list, LRU list, hash map, fills.  O(num_blocks).  Returns 0, or
  * QERR_INTERNAL with the first violation in err.  The pool cannot see block

@@ -46,10 +46,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PROPOSAL_SEED 0x64726166745f7171ULL /* "draft_qq" */
+
 struct qsampler {
     qsample_params p;    /* p.logit_bias points at bias below */
     int n_vocab;
     qrng rng;
+    qrng prng;           /* a draft model's proposals (qsample_propose): the draws keep their own stream */
     float *prob;         /* (n_vocab) processed logits, then probabilities */
     int *idx;            /* (n_vocab) candidate ids */
     qlogit_bias *bias;   /* (p.n_logit_bias) owned copy */
@@ -185,6 +188,7 @@ int qsampler_new(const qsample_params *p, int n_vocab, qsampler **out, char *err
         if (!s->count || !s->in_prompt || !s->seen) goto fail_nomem;
     }
     qrng_seed(&s->rng, p->seed);
+    qrng_seed(&s->prng, p->seed ^ PROPOSAL_SEED);
     *out = s;
     return 0;
 
@@ -220,6 +224,7 @@ void qsampler_reset(qsampler *s)
     }
     s->n_seen = 0;
     qrng_seed(&s->rng, s->p.seed);
+    qrng_seed(&s->prng, s->p.seed ^ PROPOSAL_SEED);
 }
 
 /* ---- observed tokens ----------------------------------------------------------- */
@@ -539,6 +544,24 @@ int qsample_verify_q(qsampler *s, const float *logits, const uint32_t *allowed, 
         if (u < c) return s->idx[i];
     }
     return last;
+}
+
+int qsample_propose(qsampler *s, const float *logits, const uint32_t *allowed, float *q)
+{
+    if (qsampler_process(s, logits, allowed, s->prob) == 0) return QERR_INVAL;
+    int n;
+    const int id = candidates(s, allowed, &n);
+    if (q) memset(q, 0, sizeof *q * (size_t)s->n_vocab);
+    if (id >= 0) {
+        if (q) q[id] = 1;
+        return id;
+    }
+    if (q) {
+        double mass = 0;
+        for (int i = 0; i < n; i++) mass += s->prob[s->idx[i]];
+        for (int i = 0; i < n; i++) q[s->idx[i]] = (float)(s->prob[s->idx[i]] / mass);
+    }
+    return pick(s, n, qrng_uniform(&s->prng));
 }
 
 int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed)

@@ -152,6 +152,16 @@ int qsample_verify(qsampler *s, const float *logits, const uint32_t *allowed, in
  * renormalised; q NULL is qsample_verify. */
 int qsample_verify_q(qsampler *s, const float *logits, const uint32_t *allowed, const float *q, int draft, int *accepted);
 
+/* A draft model's proposal: draws a token from logits (a draft model's row)
+ * processed as the request's own draws are (mask, bias, penalties,
+ * temperature, top-k/p, min-p), and writes that distribution into q
+ * (n_vocab probabilities, 0 outside the candidates; NULL: not written), as
+ * qsample_verify_q takes it.  Its random numbers come from a stream of
+ * their own, so the request's draws take the same numbers with or without
+ * a draft model.  Greedy: the argmax, q one-hot.  QERR_INVAL when the mask
+ * allows no id. */
+int qsample_propose(qsampler *s, const float *logits, const uint32_t *allowed, float *q);
+
 /* Takes the one uniform number the next draw consumes, for a draw made
  * elsewhere (a QROW_SAMPLE row), so that the stream stays where qsample
  * would leave it. */

@@ -49,6 +49,7 @@ typedef struct {
     int swap_space;         /* MiB; -1 when not given */
     const char *spec;
     int spec_k;
+    const char *draft;
     int n_predict;
     int threads;
     int block_size;
@@ -85,7 +86,8 @@ static const qopt gen_table[] = {
     { NULL, "--static-batching", NULL, OPT_FLAG, F_(static_batching), "--batch: admit a new batch only when the last has finished" },
     { NULL, "--preempt", "MODE", OPT_STR, F_(preempt), "--batch: when the KV pool runs out, recompute (default) or swap to host memory" },
     { NULL, "--swap-space", "MIB", OPT_INT, F_(swap_space), "--batch --preempt swap: host memory for swapped-out blocks (default 1024)" },
-    { NULL, "--spec", "MODE", OPT_STR, F_(spec), "--batch: speculative decoding, none (default) or ngram (drafts from n-gram lookup, in every step)" },
+    { NULL, "--spec", "MODE", OPT_STR, F_(spec), "--batch: speculative decoding, none (default), ngram (drafts from n-gram lookup) or draft (--draft's), in every step" },
+    { NULL, "--draft", "PATH", OPT_STR, F_(draft), "--batch: speculative decoding with this draft model (GGUF file or HF folder, the model's vocabulary)" },
     { NULL, "--spec-k", "K", OPT_INT, F_(spec_k), "--batch --spec: drafts a pass at most, 1 to 16 (default 4)" },
     { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
     { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
@@ -201,13 +203,18 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "quire generate: --swap-space needs --preempt swap\n");
         return 2;
     }
-    int spec = QSPEC_NONE;
+    int spec = o.draft ? QSPEC_DRAFT : QSPEC_NONE;
     if (o.spec && qspec_mode_parse(o.spec, &spec)) {
-        fprintf(stderr, "quire generate: --spec: '%s' is not none or ngram\n", o.spec);
+        fprintf(stderr, "quire generate: --spec: '%s' is not none, ngram or draft\n", o.spec);
         return 2;
     }
-    if ((o.spec || o.spec_k) && !o.batch) {
-        fprintf(stderr, "quire generate: --spec and --spec-k need --batch\n");
+    if ((spec == QSPEC_DRAFT) != (o.draft != NULL)) {
+        fprintf(stderr, o.draft ? "quire generate: --draft goes with --spec draft (or no --spec)\n"
+                                : "quire generate: --spec draft needs --draft PATH\n");
+        return 2;
+    }
+    if ((o.spec || o.spec_k || o.draft) && !o.batch) {
+        fprintf(stderr, "quire generate: --spec, --spec-k and --draft need --batch\n");
         return 2;
     }
     if (o.spec_k < 0 || o.spec_k > QENGINE_MAX_SPEC_K) {
@@ -249,6 +256,7 @@ int cmd_generate(int argc, char **argv)
     }
     int32_t *prompt = NULL, *table = NULL, *out_ids = NULL;
     float *logits = NULL;
+    qmodel *dm = NULL;
 
     double t0 = q_now();
     /* Resolved now: random weights are filled on the host only for the CPU. */
@@ -294,6 +302,14 @@ int cmd_generate(int argc, char **argv)
         /* Drafts in every step: a batch file is for comparing runs. */
         eo.spec_mode = spec, eo.spec_always = 1;
         if (o.spec_k) eo.spec_k = o.spec_k;
+        if (o.draft) {
+            if ((rc = qmodel_load(o.draft, &dm, err, sizeof err))) {
+                fprintf(stderr, "quire generate: cannot load the draft model: %s\n", err);
+                goto done;
+            }
+            QLOGI("draft model %s: %d layers, dim %d, vocab %d", dm->name, dm->hp.n_layers, dm->hp.dim, dm->hp.n_vocab);
+            eo.draft = dm;
+        }
         status = run_batch(m, tok, &eo, o.batch, o.n_predict);
         goto done;
     }
@@ -361,7 +377,7 @@ int cmd_generate(int argc, char **argv)
     if (!table || !out_ids || !logits) goto oom;
     for (int i = 0; i < n_blocks; i++) table[i] = i;
 
-    if ((rc = qengine_backend_create(m, &eo, n_blocks, o.chunk, &be, err, sizeof err))) {
+    if ((rc = qengine_backend_create(m, &eo, n_blocks, o.chunk, NULL, &be, err, sizeof err))) {
         fprintf(stderr, "quire generate: %s\n", err);
         goto done;
     }
@@ -459,6 +475,7 @@ done:
     qsampler_destroy(smp);
     qbackend_destroy(be);
     qmodel_destroy(m);
+    qmodel_destroy(dm);
     free(prompt);
     free(table);
     free(out_ids);

@@ -1020,8 +1020,9 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
         if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) rc = QERR_DEVICE;
         else {
             double util = opts->gpu_mem_util > 0 ? opts->gpu_mem_util : 0.90;
-            double avail = (double)fr - (1.0 - util) * (double)tot - 512.0 * 1048576.0; // cuBLAS, logits, splits
-            double nbk = avail / (double)per_block;
+            double avail = (double)fr - (1.0 - util) * (double)tot - 512.0 * 1048576.0 // cuBLAS, logits, splits
+                           - (double)opts->reserve_bytes;
+            double nbk = avail / (double)(per_block + opts->extra_block_bytes);
             if (nbk < 1) {
                 rc = QERR_NOMEM;
                 what = "sizing the KV pool: no device memory left for one block after the weights";

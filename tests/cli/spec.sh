@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# quire generate --batch --spec ngram: greedy requests whose prompts repeat
-# themselves, with n-gram drafts of up to 1, 4 and 8 tokens in every step;
+# quire generate --batch --spec ngram / --draft: greedy requests whose
+# prompts repeat themselves, with n-gram drafts and with the draft model's
+# (stories260K cut to 4 layers) of up to 1, 4 and 8 tokens in every step;
 # every output must equal the one without drafts, drafts must be made and
 # some kept, and every block must come back (the engine checks at the end).
 # Bad flag values are usage errors (exit status 2).
@@ -22,10 +23,13 @@ for i in range(16):
 PY
 M=models/stories260K.gguf
 "$Q" generate -m $M --batch "$tmp/in.jsonl" --device cpu -t 2 >"$tmp/plain.jsonl" 2>"$tmp/err" || { bad "run without drafts"; cat "$tmp/err"; }
-for k in 1 4 8; do
-    "$Q" generate -m $M --batch "$tmp/in.jsonl" --device cpu -t 2 --spec ngram --spec-k $k >"$tmp/spec$k.jsonl" 2>"$tmp/err" ||
-        { bad "run with drafts, k $k"; cat "$tmp/err"; }
-    if python3 - "$tmp/plain.jsonl" "$tmp/spec$k.jsonl" <<'PY'
+for run in "ngram 1" "ngram 4" "ngram 8" "draft 1" "draft 4" "draft 8"; do
+    set -- $run
+    how=(--spec ngram)
+    [ "$1" = draft ] && how=(--draft tests/fixtures/models/stories260K-draft4.gguf)
+    "$Q" generate -m $M --batch "$tmp/in.jsonl" --device cpu -t 2 "${how[@]}" --spec-k $2 >"$tmp/spec.jsonl" 2>"$tmp/err" ||
+        { bad "run with $1 drafts, k $2"; cat "$tmp/err"; }
+    if python3 - "$tmp/plain.jsonl" "$tmp/spec.jsonl" <<'PY'
 import json, sys
 def load(p):
     lines = [json.loads(l) for l in open(p)]
@@ -35,10 +39,32 @@ b, sb = load(sys.argv[2])
 assert len(a) == 16 and a == b, "outputs differ"
 assert sa["spec_drafted"] == 0 and sb["spec_drafted"] > 0 and 0 < sb["spec_accepted"] <= sb["spec_drafted"], (sa, sb)
 PY
-    then ok "k $k: the same 16 outputs with drafts"; else bad "k $k: outputs or counts"; fi
+    then ok "$1 drafts, k $2: the same 16 outputs"; else bad "$1 drafts, k $2: outputs or counts"; fi
 done
 "$Q" generate -m $M --batch "$tmp/in.jsonl" --spec draft >/dev/null 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q -- "--spec" "$tmp/err" && ok "--spec draft is a usage error" || bad "--spec draft"
+[ $? -eq 2 ] && grep -q -- "--draft PATH" "$tmp/err" && ok "--spec draft without --draft is a usage error" || bad "--spec draft"
+"$Q" generate -m $M --batch "$tmp/in.jsonl" --spec ngram --draft tests/fixtures/models/stories260K-draft4.gguf >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q -- "--draft goes with" "$tmp/err" && ok "--draft with --spec ngram is a usage error" || bad "--draft with --spec ngram"
+# A draft whose tokenizer has two tokens the other way round: refused at start.
+cp -r tests/fixtures/models/stories260K-draft4-hf "$tmp/other" && chmod -R u+w "$tmp/other"
+python3 - "$tmp/other/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+v = t["model"]["vocab"]
+a, b = (next(k for k, i in v.items() if i == n) for n in (300, 301))
+v[a], v[b] = 301, 300  # two tokens trade ids: a valid tokenizer, another vocabulary
+json.dump(t, open(sys.argv[1], "w"))
+PY
+"$Q" generate -m $M --batch "$tmp/in.jsonl" --draft "$tmp/other" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "vocabulary is not the model's: token 300" "$tmp/err" && ok "a draft of another vocabulary is refused" ||
+    { bad "a draft of another vocabulary"; cat "$tmp/err"; }
+"$Q" generate -m $M --batch "$tmp/in.jsonl" --draft tests/fixtures/models/stories260K-draft4-hf --spec-k 4 >"$tmp/spec.jsonl" 2>"$tmp/err" &&
+    python3 -c "
+import json, sys
+l = [json.loads(x) for x in open(sys.argv[1])]
+a = {x['id']: x['token_ids'] for x in [json.loads(y) for y in open(sys.argv[2])][:-1]}
+assert {x['id']: x['token_ids'] for x in l[:-1]} == a and l[-1]['stats']['spec_accepted'] > 0
+" "$tmp/spec.jsonl" "$tmp/plain.jsonl" && ok "the draft as an HF folder: the same outputs" || { bad "the draft as an HF folder"; cat "$tmp/err"; }
 "$Q" generate -m $M --batch "$tmp/in.jsonl" --spec ngram --spec-k 17 >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q -- "--spec-k" "$tmp/err" && ok "--spec-k 17 is a usage error" || bad "--spec-k 17"
 "$Q" generate -m $M -p "Once" --spec ngram >/dev/null 2>"$tmp/err"

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #define MAXGEN 24
 
 static qmodel *g_model;
+static qmodel *g_draft; /* stories260K cut to 4 layers: the draft model */
 static qtok *g_tok;
 static int g_device = QDEVICE_CPU;
 
@@ -242,15 +244,20 @@ static void test_batch_invariance(void)
 
 /* ---- speculative decoding ---------------------------------------------------- */
 
-/* An engine with n-gram drafts of up to k tokens (always: in every step,
- * else as the probe decides), blocks KV blocks (0: 512), preemption mode. */
+/* Which proposer spec_engine's engines use: QSPEC_NGRAM or QSPEC_DRAFT. */
+static int g_spec = QSPEC_NGRAM;
+
+/* An engine with drafts (g_spec's) of up to k tokens (always: in every
+ * step, else as the probe decides), blocks KV blocks (0: 512), preemption
+ * mode. */
 static qengine *spec_engine(int k, int blocks, int mode, int always)
 {
     qengine_opts o;
     test_opts(&o);
     o.n_threads = 2;
     o.num_blocks = blocks ? blocks : 512;
-    o.spec_mode = QSPEC_NGRAM;
+    o.spec_mode = g_spec;
+    o.draft = g_spec == QSPEC_DRAFT ? g_draft : NULL;
     o.spec_k = k;
     o.spec_max_batch = 1000; /* all 50 speculate together too */
     o.spec_always = always;
@@ -261,22 +268,23 @@ static qengine *spec_engine(int k, int blocks, int mode, int always)
     return e;
 }
 
-/* Greedy output with n-gram drafts is the output without, for every k,
- * alone and batched, under preemption too; drafts were made and some kept
- * (else nothing was tested); the blocks all come back. */
-static void test_spec_greedy(void)
+/* Greedy output with drafts (g_spec's) is the output without, for every
+ * k, alone and batched, under preemption too; drafts were made and some
+ * kept (else nothing was tested); the blocks all come back. */
+static void spec_greedy(void)
 {
     static job got[NREQ];
+    const char *by = qspec_mode_name(g_spec);
     for (int k = 1; k <= 8; k++) {
         qengine *e = spec_engine(k, 0, QPREEMPT_RECOMPUTE, 1);
         REQUIRE(e);
         CHECK(run(e, 0, NREQ, got, 0, 0) == 0);
         char what[64];
-        snprintf(what, sizeof what, "n-gram drafts, k %d, batched", k);
+        snprintf(what, sizeof what, "%s drafts, k %d, batched", by, k);
         CHECK(same_outputs(alone, got, what));
         qengine_stats st;
         qengine_stats_get(e, &st);
-        fprintf(stderr, "  k %d: %llu drafted, %llu kept, %llu passes, %llu steps\n", k,
+        fprintf(stderr, "  %s, k %d: %llu drafted, %llu kept, %llu passes, %llu steps\n", by, k,
                 (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted,
                 (unsigned long long)st.spec_passes, (unsigned long long)st.steps);
         CHECK(st.spec_drafted > 0 && st.spec_accepted > 0 && st.spec_accepted < st.spec_drafted);
@@ -290,11 +298,11 @@ static void test_spec_greedy(void)
         REQUIRE(e);
         for (int rep = 0; rep < 4; rep++) {
             CHECK(run(e, 0, NREQ, got, 0, 0) == 0);
-            CHECK(same_outputs(alone, got, "n-gram drafts, probed"));
+            CHECK(same_outputs(alone, got, g_spec == QSPEC_DRAFT ? "draft model, probed" : "n-gram drafts, probed"));
         }
         qengine_stats st;
         qengine_stats_get(e, &st);
-        fprintf(stderr, "  probed: %llu probes, drafts faster in %llu\n", (unsigned long long)st.spec_probes,
+        fprintf(stderr, "  %s, probed: %llu probes, drafts faster in %llu\n", by, (unsigned long long)st.spec_probes,
                 (unsigned long long)st.spec_probes_won);
         CHECK(st.spec_probes > 0 && st.spec_drafted > 0);
         check_clean(e);
@@ -340,14 +348,16 @@ static void test_spec_greedy(void)
         check_clean(e);
         qengine_destroy(e);
     }
-    CHECK(same_outputs(alone, got, "n-gram drafts, k 3, alone"));
+    CHECK(same_outputs(alone, got, g_spec == QSPEC_DRAFT ? "draft model, k 3, alone" : "n-gram drafts, k 3, alone"));
     /* A 20-block pool, by recomputation and by swapping, checked every step. */
     for (int mode = QPREEMPT_RECOMPUTE; mode <= QPREEMPT_SWAP; mode++) {
         qengine *e = spec_engine(4, 20, mode, 1);
         REQUIRE(e);
         run_cfg c = { .check_every_step = 1 };
+        char what[64];
         CHECK(run_with(e, 0, NREQ, got, &c) == 0);
-        CHECK(same_outputs(alone, got, mode == QPREEMPT_SWAP ? "n-gram drafts, 20 blocks, swap" : "n-gram drafts, 20 blocks"));
+        snprintf(what, sizeof what, "%s drafts, 20 blocks, %s", by, mode == QPREEMPT_SWAP ? "swap" : "recompute");
+        CHECK(same_outputs(alone, got, what));
         qengine_stats st;
         qengine_stats_get(e, &st);
         CHECK(st.preemptions > 0 && st.spec_drafted > 0);
@@ -356,14 +366,92 @@ static void test_spec_greedy(void)
     }
 }
 
+/* Runs requests [lo, hi) one at a time in e (or, e NULL, each in a fresh
+ * draft-model engine with k 3), adding the engine's speculation counts to
+ * *sum; the outputs go to got. */
+static void draft_one_by_one(qengine *e, int lo, int hi, job *got, qengine_stats *sum)
+{
+    for (int j = lo; j < hi; j++) {
+        qengine_stats a, b;
+        qengine *x = e ? e : spec_engine(3, 0, QPREEMPT_RECOMPUTE, 1);
+        REQUIRE(x);
+        qengine_stats_get(x, &a);
+        CHECK(run(x, j, j + 1, got, 0, 0) == 0);
+        qengine_stats_get(x, &b);
+        sum->spec_drafted += b.spec_drafted - a.spec_drafted;
+        sum->spec_accepted += b.spec_accepted - a.spec_accepted;
+        sum->draft_tokens += b.draft_tokens - a.draft_tokens;
+        check_clean(x);
+        if (!e) qengine_destroy(x);
+    }
+}
+
+/* The draft model's K/V sit at the target's block ids; they are trusted
+ * only while a block's generation stands.  A draft proposal is a function
+ * of the tokens before it, so with stale K/V the drafts would differ: the
+ * counts of drafts and kept ones must be exactly those of fresh engines,
+ * both where blocks are handed out again to other requests (no prefix
+ * cache: each request takes the blocks the last one freed) and where a
+ * cached prefix is found again (then the draft computes fewer tokens). */
+static void test_spec_draft_blocks(void)
+{
+    static job got[NREQ];
+    g_spec = QSPEC_DRAFT;
+    qengine_stats fresh = { 0 }, reused = { 0 }, again = { 0 };
+    draft_one_by_one(NULL, 0, NREQ, got, &fresh);
+    CHECK(same_outputs(alone, got, "draft model, fresh engines"));
+    qengine_opts o;
+    test_opts(&o);
+    o.n_threads = 2, o.num_blocks = 512, o.spec_mode = QSPEC_DRAFT, o.draft = g_draft, o.spec_k = 3, o.spec_always = 1;
+    o.no_prefix_cache = 1;
+    qengine *e = NULL;
+    char err[256];
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    draft_one_by_one(e, 0, NREQ, got, &reused);
+    CHECK(same_outputs(alone, got, "draft model, blocks handed out again"));
+    qengine_destroy(e);
+    o.no_prefix_cache = 0;
+    REQUIRE(qengine_create(g_model, g_tok, &o, &e, err, sizeof err) == 0);
+    draft_one_by_one(e, 0, NREQ, got, &again); /* the same prompts twice: the second time from the cache */
+    qengine_stats first = again;
+    memset(&again, 0, sizeof again);
+    draft_one_by_one(e, 0, NREQ, got, &again);
+    CHECK(same_outputs(alone, got, "draft model, prefixes cached"));
+    qengine_destroy(e);
+    fprintf(stderr, "  drafted/kept/draft tokens: fresh %llu/%llu/%llu, blocks reused %llu/%llu/%llu, cached %llu/%llu/%llu\n",
+            (unsigned long long)fresh.spec_drafted, (unsigned long long)fresh.spec_accepted,
+            (unsigned long long)fresh.draft_tokens, (unsigned long long)reused.spec_drafted,
+            (unsigned long long)reused.spec_accepted, (unsigned long long)reused.draft_tokens,
+            (unsigned long long)again.spec_drafted, (unsigned long long)again.spec_accepted,
+            (unsigned long long)again.draft_tokens);
+    CHECK(fresh.spec_accepted > 0);
+    CHECK(reused.spec_drafted == fresh.spec_drafted && reused.spec_accepted == fresh.spec_accepted);
+    CHECK(first.spec_drafted == fresh.spec_drafted && first.spec_accepted == fresh.spec_accepted);
+    CHECK(again.spec_drafted == fresh.spec_drafted && again.spec_accepted == fresh.spec_accepted);
+    CHECK(again.draft_tokens < first.draft_tokens);
+    g_spec = QSPEC_NGRAM;
+}
+
+static void test_spec_greedy(void)
+{
+    g_spec = QSPEC_NGRAM;
+    spec_greedy();
+    g_spec = QSPEC_DRAFT;
+    spec_greedy();
+    g_spec = QSPEC_NGRAM;
+}
+
 /* The second and third tokens of n requests from one prompt at temperature
- * 1 (seeds seed0 + i), drawn with n-gram drafts (k 2) or without, into
+ * 1 (seeds seed0 + i), drawn with drafts (k 2) by the proposer spec
+ * (QSPEC_NGRAM or QSPEC_DRAFT) or without (0), into
  * pairs[i] (the first comes from the prompt's pass, where nothing is
  * drafted; the next two from one pass with drafts). */
 static void two_tokens(const int32_t *prompt, int np, int n, int spec, uint64_t seed0, int32_t (*pairs)[2],
                        qengine_stats *st)
 {
+    if (spec) g_spec = spec;
     qengine *e = spec ? spec_engine(2, 0, QPREEMPT_RECOMPUTE, 1) : engine(0, 0, 0);
+    g_spec = QSPEC_NGRAM;
     REQUIRE(e);
     char err[256];
     enum { AT_ONCE = 64 };
@@ -426,10 +514,53 @@ static double chi2_crit(int df)
     return df * c * c * c;
 }
 
-/* With drafts two tokens are distributed as without: n samples of
- * each, Pearson's two-sample chi-square over the pairs (rare ones pooled)
- * below the 0.001 point (seeds fixed: the outcome is deterministic).  The
- * prompt repeats itself so that drafts are made and, often enough, kept. */
+/* Pearson's two-sample chi-square over the pairs a and b (n each; cells
+ * with fewer than 20 in both together pooled into one, so that no expected
+ * count is small: with 10, two runs without drafts from different seeds
+ * gave 130.6 for 101 degrees of freedom), checked below the 0.001 point. */
+static void same_distribution(int32_t (*a)[2], int32_t (*b)[2], int n, const char *what, const qengine_stats *sb)
+{
+    int32_t *key = malloc(sizeof *key * 2 * (size_t)n);
+    int *ca = malloc(sizeof *ca * 2 * (size_t)n), *cb = malloc(sizeof *cb * 2 * (size_t)n);
+    REQUIRE(key && ca && cb);
+    int nk = 0;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < n; i++) {
+            const int32_t k = (s ? b : a)[i][0] * 65536 + (s ? b : a)[i][1];
+            int j = 0;
+            while (j < nk && key[j] != k) j++;
+            if (j == nk) key[nk] = k, ca[nk] = cb[nk] = 0, nk++;
+            (s ? cb : ca)[j]++;
+        }
+    double x = 0;
+    int cells = 0, pa = 0, pb = 0;
+    for (int j = 0; j < nk; j++) {
+        if (ca[j] + cb[j] < 20) {
+            pa += ca[j], pb += cb[j];
+            continue;
+        }
+        const double t = ca[j] + cb[j];
+        x += (ca[j] - t / 2) * (ca[j] - t / 2) / (t / 2) + (cb[j] - t / 2) * (cb[j] - t / 2) / (t / 2);
+        cells++;
+    }
+    if (pa + pb >= 20) {
+        const double t = pa + pb;
+        x += (pa - t / 2) * (pa - t / 2) / (t / 2) + (pb - t / 2) * (pb - t / 2) / (t / 2);
+        cells++;
+    }
+    free(key), free(ca), free(cb);
+    CHECK(cells >= 10 || n < 4000);
+    if (cells < 2) return;
+    fprintf(stderr, "  %s: %d pairs seen, %d cells: chi-square %.1f (0.001 point %.1f); drafts %llu, kept %llu\n", what,
+            nk, cells, x, chi2_crit(cells - 1), (unsigned long long)sb->spec_drafted,
+            (unsigned long long)sb->spec_accepted);
+    CHECK(x < chi2_crit(cells - 1));
+}
+
+/* With drafts two tokens are distributed as without, by either proposer:
+ * n samples of each, compared by same_distribution (seeds fixed: the
+ * outcome is deterministic).  The prompt repeats itself so that n-gram
+ * drafts are made and, often enough, kept. */
 static void test_spec_distribution(void)
 {
 #if defined(__SANITIZE_ADDRESS__)
@@ -448,49 +579,17 @@ static void test_spec_distribution(void)
     for (int i = 0; i < 20; i++) prompt[np++] = g[i];
     prompt[np++] = 1;
     for (int i = 0; i < 8; i++) prompt[np++] = g[i];
-    static int32_t a[N][2], b[N][2];
-    qengine_stats sa, sb;
+    static int32_t a[N][2], b[N][2], c[N][2];
+    qengine_stats sa, sb, sc;
     /* Seeds of their own each way: independent samples. */
     two_tokens(prompt, np, N, 0, 1, a, &sa);
-    two_tokens(prompt, np, N, 1, 1000003, b, &sb);
+    two_tokens(prompt, np, N, QSPEC_NGRAM, 1000003, b, &sb);
+    two_tokens(prompt, np, N, QSPEC_DRAFT, 2000003, c, &sc);
     CHECK(sa.spec_drafted == 0);
     CHECK(sb.spec_drafted > 0 && sb.spec_accepted > 0);
-    /* Pairs as cells: counts of each sample. */
-    static int32_t key[2 * N];
-    static int ca[2 * N], cb[2 * N];
-    int nk = 0;
-    for (int s = 0; s < 2; s++)
-        for (int i = 0; i < N; i++) {
-            const int32_t k = (s ? b : a)[i][0] * 65536 + (s ? b : a)[i][1];
-            int j = 0;
-            while (j < nk && key[j] != k) j++;
-            if (j == nk) key[nk] = k, ca[nk] = cb[nk] = 0, nk++;
-            (s ? cb : ca)[j]++;
-        }
-    /* Cells with fewer than 20 in both samples together pool into one (so
-     * that no expected count is small: with 10, two runs without drafts
-     * from different seeds gave 130.6 for 101 degrees of freedom). */
-    double x = 0;
-    int cells = 0, pa = 0, pb = 0;
-    for (int j = 0; j < nk; j++) {
-        if (ca[j] + cb[j] < 20) {
-            pa += ca[j], pb += cb[j];
-            continue;
-        }
-        const double t = ca[j] + cb[j];
-        x += (ca[j] - t / 2) * (ca[j] - t / 2) / (t / 2) + (cb[j] - t / 2) * (cb[j] - t / 2) / (t / 2);
-        cells++;
-    }
-    if (pa + pb >= 20) {
-        const double t = pa + pb;
-        x += (pa - t / 2) * (pa - t / 2) / (t / 2) + (pb - t / 2) * (pb - t / 2) / (t / 2);
-        cells++;
-    }
-    CHECK(cells >= 10 || N < 4000);
-    if (cells < 2) return;
-    fprintf(stderr, "  %d pairs seen, %d cells: chi-square %.1f (0.001 point %.1f); drafts %llu, kept %llu\n", nk, cells,
-            x, chi2_crit(cells - 1), (unsigned long long)sb.spec_drafted, (unsigned long long)sb.spec_accepted);
-    CHECK(x < chi2_crit(cells - 1));
+    CHECK(sc.spec_drafted > 0 && sc.spec_accepted > 0 && sc.draft_passes > 0);
+    same_distribution(a, b, N, "n-gram drafts", &sb);
+    same_distribution(a, c, N, "draft model", &sc);
 }
 
 /* ---- preemption by swapping ------------------------------------------------ */
@@ -1267,9 +1366,15 @@ int main(void)
         fprintf(stderr, "cannot load %s: %s\n", path, err);
         return 1;
     }
+    snprintf(path, sizeof path, "%s/tests/fixtures/models/stories260K-draft4.gguf", qt_root());
+    if (qmodel_load(path, &g_draft, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return 1;
+    }
     make_jobs();
     QT_RUN(test_batch_invariance);
     QT_RUN(test_spec_greedy);
+    QT_RUN(test_spec_draft_blocks);
     QT_RUN(test_spec_distribution);
     QT_RUN(test_swap_invariance);
     QT_RUN(test_swap_parallel_samples);
@@ -1289,5 +1394,6 @@ int main(void)
     QT_RUN(test_random_weights);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
+    qmodel_destroy(g_draft);
     QT_MAIN_END();
 }

@@ -819,6 +819,39 @@ static void test_truncate(void)
     kv_pool_destroy(p);
 }
 
+/* A block's generation moves exactly when it is handed out again: not while
+ * it is held, nor when a cached block is found again by a prefix match. */
+static void test_block_gen(void)
+{
+    kv_pool *p = mk(2, 4);
+    REQUIRE(p);
+    CHECK_EQ_INT(kv_pool_block_gen(p, 0), 0);
+    CHECK_EQ_INT(kv_pool_block_gen(p, -1), 0);
+    CHECK_EQ_INT(kv_pool_block_gen(p, 2), 0);
+    kv_seq a, b;
+    kv_seq_init(&a);
+    kv_seq_init(&b);
+    int32_t ids[8];
+    fill_ids(ids, 8, 1);
+    CHECK_EQ_INT(kv_seq_append(p, &a, ids, 5), 0);
+    const int b0 = a.blocks[0], b1 = a.blocks[1];
+    const uint32_t g0 = kv_pool_block_gen(p, b0), g1 = kv_pool_block_gen(p, b1);
+    CHECK(g0 >= 1 && g1 >= 1);
+    CHECK_EQ_INT(kv_seq_append(p, &a, ids + 5, 2), 0);  /* writes into a held block */
+    CHECK_EQ_INT(kv_pool_block_gen(p, b1), g1);
+    CHECK_EQ_INT(kv_seq_commit(p, &a, 7), 1);
+    kv_seq_free(p, &a);                                  /* b0 cached, b1 free */
+    CHECK_EQ_INT(kv_seq_match_prefix(p, &b, ids, 6), 4); /* b0 found again */
+    CHECK_EQ_INT(b.blocks[0], b0);
+    CHECK_EQ_INT(kv_pool_block_gen(p, b0), g0);
+    CHECK_EQ_INT(kv_seq_append(p, &b, ids + 4, 2), 0);   /* b1 handed out again */
+    CHECK_EQ_INT(b.blocks[1], b1);
+    CHECK_EQ_INT(kv_pool_block_gen(p, b1), g1 + 1);
+    kv_seq_free(p, &b);
+    CHECK(check_no_leaks(p));
+    kv_pool_destroy(p);
+}
+
 /* ---- statistics --------------------------------------------------------- */
 
 /* Swapping: only blocks held alone leave; shared ones keep the reference;
@@ -1167,6 +1200,7 @@ int main(void)
     QT_RUN(test_fork_cow);
     QT_RUN(test_hashed_blocks_immutable);
     QT_RUN(test_truncate);
+    QT_RUN(test_block_gen);
     QT_RUN(test_swap_out_in);
     QT_RUN(test_stats_utilisation);
     QT_RUN(test_stress);

@@ -208,6 +208,66 @@ static void test_verify_proposal(void)
     }
 }
 
+/* qsample_propose: its q is the distribution the sampler would draw from
+ * the draft's logits, its draws follow q, they leave the request's own
+ * stream alone, and verification against them keeps p exactly. */
+static void test_propose(void)
+{
+    float l[V], ld[V];
+    for (int i = 0; i < V; i++) l[i] = (float)(0.4 * i - 0.03 * i * i), ld[i] = (float)(0.3 * i - 0.025 * i * i);
+    qsample_params sp = qsample_defaults();
+    sp.temperature = 0.9f, sp.top_k = 10, sp.seed = 5;
+    double p[V], pd[V];
+    plain_probs(&sp, l, 1000000, p);
+    plain_probs(&sp, ld, 1000000, pd);
+    qsampler *s = qsampler_create(&sp, V), *ref = qsampler_create(&sp, V);
+    REQUIRE(s && ref);
+    float q[V];
+    int c[V] = { 0 }, cd[V] = { 0 }, acc_n = 0, same = 1;
+    const int n = 100000;
+    for (int t = 0; t < n; t++) {
+        const int d = qsample_propose(s, ld, NULL, q);
+        REQUIRE(d >= 0 && d < V);
+        cd[d]++;
+        if (t == 0) {
+            double sum = 0, dev = 0;
+            for (int i = 0; i < V; i++) sum += q[i], dev = fmax(dev, fabs(q[i] - pd[i]));
+            CHECK(fabs(sum - 1) < 1e-5);
+            CHECK(dev < 0.005);
+            CHECK(q[d] > 0);
+        }
+        int acc;
+        const int tok = qsample_verify_q(s, l, NULL, q, d, &acc);
+        c[tok]++;
+        acc_n += acc;
+    }
+    const double x = chi2(c, p, n), xd = chi2(cd, pd, n);
+    double want_acc = 0;
+    for (int i = 0; i < V; i++) want_acc += p[i] < pd[i] ? p[i] : pd[i];
+    fprintf(stderr, "  kept tokens chi-square %.1f, drafts %.1f, kept %.3f (expected %.3f)\n", x, xd, (double)acc_n / n,
+            want_acc);
+    CHECK(x < 31.3 && xd < 31.3);
+    CHECK(fabs((double)acc_n / n - want_acc) < 0.01);
+    /* The proposals took none of the request's own numbers. */
+    qsampler_reset(s);
+    for (int t = 0; t < 100; t++) {
+        (void)qsample_propose(s, ld, NULL, NULL);
+        same &= qsample(s, l) == qsample(ref, l);
+    }
+    CHECK(same);
+    /* Greedy: the argmax, q one-hot; a mask that allows nothing is refused. */
+    qsample_params g = qsample_defaults();
+    g.temperature = 0;
+    qsampler *gs = qsampler_create(&g, V);
+    CHECK_EQ_INT(qsample_propose(gs, ld, NULL, q), qsample_argmax(ld, V));
+    CHECK(q[qsample_argmax(ld, V)] == 1.0f);
+    uint32_t none[1] = { 0 };
+    CHECK_EQ_INT(qsample_propose(gs, ld, none, q), QERR_INVAL);
+    qsampler_destroy(gs);
+    qsampler_destroy(s);
+    qsampler_destroy(ref);
+}
+
 static void test_verify_greedy_and_masks(void)
 {
     float l[V];
@@ -243,6 +303,7 @@ int main(void)
     QT_RUN(test_ngram_index);
     QT_RUN(test_verify_distribution);
     QT_RUN(test_verify_proposal);
+    QT_RUN(test_propose);
     QT_RUN(test_verify_greedy_and_masks);
     QT_MAIN_END();
 }
