@@ -65,7 +65,8 @@ static const qopt serve_table[] = {
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "sequences per engine step (default 64)" },
     { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
     { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
-    { NULL, "--spec", "MODE", OPT_STR, F_(spec), "speculative decoding: none (default) or ngram (drafts from n-gram lookup in each request's own tokens)" },
+    { NULL, "--spec", "MODE", OPT_STR, F_(spec), "speculative decoding: none (default), ngram (drafts from n-gram lookup in each request's own tokens) or draft (--draft's)" },
+    { NULL, "--draft", "PATH", OPT_STR, F_(draft), "speculative decoding with this draft model (GGUF file or HF folder with the model's vocabulary; implies --spec draft)" },
     { NULL, "--spec-k", "K", OPT_INT, F_(spec_k), "--spec: drafts a pass at most, 1 to 16 (default 4; each request's own k follows its acceptance)" },
     { NULL, "--spec-max-batch", "N", OPT_INT, F_(spec_max_batch), "--spec: no drafts in steps decoding N sequences or more (default 32)" },
     { "-h", "--help", NULL, OPT_FLAG, F_(help), "show this help" },
@@ -308,18 +309,26 @@ static int load(void)
     qmodel *m = NULL;
     qtok *tok = NULL;
     qengine *e = NULL;
+    qmodel *dm = NULL;
     gram_vocab *gv = NULL;
-    if (qmodel_load(S.o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err) ||
-        qengine_create(m, tok, &S.eo, &e, err, sizeof err) ||
+    int rc = qmodel_load(S.o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err);
+    if (!rc && S.o.draft && qmodel_load(S.o.draft, &dm, err + 17, sizeof err - 17)) {
+        memcpy(err, "the draft model: ", 17); /* before its own message */
+        rc = 1;
+    }
+    S.eo.draft = dm;
+    if (rc || qengine_create(m, tok, &S.eo, &e, err, sizeof err) ||
         (qengine_grammar_vocab(tok, &gv) && snprintf(err, sizeof err, "out of memory for the grammar vocabulary"))) {
         fprintf(stderr, "quire serve: %s\n", err);
         qengine_destroy(e);
         qtok_free(tok);
         qmodel_destroy(m);
+        qmodel_destroy(dm);
+        S.eo.draft = NULL;
         return 1;
     }
     pthread_mutex_lock(&S.mu);
-    S.model = m, S.tok = tok, S.eng = e, S.ready = 1;
+    S.model = m, S.draft = dm, S.tok = tok, S.eng = e, S.ready = 1;
     S.gvocab = gv;
     S.lim.gvocab = gv;
     S.lim.gcache = S.gcache;
@@ -1041,8 +1050,14 @@ int cmd_serve(int argc, char **argv)
     if (o->max_batch_tokens > 0) eo.max_batch_tokens = o->max_batch_tokens;
     if (o->max_seqs > 0) eo.max_seqs = o->max_seqs;
     if (o->block_size > 0) eo.block_size = o->block_size;
+    if (o->draft) eo.spec_mode = QSPEC_DRAFT;
     if (o->spec && qspec_mode_parse(o->spec, &eo.spec_mode)) {
-        fprintf(stderr, "quire serve: --spec must be none or ngram\n");
+        fprintf(stderr, "quire serve: --spec must be none, ngram or draft\n");
+        return 2;
+    }
+    if ((eo.spec_mode == QSPEC_DRAFT) != (o->draft != NULL)) {
+        fprintf(stderr, o->draft ? "quire serve: --draft goes with --spec draft (or no --spec)\n"
+                                 : "quire serve: --spec draft needs --draft PATH\n");
         return 2;
     }
     if (o->spec_k < 0 || o->spec_k > QENGINE_MAX_SPEC_K || o->spec_max_batch < 0) {
@@ -1168,6 +1183,7 @@ int cmd_serve(int argc, char **argv)
     free(S.web_root);
     qtok_free(S.tok);
     qmodel_destroy(S.model);
+    qmodel_destroy(S.draft);
     if (S.load_failed) status = 1;
     fprintf(stderr, "quire serve: stopped\n");
     return status;

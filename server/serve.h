@@ -24,6 +24,7 @@ typedef struct {
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     const char *spec;
     int spec_k, spec_max_batch;
+    const char *draft;      /* --draft: the draft model's path (speculation by it) */
     int max_requests, help, no_persist, cache_disk_max;
     float gpu_mem_util, grace;
 } serve_opts;
@@ -82,6 +83,7 @@ typedef struct {
     pthread_cond_t cv;
     qengine *eng;
     qmodel *model;      /* set with eng when the engine thread has loaded them */
+    qmodel *draft;      /* the draft model (--draft), or NULL */
     qtok *tok;
     struct lws_context *ctx;
     qmetrics *metrics;

@@ -4,8 +4,8 @@
  * output that the schema's grammar takes whole and that parses as JSON
  * whenever they finish with "stop"; max_tokens that runs out mid-structure
  * finishes with "length"; requests with and without a grammar run in one
- * batch; with n-gram drafts, greedy outputs are the same and sampled ones
- * valid. */
+ * batch; with n-gram drafts and with the draft model's (stories260K cut
+ * to 4 layers), greedy outputs are the same and sampled ones valid. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,7 @@
 #include "schema.h"
 #include "tokenizer.h"
 
-static qmodel *g_model;
+static qmodel *g_model, *g_draft;
 static qtok *g_tok;
 static gram_vocab *g_vocab;
 
@@ -164,15 +164,16 @@ static void test_schemas(void)
 static void test_spec_schemas(void)
 {
     static const char *const PROMPTS[] = { "Once", "Tom and Tom and", "The list:", "red green blue red" };
-    qengine *e[2] = { NULL, NULL };
+    qengine *e[3] = { NULL, NULL, NULL }; /* without drafts, n-gram drafts, the draft model's */
     char err[256];
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 3; s++) {
         qengine_opts o;
         qengine_opts_default(&o);
         o.device = QDEVICE_CPU;
         o.n_threads = 2;
         o.num_blocks = 256;
-        o.spec_mode = s ? QSPEC_NGRAM : QSPEC_NONE;
+        o.spec_mode = s == 2 ? QSPEC_DRAFT : s ? QSPEC_NGRAM : QSPEC_NONE;
+        o.draft = s == 2 ? g_draft : NULL;
         o.spec_k = 4;
         o.spec_max_batch = 1000;
         o.spec_always = 1;
@@ -195,25 +196,29 @@ static void test_spec_schemas(void)
         }
         out_t a[NP + 2][3], b[NP + 2][3];
         run(e[0], ps, NP + 2, a);
-        run(e[1], ps, NP + 2, b);
-        for (int i = 0; i < NP; i++) {
-            const int same = a[i][0].fin == b[i][0].fin && a[i][0].len == b[i][0].len &&
-                             !memcmp(a[i][0].text, b[i][0].text, a[i][0].len);
-            if (!same)
-                fprintf(stderr, "  schema %zu prompt %d: %.*s | %.*s\n", si, i, (int)a[i][0].len, a[i][0].text,
-                        (int)b[i][0].len, b[i][0].text);
-            CHECK(same);
+        for (int s = 1; s < 3; s++) {
+            run(e[s], ps, NP + 2, b);
+            for (int i = 0; i < NP; i++) {
+                const int same = a[i][0].fin == b[i][0].fin && a[i][0].len == b[i][0].len &&
+                                 !memcmp(a[i][0].text, b[i][0].text, a[i][0].len);
+                if (!same)
+                    fprintf(stderr, "  %s, schema %zu prompt %d: %.*s | %.*s\n", s == 2 ? "draft model" : "n-gram", si, i,
+                            (int)a[i][0].len, a[i][0].text, (int)b[i][0].len, b[i][0].text);
+                CHECK(same);
+            }
+            for (int i = 0; i < NP + 2; i++)
+                if (b[i][0].fin == QFINISH_STOP) CHECK(valid(g, &b[i][0]));
         }
-        for (int i = 0; i < NP + 2; i++)
-            if (b[i][0].fin == QFINISH_STOP) CHECK(valid(g, &b[i][0]));
         gram_free(g);
     }
-    qengine_stats st;
-    qengine_stats_get(e[1], &st);
-    fprintf(stderr, "  with drafts: %llu drafted, %llu kept\n", (unsigned long long)st.spec_drafted,
-            (unsigned long long)st.spec_accepted);
-    CHECK(st.spec_drafted > 0 && st.spec_accepted > 0);
-    for (int s = 0; s < 2; s++) {
+    for (int s = 1; s < 3; s++) {
+        qengine_stats st;
+        qengine_stats_get(e[s], &st);
+        fprintf(stderr, "  %s: %llu drafted, %llu kept\n", s == 2 ? "the draft model's drafts" : "n-gram drafts",
+                (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted);
+        CHECK(st.spec_drafted > 0 && st.spec_accepted > 0);
+    }
+    for (int s = 0; s < 3; s++) {
         char check[256];
         CHECK(qengine_check(e[s], check, sizeof check) == 0);
         qengine_destroy(e[s]);
@@ -230,10 +235,16 @@ int main(void)
         fprintf(stderr, "cannot load %s: %s\n", path, err);
         return 1;
     }
+    snprintf(path, sizeof path, "%s/tests/fixtures/models/stories260K-draft4.gguf", qt_root());
+    if (qmodel_load(path, &g_draft, err, sizeof err)) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        return 1;
+    }
     QT_RUN(test_schemas);
     QT_RUN(test_spec_schemas);
     gram_vocab_free(g_vocab);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
+    qmodel_destroy(g_draft);
     QT_MAIN_END();
 }
