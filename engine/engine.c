@@ -1035,6 +1035,7 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
         /* The draft's backend: as many blocks, on the same device. */
         if (dm && !(rc = qengine_backend_create(dm, &e->o, nb, e->o.max_batch_tokens + e->o.max_seqs, NULL, &e->dbe,
                                                 err, errlen))) {
+            e->d_graphs = strcmp(e->dbe->ops->name, "cpu") != 0;
             e->dgen = q_callocn((size_t)nb, sizeof *e->dgen);
             e->dfill = q_callocn((size_t)nb, sizeof *e->dfill);
             if (!e->dgen || !e->dfill) rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the draft's block marks");
@@ -1127,6 +1128,7 @@ void qengine_destroy(qengine *e)
     free(e->d_rowtok);
     free(e->d_seqs);
     free(e->d_reqs);
+    free(e->d_srow);
     free(e->d_rowmode);
     free(e->d_logits);
     free(e->dq);

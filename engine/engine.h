@@ -71,6 +71,7 @@ typedef struct {
      * qmodel_random(host_data = 0) turns this on by itself, with its own seed. */
     int random_weights;
     uint64_t seed;
+    float random_residual;  /* qbackend_opts.random_residual (CUDA's random fill) */
     int block_size;         /* tokens per block (default 16) */
     int max_batch_tokens;   /* token budget of one step (default 512) */
     int max_seqs;           /* sequences in one step (default 64) */
@@ -119,8 +120,9 @@ typedef struct {
     int spec_max_batch;
     /* Whether drafting pays is measured, not assumed: decode steps run 8
      * with drafts and 8 without in turn, and the next 64 draft only when
-     * the steps with drafts gave 5% more tokens a second.  spec_always: draft
-     * in every step (tests, benchmarks). */
+     * the steps with drafts gave 5% more tokens a second (after each probe
+     * lost in a row the next waits twice as long, up to 2048 steps).
+     * spec_always: draft in every step (tests, benchmarks). */
     int spec_always;
 } qengine_opts;
 

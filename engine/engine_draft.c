@@ -65,18 +65,23 @@ void qe_draft_cut(qengine *e, const req *r, int keep)
     if (e->dgen[b] == kv_pool_block_gen(e->pool, b) && e->dfill[b] > keep - i * bs) e->dfill[b] = keep - i * bs;
 }
 
-/* Room for a pass over n sequences of n_tok tokens in all. */
-static int draft_scratch(qengine *e, int n_tok, int n)
+/* Room for a pass over n sequences of n_tok tokens in all, with n_rows
+ * logit rows. */
+static int draft_scratch(qengine *e, int n_tok, int n, int n_rows)
 {
     if (n_tok > e->cap_dtok) {
         if (GROW(e->d_tokens, n_tok)) return QERR_NOMEM;
         e->cap_dtok = n_tok;
     }
     if (n > e->cap_dseq) {
-        if (GROW(e->d_seqs, n) || GROW(e->d_reqs, n) || GROW(e->d_lidx, n) || GROW(e->d_rowmode, n) ||
-            GROW(e->d_rowtok, n) || GROW(e->d_logits, (size_t)n * (size_t)e->m->hp.n_vocab))
-            return QERR_NOMEM;
+        if (GROW(e->d_seqs, n) || GROW(e->d_reqs, n) || GROW(e->d_srow, n)) return QERR_NOMEM;
         e->cap_dseq = n;
+    }
+    if (n_rows > e->cap_drow) {
+        if (GROW(e->d_lidx, n_rows) || GROW(e->d_rowmode, n_rows) || GROW(e->d_rowtok, n_rows) ||
+            GROW(e->d_logits, (size_t)n_rows * (size_t)e->m->hp.n_vocab))
+            return QERR_NOMEM;
+        e->cap_drow = n_rows;
     }
     return 0;
 }
@@ -145,13 +150,19 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
         if (GROW(e->dq, (size_t)n_q * (size_t)V)) goto fail_all;
         e->cap_dq = (size_t)n_q * (size_t)V;
     }
-    if (draft_scratch(e, n_tok > n ? n_tok : n, n)) goto fail_all;
+    /* Rows: one a drafting request, or (all_rows) one a token of the first pass. */
+    const int rows_cap = 4 * n + 16;
+    if (draft_scratch(e, n_tok > n ? n_tok : n, n, e->d_graphs && n_tok <= rows_cap ? n_tok : n)) goto fail_all;
     size_t qoff = 0;
     for (int i = 0; i < n; i++)
         if (rs[i]->dk && !qsampler_is_greedy(rs[i]->smp)) rs[i]->dq = e->dq + qoff, qoff += (size_t)rs[i]->dk * (size_t)V;
     const size_t words = ((size_t)V + 31) / 32;
     for (int j = 0; j == 0 || j < kmax; j++) {
-        /* The pass: what each request feeds at depth j, a row where it drafts. */
+        /* The pass: what each request feeds at depth j, a row where it
+         * drafts.  Where the first pass feeds a few tokens each, every token
+         * gets a row (reduced to its argmax and never read) on a backend
+         * that runs such passes as a captured graph. */
+        const int all_rows = j == 0 && e->d_graphs && n_tok <= rows_cap;
         int ns = 0, nt = 0, nr = 0;
         for (int i = 0; i < n; i++) {
             req *r = rs[i];
@@ -159,12 +170,15 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
             const int pos0 = j == 0 ? r->dpos : r->n_tokens - 1 + j, cnt = j == 0 ? r->dfeed : 1;
             memcpy(e->d_tokens + nt, r->kv.tokens + pos0, sizeof(int32_t) * (size_t)cnt);
             e->d_seqs[ns] = (qbatch_seq){ nt, cnt, pos0, r->kv.blocks, r->kv.n_blocks };
-            e->d_reqs[ns++] = r;
+            for (int t = 0; all_rows && t < cnt - (r->dk > j); t++) e->d_rowmode[nr] = QROW_ARGMAX, e->d_lidx[nr++] = nt + t;
             nt += cnt;
+            e->d_srow[ns] = -1;
             if (r->dk > j) {
                 e->d_rowmode[nr] = qsampler_is_greedy(r->smp) && !r->gm ? QROW_ARGMAX : QROW_LOGITS;
+                e->d_srow[ns] = nr;
                 e->d_lidx[nr++] = nt - 1;
             }
+            e->d_reqs[ns++] = r;
         }
         if (!ns) break;
         qbatch b = { nt, e->d_tokens, ns, e->d_seqs, nr, e->d_lidx, e->d_rowmode, e->d_rowtok, NULL, NULL, NULL };
@@ -179,13 +193,13 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
         }
         /* Each row's draft, masked and drawn as the request would draw it,
          * then appended to its kv (free blocks only). */
-        for (int s = 0, row = 0; s < ns; s++) {
+        for (int s = 0; s < ns; s++) {
             req *r = e->d_reqs[s];
             draft_wrote(e, r, e->d_seqs[s].pos0, e->d_seqs[s].pos0 + e->d_seqs[s].n_tokens);
-            if (r->dk <= j) continue;
+            const int row = e->d_srow[s];
+            if (row < 0) continue;
             const float *lg = e->d_logits + (size_t)row * (size_t)V;
             const int mode = e->d_rowmode[row], rtok = e->d_rowtok[row];
-            row++;
             const uint32_t *allowed = NULL;
             if (r->gm) {
                 if (qe_spec_mask_row(e, r, j)) {

@@ -136,20 +136,24 @@ struct qengine {
     qbackend *dbe;
     uint32_t *dgen;               /* (num_blocks) */
     int32_t *dfill;               /* (num_blocks) */
-    int32_t *d_tokens, *d_lidx, *d_rowtok;
-    qbatch_seq *d_seqs;
-    req **d_reqs;
-    uint8_t *d_rowmode;
-    float *d_logits;              /* (cap_dseq, n_vocab) */
+    int d_graphs;                 /* its backend runs passes where every token has a row as graphs (not the CPU's) */
+    int32_t *d_tokens;            /* (cap_dtok) a pass's tokens */
+    qbatch_seq *d_seqs;           /* (cap_dseq) its sequences */
+    req **d_reqs;                 /* (cap_dseq) their requests */
+    int *d_srow;                  /* (cap_dseq) the row each drafts from, or -1 */
+    int32_t *d_lidx, *d_rowtok;   /* (cap_drow) its logit rows */
+    uint8_t *d_rowmode;           /* (cap_drow) */
+    float *d_logits;              /* (cap_drow, n_vocab) */
     float *dq;                    /* (cap_dq) the step's drafts' distributions */
     size_t cap_dq;
-    int cap_dtok, cap_dseq;
+    int cap_dtok, cap_dseq, cap_drow;
     /* speculative decoding's probe (engine_spec.c): steps with and without
      * drafts measured in turn, the faster used for a while */
     struct {
         int phase, left;         /* SP_* and its steps left */
         double tok[2], secs[2];  /* tokens and seconds of decode-only steps, without [0] and with [1] drafts */
         int use;                 /* drafts allowed while exploiting */
+        int use_len;             /* steps of exploiting: USE_STEPS, doubled by each probe lost in a row */
         uint64_t gen0;           /* st.generated when the step began */
     } sp;
 };

@@ -20,7 +20,8 @@
  * a pass with drafts carries more tokens, and on the GPU it runs without
  * the one-token decode graph.  So the engine measures it: PROBE_STEPS
  * decode-only steps with drafts, as many without, then USE_STEPS with
- * drafts only if they gave 5% more tokens a second, and again. */
+ * drafts only if they gave 5% more tokens a second, and again; after each
+ * probe lost in a row the next comes twice as late (up to USE_MAX steps). */
 #include <string.h>
 
 #include "engine_int.h"
@@ -30,6 +31,7 @@ _Static_assert(QENGINE_MAX_SPEC_K == QSPEC_MAX_K, "engine.h's bound on spec_k is
 
 #define PROBE_STEPS 8
 #define USE_STEPS 64
+#define USE_MAX 2048
 enum { SP_ON, SP_OFF, SP_USE }; /* probing with drafts, without, using the faster */
 
 int qe_spec_allowed(qengine *e)
@@ -56,7 +58,12 @@ void qe_spec_step_done(qengine *e, int decode_only, double secs)
                      without = e->sp.secs[0] > 0 ? e->sp.tok[0] / e->sp.secs[0] : 0;
         e->sp.use = with > 1.05 * without; /* a clear gain: short steps' timings are noisy */
         e->st.spec_probes++, e->st.spec_probes_won += (uint64_t)e->sp.use;
-        e->sp.phase = SP_USE, e->sp.left = USE_STEPS;
+        /* Each probe lost in a row doubles the steps until the next (a
+         * probe's steps with drafts are a loss then), up to USE_MAX. */
+        e->sp.use_len = e->sp.use || e->sp.use_len < USE_STEPS ? USE_STEPS
+                        : e->sp.use_len < USE_MAX          ? 2 * e->sp.use_len
+                                                           : USE_MAX;
+        e->sp.phase = SP_USE, e->sp.left = e->sp.use_len;
     } else {
         e->sp.phase = SP_ON, e->sp.left = PROBE_STEPS;
         e->sp.tok[0] = e->sp.tok[1] = e->sp.secs[0] = e->sp.secs[1] = 0;

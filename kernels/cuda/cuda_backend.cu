@@ -36,7 +36,7 @@ typedef struct {
 } dlayer;
 
 typedef struct {
-    int T, n_split, split_len;
+    int T, n_split, split_len, fuse_rope;
     unsigned gen;
     cudaGraphExec_t exec;
 } dgraph;
@@ -215,19 +215,26 @@ template <typename T> static int upload_weights(cuda_be *be)
     const size_t D = hp->dim, Q = (size_t)hp->n_heads * hp->head_dim, KVd = (size_t)hp->n_kv_heads * hp->head_dim,
                  F = hp->ffn_dim, V = hp->n_vocab;
     const float a = 0.0346f; // uniform(-a, a): standard deviation 0.02, like HF's initializer_range
+    // The layers' output projections may be drawn smaller (random_residual):
+    // a model whose layers add little, from which a draft cut to its first
+    // layers agrees more often (speculative decoding's benchmarks).
+    const float ar = be->base.opts.random_residual > 0 ? a * be->base.opts.random_residual : a;
     int rc = 0;
     for (int l = 0; l < hp->n_layers && !rc; l++) {
         const qlayer *s = &w->layers[l];
         dlayer *d = &be->L[l];
+        // Random streams by place, not by order: layer l's are the same in
+        // a model cut to fewer layers.
+        be->seed_ctr = 16 * (uint64_t)(l + 1);
         if ((rc = dmalloc(&d->wqkv, (Q + 2 * KVd) * D * sizeof(T))) || (rc = dmalloc(&d->wo, D * Q * sizeof(T))) ||
             (rc = dmalloc(&d->wgu, 2 * F * D * sizeof(T))) || (rc = dmalloc(&d->wdown, D * F * sizeof(T))) ||
             (rc = dmalloc((void **)&d->attn_norm, D * 4)) || (rc = dmalloc((void **)&d->ffn_norm, D * 4)))
             break;
         T *qkv = (T *)d->wqkv, *gu = (T *)d->wgu;
         if ((rc = upload<T>(be, qkv, &s->wq, -a, a)) || (rc = upload<T>(be, qkv + Q * D, &s->wk, -a, a)) ||
-            (rc = upload<T>(be, qkv + (Q + KVd) * D, &s->wv, -a, a)) || (rc = upload<T>(be, (T *)d->wo, &s->wo, -a, a)) ||
+            (rc = upload<T>(be, qkv + (Q + KVd) * D, &s->wv, -a, a)) || (rc = upload<T>(be, (T *)d->wo, &s->wo, -ar, ar)) ||
             (rc = upload<T>(be, gu, &s->w_gate, -a, a)) || (rc = upload<T>(be, gu + F * D, &s->w_up, -a, a)) ||
-            (rc = upload<T>(be, (T *)d->wdown, &s->w_down, -a, a)) ||
+            (rc = upload<T>(be, (T *)d->wdown, &s->w_down, -ar, ar)) ||
             (rc = upload<float>(be, d->attn_norm, &s->attn_norm, 0.9f, 1.1f)) ||
             (rc = upload<float>(be, d->ffn_norm, &s->ffn_norm, 0.9f, 1.1f)))
             break;
@@ -244,6 +251,7 @@ template <typename T> static int upload_weights(cuda_be *be)
                 break;
         }
     }
+    be->seed_ctr = 0;
     if (!rc) rc = dmalloc(&be->tok_embd, V * D * sizeof(T));
     if (!rc) rc = upload<T>(be, (T *)be->tok_embd, &w->tok_embd, -a, a);
     if (!rc) rc = dmalloc((void **)&be->out_norm, D * 4);
@@ -423,6 +431,10 @@ static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int 
 
 // ---- the forward pass ---------------------------------------------------------------
 
+// The most tokens a sequence may have in a step that runs as a graph: a
+// decode and up to 16 drafts (QSPEC_MAX_K) to verify.
+#define GRAPH_SEQ_TOKENS 17
+
 // Where each array lives in the packed metadata (int32 offsets).
 typedef struct {
     size_t tiles, tok, pos, seq, lidx, dec, info, tables, total;
@@ -432,18 +444,23 @@ typedef struct {
 } meta_plan;
 
 // Checks the batch (nothing invalid reaches a kernel) and packs the
-// metadata.  pad > 0 (pure decode steps only) appends that many padding
-// tokens, each its own sequence at position 0 in the scratch block, with a
-// logit row nobody reads: the pass then has a bucketed size whose graph
-// is already captured.
-static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
+// metadata.  graph (steps where every token has a logit row and no
+// sequence has more than GRAPH_SEQ_TOKENS: decodes, and decodes verifying
+// drafts) lays it out as a captured graph expects: every token's attention
+// by the decode kernel (no prefill tiles; a sequence's tokens each see the
+// positions up to their own), and the offsets a function of the token
+// count alone (room for a sequence a token).  pad > 0 (graph steps only)
+// appends that many padding tokens, each its own sequence at position 0 in
+// the scratch block, with a logit row nobody reads: the pass then has a
+// bucketed size whose graph is already captured.
+static int plan_batch(cuda_be *be, const qbatch *b, bool graph, int pad, meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
     const int T = b->n_tokens, bs = be->base.opts.block_size, nb = be->base.opts.num_blocks;
     if (T <= 0 || b->n_seqs <= 0 || b->n_logits < 0 || b->n_logits > T) return QERR_INVAL;
     size_t n_table = 0;
     int covered = 0, n_dec = 0, n_tiles = 0;
-    const bool tiles_ok = qk_attn_prefill_ok((int)be->esz, hp->head_dim);
+    const bool tiles_ok = !graph && qk_attn_prefill_ok((int)be->esz, hp->head_dim);
     for (int s = 0; s < b->n_seqs; s++) {
         const qbatch_seq *q = &b->seqs[s];
         if (q->first != covered || q->n_tokens <= 0 || q->pos0 < 0) return QERR_INVAL;
@@ -474,7 +491,7 @@ static int plan_batch(cuda_be *be, const qbatch *b, int pad, meta_plan *mp)
     mp->lidx = mp->seq + TP;
     mp->dec = mp->lidx + NL;
     mp->info = mp->dec + n_dec + pad;
-    mp->tables = mp->info + 2 * (size_t)NS;
+    mp->tables = mp->info + 2 * (size_t)(graph ? TP : NS);
     mp->total = mp->tables + n_table + 1;
     mp->n_dec = n_dec + pad;
     mp->n_tiles = n_tiles;
@@ -648,7 +665,8 @@ static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     dgraph *e = NULL;
     for (int i = 0; i < be->n_graphs; i++)
-        if (be->g[i].T == mp->T && be->g[i].n_split == mp->n_split && be->g[i].split_len == mp->split_len)
+        if (be->g[i].T == mp->T && be->g[i].n_split == mp->n_split && be->g[i].split_len == mp->split_len &&
+            be->g[i].fuse_rope == mp->fuse_rope)
             e = &be->g[i];
     if (e && e->gen != be->gen) {
         cudaGraphExecDestroy(e->exec);
@@ -673,6 +691,7 @@ static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
         e->T = mp->T;
         e->n_split = mp->n_split;
         e->split_len = mp->split_len;
+        e->fuse_rope = mp->fuse_rope;
         e->gen = be->gen;
         be->n_graphs++;
     }
@@ -684,12 +703,13 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
 {
     cuda_be *be = (cuda_be *)base;
     meta_plan mp;
-    // A pure decode step (one token and one logit row per sequence) runs as
-    // a graph captured for its bucketed size.
-    int decode_step = b->n_tokens > 0 && b->n_logits == b->n_tokens && b->n_seqs == b->n_tokens;
-    for (int i = 0; decode_step && i < b->n_seqs; i++) decode_step = b->seqs[i].n_tokens == 1;
-    const int use_graph = be->graphs && decode_step && !be->prof;
-    int rc = plan_batch(be, b, use_graph ? decode_bucket(b->n_tokens) - b->n_tokens : 0, &mp);
+    // A step where every token has a logit row and each sequence a few
+    // tokens (decodes, and decodes with drafts to verify) runs as a graph
+    // captured for its bucketed size.
+    int graph_step = b->n_tokens > 0 && b->n_logits == b->n_tokens;
+    for (int i = 0; graph_step && i < b->n_seqs; i++) graph_step = b->seqs[i].n_tokens <= GRAPH_SEQ_TOKENS;
+    const int use_graph = be->graphs && graph_step && !be->prof;
+    int rc = plan_batch(be, b, use_graph, use_graph ? decode_bucket(b->n_tokens) - b->n_tokens : 0, &mp);
     if (rc) return rc;
     if ((rc = ensure_tokens(be, mp.T)) || (rc = ensure_logits(be, mp.n_logits)) ||
         (rc = ensure_part(be, (size_t)mp.n_dec * base->w->hp.n_heads * (mp.n_split > 1 ? mp.n_split : 0))))
