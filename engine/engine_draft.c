@@ -132,6 +132,7 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
         if (!k) continue;
         r->dpos = draft_held(e, r);
         const int lack = r->n_tokens - r->dpos;
+        if (lack > e->o.spec_k + 1) e->sp.catching_up = 1;
         if (lack > catchup) { /* a long prompt: part now, drafts in a later step */
             r->dfeed = catchup;
             catchup = 0;

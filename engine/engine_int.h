@@ -154,6 +154,8 @@ struct qengine {
         double tok[2], secs[2];  /* tokens and seconds of decode-only steps, without [0] and with [1] drafts */
         int use;                 /* drafts allowed while exploiting */
         int use_len;             /* steps of exploiting: USE_STEPS, doubled by each probe lost in a row */
+        int catching_up;         /* the step's draft passes fed a request more tokens than a step gives */
+        int skipped;             /* such steps left out of this probe (at most PROBE_STEPS) */
         uint64_t gen0;           /* st.generated when the step began */
     } sp;
 };

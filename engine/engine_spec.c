@@ -44,7 +44,16 @@ int qe_spec_allowed(qengine *e)
 
 void qe_spec_step_done(qengine *e, int decode_only, double secs)
 {
+    const int catching_up = e->sp.catching_up;
+    e->sp.catching_up = 0;
     if (e->o.spec_always || !decode_only) return; /* prompt chunks would weigh on either side */
+    /* A draft model catching up after steps without drafts pays once for
+     * them: not what a step with drafts costs (but a phase waits for at
+     * most PROBE_STEPS such steps: new long prompts may keep coming). */
+    if (catching_up && e->sp.phase == SP_ON && e->sp.skipped < PROBE_STEPS) {
+        e->sp.skipped++;
+        return;
+    }
     if (e->sp.phase != SP_USE) {
         const int w = e->sp.phase == SP_ON;
         e->sp.tok[w] += (double)(e->st.generated - e->sp.gen0);
@@ -65,7 +74,7 @@ void qe_spec_step_done(qengine *e, int decode_only, double secs)
                                                            : USE_MAX;
         e->sp.phase = SP_USE, e->sp.left = e->sp.use_len;
     } else {
-        e->sp.phase = SP_ON, e->sp.left = PROBE_STEPS;
+        e->sp.phase = SP_ON, e->sp.left = PROBE_STEPS, e->sp.skipped = 0;
         e->sp.tok[0] = e->sp.tok[1] = e->sp.secs[0] = e->sp.secs[1] = 0;
     }
 }

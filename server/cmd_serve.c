@@ -69,6 +69,7 @@ static const qopt serve_table[] = {
     { NULL, "--draft", "PATH", OPT_STR, F_(draft), "speculative decoding with this draft model (GGUF file or HF folder with the model's vocabulary; implies --spec draft)" },
     { NULL, "--spec-k", "K", OPT_INT, F_(spec_k), "--spec: drafts a pass at most, 1 to 16 (default 4; each request's own k follows its acceptance)" },
     { NULL, "--spec-max-batch", "N", OPT_INT, F_(spec_max_batch), "--spec: no drafts in steps decoding N sequences or more (default 32)" },
+    { NULL, "--spec-always", NULL, OPT_FLAG, F_(spec_always), "--spec: drafts in every step below --spec-max-batch (default: only while measured faster than none)" },
     { "-h", "--help", NULL, OPT_FLAG, F_(help), "show this help" },
 };
 #undef F_
@@ -1066,6 +1067,7 @@ int cmd_serve(int argc, char **argv)
     }
     if (o->spec_k) eo.spec_k = o->spec_k;
     if (o->spec_max_batch) eo.spec_max_batch = o->spec_max_batch;
+    eo.spec_always = o->spec_always;
 
     /* The database opens before the port: a database the program cannot use
      * (corrupt, newer) stops the start with its message. */

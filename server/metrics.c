@@ -204,6 +204,10 @@ int qmetrics_render(qmetrics *m, const qengine_stats *st, const qstore_stats *ss
             (unsigned long long)st->spec_drafted, (unsigned long long)st->spec_accepted);
         head(&b, "quire_spec_passes_total", "counter", "Speculative decoding: passes that verified drafts.");
         put(&b, "quire_spec_passes_total %llu\n", (unsigned long long)st->spec_passes);
+        head(&b, "quire_spec_draft_passes_total", "counter", "Speculative decoding: the draft model's passes.");
+        put(&b, "quire_spec_draft_passes_total %llu\n", (unsigned long long)st->draft_passes);
+        head(&b, "quire_spec_draft_seconds_total", "counter", "Speculative decoding: time in the draft model's passes.");
+        put(&b, "quire_spec_draft_seconds_total %.6f\n", st->draft_s);
     }
     if (sst) {
         head(&b, "quire_disk_blocks_total", "counter",

@@ -24,6 +24,7 @@ typedef struct {
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     const char *spec;
     int spec_k, spec_max_batch;
+    int spec_always;        /* --spec-always: drafts in every step (no probe) */
     const char *draft;      /* --draft: the draft model's path (speculation by it) */
     int max_requests, help, no_persist, cache_disk_max;
     float gpu_mem_util, grace;

@@ -83,7 +83,6 @@ typedef struct {
     // projection kernel, which reads the residual stream itself
     // (QUIRE_CUDA_NORM_FOLD=n; 0: a norm kernel before each).
     int norm_fold;
-    int mma_min;                   // projections of this many tokens (up to QK_MMA_MAX) on the tensor cores (0: never)
     // The shortest split of a decode context (QUIRE_CUDA_SPLIT_MIN, a power
     // of two from 32; default 32), the decode-attention blocks per SM the
     // splits aim at (QUIRE_CUDA_SPLIT_FILL) and the most splits
@@ -404,23 +403,20 @@ static int ensure_meta(cuda_be *be, size_t n)
     return 0;
 }
 
-// Whether T tokens of a projection over K go to the tensor-core kernel
-// (from mma_min tokens, QUIRE_CUDA_MMA_MIN; 0: never).
-static bool use_mma(const cuda_be *be, int T, int K)
+// Whether T tokens of an N x K projection go to the weight-streaming
+// kernel: up to 4 tokens, or up to QK_GEMV_MAX on matrices under 16M
+// weights; from 5 tokens on the 8B shapes cuBLAS streams faster
+// (bench_gpu --gemv 5 and 8: 3.3 against 3.0 and 1.8 TB/s on 28672 x 4096).
+static bool use_gemv(const cuda_be *be, int T, int N, int K)
 {
-    return be->mma_min > 0 && T >= be->mma_min && qk_gemv_mma_ok((int)be->esz, T, K);
+    return be->gemv && qk_gemv_ok((int)be->esz, T, K) && (T <= 4 || (size_t)N * K < ((size_t)16 << 20));
 }
 
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
 // yc: y in T as well (16-bit storage only).
 static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta, void *yc = NULL)
 {
-    if (use_mma(be, T, K)) { // a few tokens, more than the CUDA cores keep up with: the tensor cores
-        if (be->wt == QDT_BF16)
-            return qk_gemv_mma<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, (bf16 *)yc);
-        return qk_gemv_mma<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, (__half *)yc);
-    }
-    if (be->gemv && qk_gemv_ok((int)be->esz, T, K)) { // a few tokens: the weight-streaming kernel
+    if (use_gemv(be, T, N, K)) { // a few tokens: the weight-streaming kernel
         const int rows = T == 1 ? be->rows1 : 2;
         if (be->wt == QDT_BF16)
             return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, rows, (bf16 *)yc);
@@ -579,7 +575,7 @@ template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const d
         prof_mark(be, PF_GU, l);
         return rc;
     }
-    if (be->fuse && be->gemv && qk_gemv_ok((int)be->esz, T_, D) && !use_mma(be, T_, D)) {
+    if (be->fuse && use_gemv(be, T_, 2 * F, D)) {
         const int rc = qk_gemv_swiglu<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D);
         prof_mark(be, PF_GU, l);
         return rc;
@@ -602,7 +598,8 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
     // Norms folded into the projections: xn then holds the residual stream
     // in T, written with it by the embedding and the residual projections.
-    const bool fold = T_ <= be->norm_fold && be->gemv && be->fuse && qk_gemv_ok((int)be->esz, T_, D) && !use_mma(be, T_, D);
+    // (Only where every projection of the layer takes the weight-streaming kernel.)
+    const bool fold = T_ <= be->norm_fold && be->fuse && use_gemv(be, T_, 2 * F, D) && use_gemv(be, T_, qd + 2 * kvd, D);
     prof_mark(be, PF_START, 0);
     int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D, fold ? xn : NULL);
     for (int l = 0; l < hp->n_layers && !rc; l++) {
@@ -986,8 +983,6 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     if (be->skip) QLOGW("cuda: QUIRE_CUDA_SKIP=%d: steps left out, outputs are meaningless", be->skip);
     const char *fu = getenv("QUIRE_CUDA_FUSE");
     be->fuse = !(fu && *fu == '0');
-    const char *mm = getenv("QUIRE_CUDA_MMA_MIN");
-    be->mma_min = mm && *mm ? atoi(mm) : 3;
     const char *nf = getenv("QUIRE_CUDA_NORM_FOLD");
     be->norm_fold = nf && *nf ? atoi(nf) : QK_GEMV_MAX;
     const char *sm = getenv("QUIRE_CUDA_SPLIT_MIN");

@@ -94,11 +94,6 @@ int cuda_selftest_attn_rope(const cuda_rope_case *c, const float *kc0, const flo
  * where qk_gemv_ok refuses the shape (float storage, n > 8, K % 8). */
 int cuda_selftest_gemv(int dtype, const float *x, const float *W, int n, int N, int K, float beta, const float *y0,
                        int rows_per_warp, float *y);
-/* qk_gemv_mma (tensor cores): as cuda_selftest_gemv, for 2 <= n <= 16 and K
- * a multiple of 32 (else QERR_UNSUPPORTED); yc (NULL: not asked for)
- * receives y as dtype too. */
-int cuda_selftest_gemv_mma(int dtype, const float *x, const float *W, int n, int N, int K, float beta, const float *y0,
-                           float *y, float *yc);
 /* qk_gemv_swiglu: x (n, K), W (2F, K) as dtype; h (n, F) stored as dtype.
  * *mismatch counts the elements of h whose bits differ from qk_gemv on the
  * whole W followed by qk_swiglu.  QERR_UNSUPPORTED where qk_gemv_ok refuses. */

@@ -104,14 +104,6 @@ template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp,
             T *yc = NULL);
 bool qk_gemv_ok(int elem_bytes, int n, int K);
-// The same product on the tensor cores (cuda_mma.cu), for 2 <= n <=
-// QK_MMA_MAX tokens and K a multiple of 32 (qk_gemv_mma_ok; else
-// QERR_UNSUPPORTED): weights streamed once whatever n, float sums in
-// another order than qk_gemv's.
-#define QK_MMA_MAX 16
-template <typename T>
-int qk_gemv_mma(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, T *yc = NULL);
-bool qk_gemv_mma_ok(int elem_bytes, int n, int K);
 // h(n, F) = silu(x W_gate^T) * (x W_up^T) as T, W (2F, K) the gate rows then
 // the up rows: the same bits as qk_gemv on the whole W and qk_swiglu after
 // it (the shapes qk_gemv_ok takes).

@@ -554,62 +554,6 @@ static void test_gemv(void)
     CHECK_EQ_INT(cuda_selftest_gemv(QDT_F16, z, z, 1, 1, 12, 0, NULL, 1, out), QERR_UNSUPPORTED);
 }
 
-/* The tensor-core projection: n = 2..16 tokens against the double-precision
- * dot products, beta 0 and 1, its copy in the storage type the float
- * result rounded, and the shapes it does not take refused. */
-static void test_gemv_mma(void)
-{
-    const int shapes[][2] = { { 1, 32 }, { 31, 64 }, { 33, 96 }, { 300, 2048 }, { 2053, 4096 }, { 40, 14336 } };
-    const int dts[2] = { QDT_BF16, QDT_F16 }, NT = 16;
-    for (int di = 0; di < 2; di++)
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            const int dt = dts[di], N = shapes[si][0], K = shapes[si][1];
-            const size_t yn = (size_t)NT * N;
-            float *x = malloc(sizeof(float) * NT * K), *Wm = malloc(sizeof(float) * N * K),
-                  *y0 = malloc(sizeof(float) * yn), *y = malloc(sizeof(float) * yn), *yc = malloc(sizeof(float) * yn),
-                  *r = malloc(sizeof(float) * yn);
-            double *dot = malloc(sizeof(double) * yn), *absdot = malloc(sizeof(double) * yn);
-            REQUIRE(x && Wm && y0 && y && yc && r && dot && absdot);
-            for (int i = 0; i < NT * K; i++) x[i] = frand();
-            for (size_t i = 0; i < (size_t)N * K; i++) Wm[i] = frand() * 0.1f;
-            REQUIRE(cuda_selftest_round(dt, x, (size_t)NT * K) == 0 && cuda_selftest_round(dt, Wm, (size_t)N * K) == 0);
-            for (int t = 0; t < NT; t++)
-                for (int j = 0; j < N; j++) {
-                    double d = 0, a = 0;
-                    for (int k = 0; k < K; k++) {
-                        const double pr = (double)x[(size_t)t * K + k] * Wm[(size_t)j * K + k];
-                        d += pr, a += fabs(pr);
-                    }
-                    dot[(size_t)t * N + j] = d, absdot[(size_t)t * N + j] = a;
-                    y0[(size_t)t * N + j] = frand() * (float)sqrt(a / K * 8);
-                }
-            for (int bi = 0; bi < 2; bi++) {
-                const float beta = (float)bi;
-                double worst = 0;
-                size_t bad_copy = 0;
-                int rc = 0;
-                for (int n = 2; !rc && n <= NT; n++) {
-                    rc = cuda_selftest_gemv_mma(dt, x, Wm, n, N, K, beta, y0, y, yc);
-                    if (rc) break;
-                    const double e = gemv_err(y, dot, absdot, y0, beta, n, N);
-                    if (e > worst) worst = e;
-                    memcpy(r, y, sizeof(float) * (size_t)n * N);
-                    REQUIRE(cuda_selftest_round(dt, r, (size_t)n * N) == 0);
-                    for (size_t i = 0; i < (size_t)n * N; i++) bad_copy += fbits(r[i]) != fbits(yc[i]);
-                }
-                fprintf(stderr, "  gemv_mma %s N=%d K=%d beta=%g, n=2..16: rc %d, max error %.3g (limit %g), %zu copies off\n",
-                        dname(dt), N, K, beta, rc, rc ? INFINITY : worst, GEMV_TOL, bad_copy);
-                CHECK(rc == 0 && worst < GEMV_TOL && bad_copy == 0);
-            }
-            free(x), free(Wm), free(y0), free(y), free(yc), free(r), free(dot), free(absdot);
-        }
-    float z[17 * 64] = { 0 }, out[17 * 64];
-    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_F32, z, z, 2, 1, 32, 0, NULL, out, NULL), QERR_UNSUPPORTED);
-    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_BF16, z, z, 1, 1, 32, 0, NULL, out, NULL), QERR_UNSUPPORTED);
-    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_BF16, z, z, 17, 1, 32, 0, NULL, out, NULL), QERR_UNSUPPORTED);
-    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_F16, z, z, 4, 1, 48, 0, NULL, out, NULL), QERR_UNSUPPORTED);
-}
-
 /* ---- qk_gemv_swiglu ------------------------------------------------------- */
 
 /* The gate/up projection with SwiGLU on the way out gives the bits of qk_gemv
@@ -818,7 +762,6 @@ int main(void)
     QT_RUN(test_rope_store);
     QT_RUN(test_attn_rope);
     QT_RUN(test_gemv);
-    QT_RUN(test_gemv_mma);
     QT_RUN(test_gemv_swiglu);
     QT_RUN(test_gemv_norm);
     QT_RUN(test_scale_cols);
