@@ -218,12 +218,10 @@ typedef struct {
     int random_weights;
     uint64_t seed;
     /* Random weights: the layers' output projections (wo, w_down) drawn
-     * from a range this many times the others' (0: 1).  Below 1 the layers
-     * add little to the residual stream, so a draft cut from the model to
-     * its first layers (same seed) agrees with it more often: speculative
-     * decoding's benchmarks set the acceptance they measure at this way.
-     * Each layer's random values depend on its place only, so that cut
-     * draft holds exactly the model's first layers. */
+     * from a range this many times the others' (0: the same), as
+     * qmodel_random_ex does on the host.  Each layer's values depend on its
+     * place only, so that a model cut to fewer layers (the same seed) holds
+     * exactly the first layers. */
     float random_residual;
     int max_tokens;     /* CUDA: most tokens one forward pass will carry (0: 2048);
                          * scratch is sized for it up front */

@@ -103,7 +103,7 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
         .gpu_mem_util = o->gpu_mem_util,
         .random_weights = o->random_weights || m->random_fill == QMODEL_RANDOM_DEVICE,
         .seed = m->random_fill ? m->random_seed : o->seed,
-        .random_residual = o->random_residual,
+        .random_residual = m->random_residual,
         .max_tokens = max_tokens,
     };
     if (device == QDEVICE_CPU) {

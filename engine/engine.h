@@ -71,7 +71,6 @@ typedef struct {
      * qmodel_random(host_data = 0) turns this on by itself, with its own seed. */
     int random_weights;
     uint64_t seed;
-    float random_residual;  /* qbackend_opts.random_residual (CUDA's random fill) */
     int block_size;         /* tokens per block (default 16) */
     int max_batch_tokens;   /* token budget of one step (default 512) */
     int max_seqs;           /* sequences in one step (default 64) */

@@ -92,6 +92,9 @@ typedef struct qmodel {
      * the backend fills them (qbackend_opts.random_weights). */
     int random_fill;
     uint64_t random_seed;
+    /* qmodel_random_ex: the layers' output projections (o_proj, down_proj)
+     * drawn from a range this many times the others' (0: as the others) */
+    float random_residual;
 
     uint8_t fingerprint[16];     /* hash of the architecture, shapes and sampled weight bytes
                                   * (random models: shapes, fill mode and seed) */
@@ -195,6 +198,15 @@ enum { QMODEL_RANDOM_HOST = 1, QMODEL_RANDOM_DEVICE = 2 };
  * JSON), QERR_UNSUPPORTED (architecture), QERR_RANGE (absurd sizes),
  * QERR_NOMEM (host buffers do not fit) with a message; *out is then NULL. */
 int qmodel_random(const char *config_path, int host_data, uint64_t seed, qmodel **out, char *err, size_t errlen);
+/* The same with the layers' output projections (o_proj, down_proj) drawn
+ * from residual times the others' range (0: the same range): below 1 the
+ * layers add little to the residual stream, so that the model cut to its
+ * first layers (the same seed, a config with fewer layers: each tensor's
+ * values depend on its place only) agrees with it more often; speculative
+ * decoding's benchmarks set the acceptance they measure at this way.  The
+ * backend's fill (host_data 0) draws the same way (random_residual). */
+int qmodel_random_ex(const char *config_path, int host_data, uint64_t seed, float residual, qmodel **out, char *err,
+                     size_t errlen);
 
 /* Parameters of m's bound weights (tied embeddings counted once).  Cannot fail. */
 int64_t qmodel_param_count(const qmodel *m);

@@ -33,12 +33,12 @@
 #define FILL_MAX_THREADS 64
 #define CONFIG_MAX_BYTES ((size_t)1 << 20)
 
-typedef enum { FILL_MATRIX, FILL_NORM, FILL_BIAS } fill_kind;
+typedef enum { FILL_MATRIX, FILL_NORM, FILL_BIAS, FILL_RESIDUAL } fill_kind;
 
 typedef struct {
     uint16_t *data;              /* (n) bf16 */
     size_t n;
-    fill_kind kind;
+    float center, half;          /* values in center +- half */
 } fill_job;
 
 typedef struct {
@@ -65,12 +65,10 @@ static inline uint16_t bf16_round(float f)
     return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
 }
 
-/* Fills data[0..n) of one chunk: value = center + scale * (u - 0.5) with u
+/* Fills data[0..n) of one chunk: value = center + 2 half (u - 0.5) with u
  * uniform in [0, 1) at 16-bit resolution. */
-static void fill_chunk(uint16_t *data, size_t n, fill_kind kind, uint64_t stream)
+static void fill_chunk(uint16_t *data, size_t n, float center, float half, uint64_t stream)
 {
-    const float center = kind == FILL_NORM ? 1.0f : 0.0f;
-    const float half = kind == FILL_MATRIX ? 0.035f : 0.02f;
     const float scale = 2.0f * half / 65536.0f;
     uint64_t s = stream;
     size_t i = 0;
@@ -97,7 +95,7 @@ static void *fill_worker(void *arg)
         size_t n = fj->n - off < FILL_CHUNK ? fj->n - off : FILL_CHUNK;
         uint64_t s = p->seed ^ ((uint64_t)j * 0xd1b54a32d192ed03ULL);
         s = splitmix64(&s) ^ ((uint64_t)local * 0x8cb92ba72f3d8dd7ULL);
-        fill_chunk(fj->data + off, n, fj->kind, splitmix64(&s));
+        fill_chunk(fj->data + off, n, fj->center, fj->half, splitmix64(&s));
     }
     return NULL;
 }
@@ -136,6 +134,7 @@ typedef struct {
     int host;
     fill_job *jobs;
     int n_jobs, cap_jobs;
+    float residual;              /* FILL_RESIDUAL's range against FILL_MATRIX's (0: the same) */
     char *err;
     size_t errlen;
 } builder;
@@ -162,7 +161,10 @@ static int add(builder *b, const char *name, int64_t d0, int64_t d1, fill_kind k
             return qerr_set(b->err, b->errlen, QERR_NOMEM, "out of memory for tensor '%s' (%.1f MiB)", name,
                             (double)bytes / (1 << 20));
         }
-        b->jobs[b->n_jobs++] = (fill_job){ data, numel, kind };
+        const float half = kind == FILL_MATRIX ? 0.035f
+                           : kind == FILL_RESIDUAL ? 0.035f * (b->residual > 0 ? b->residual : 1.0f)
+                                                   : 0.02f;
+        b->jobs[b->n_jobs++] = (fill_job){ data, numel, kind == FILL_NORM ? 1.0f : 0.0f, half };
     }
     return qmodel_add_tensor(b->m, name, strlen(name), QDT_BF16, ndim, shape, data, bytes, b->err, b->errlen);
 }
@@ -197,11 +199,11 @@ static int build(builder *b, uint64_t seed)
         { "model.layers.%d.self_attn.q_proj.bias", 1, -1, FILL_BIAS, 1 },
         { "model.layers.%d.self_attn.k_proj.bias", 2, -1, FILL_BIAS, 1 },
         { "model.layers.%d.self_attn.v_proj.bias", 2, -1, FILL_BIAS, 1 },
-        { "model.layers.%d.self_attn.o_proj.weight", 0, 1, FILL_MATRIX, 0 },
+        { "model.layers.%d.self_attn.o_proj.weight", 0, 1, FILL_RESIDUAL, 0 },
         { "model.layers.%d.post_attention_layernorm.weight", 0, -1, FILL_NORM, 0 },
         { "model.layers.%d.mlp.gate_proj.weight", 3, 0, FILL_MATRIX, 0 },
         { "model.layers.%d.mlp.up_proj.weight", 3, 0, FILL_MATRIX, 0 },
-        { "model.layers.%d.mlp.down_proj.weight", 0, 3, FILL_MATRIX, 0 },
+        { "model.layers.%d.mlp.down_proj.weight", 0, 3, FILL_RESIDUAL, 0 },
     };
     const int64_t sizes[4] = { dim, q, kv, hp->ffn_dim };
     for (int l = 0; l < hp->n_layers; l++)
@@ -217,6 +219,12 @@ static int build(builder *b, uint64_t seed)
 
 int qmodel_random(const char *config_path, int host_data, uint64_t seed, qmodel **out, char *err, size_t errlen)
 {
+    return qmodel_random_ex(config_path, host_data, seed, 0.0f, out, err, errlen);
+}
+
+int qmodel_random_ex(const char *config_path, int host_data, uint64_t seed, float residual, qmodel **out, char *err,
+                     size_t errlen)
+{
     *out = NULL;
     char *text = NULL;
     size_t len = 0;
@@ -231,7 +239,8 @@ int qmodel_random(const char *config_path, int host_data, uint64_t seed, qmodel 
     m->format = QFMT_HF;
     m->random_fill = host_data ? QMODEL_RANDOM_HOST : QMODEL_RANDOM_DEVICE;
     m->random_seed = seed;
-    builder b = { .m = m, .host = host_data, .err = err, .errlen = errlen };
+    m->random_residual = residual > 0 && residual != 1.0f ? residual : 0.0f;
+    builder b = { .m = m, .host = host_data, .residual = m->random_residual, .err = err, .errlen = errlen };
     rc = hf_parse_config(m, text, len, err, errlen);
     free(text);
     if (rc) {

@@ -14,9 +14,9 @@
  * target: given the target's config with fewer layers, it is the target
  * cut to its first layers, as stories260K-draft4 is stories260K) the draft
  * model proposes, from prompts of random ids.  --residual S draws random
- * models' layer output projections S times smaller (CUDA: qbackend_opts.
- * random_residual), so that a cut draft agrees more often: it sets the
- * acceptance the figures are measured at.  The model goes on greedily for
+ * models' layer output projections S times smaller (qmodel_random_ex), so
+ * that a cut draft agrees more often: it sets the acceptance the figures
+ * are measured at.  The model goes on greedily for
  * --max-tokens tokens (EOS ignored).  First a table against k, one request
  * at a time: tokens/s without and with drafts in every step, the speedup,
  * the share of drafts kept, the tokens a pass gave and the share of the
@@ -79,7 +79,6 @@ static int run(const qmodel *m, const opts *o, int spec, int k, int max_batch, i
     eo.exact = o->exact;
     eo.spec_mode = !spec ? QSPEC_NONE : o->dm ? QSPEC_DRAFT : QSPEC_NGRAM;
     eo.draft = spec ? o->dm : NULL;
-    eo.random_residual = o->residual;
     eo.spec_k = k;
     eo.spec_max_batch = max_batch;
     eo.spec_always = always;
@@ -174,14 +173,14 @@ int main(int argc, char **argv)
     char err[512];
     qmodel *m = NULL;
     if (o.model ? qmodel_load(o.model, &m, err, sizeof err)
-                : qmodel_random(o.random_weights, o.device != QDEVICE_CUDA, 1, &m, err, sizeof err)) {
+                : qmodel_random_ex(o.random_weights, o.device != QDEVICE_CUDA, 1, o.residual, &m, err, sizeof err)) {
         fprintf(stderr, "bench_spec: %s\n", err);
         return 1;
     }
     qmodel *dm = NULL;
     if ((o.draft || o.draft_random) &&
         (o.draft ? qmodel_load(o.draft, &dm, err, sizeof err)
-                 : qmodel_random(o.draft_random, o.device != QDEVICE_CUDA, 1, &dm, err, sizeof err))) {
+                 : qmodel_random_ex(o.draft_random, o.device != QDEVICE_CUDA, 1, o.residual, &dm, err, sizeof err))) {
         fprintf(stderr, "bench_spec: the draft model: %s\n", err);
         return 1;
     }
