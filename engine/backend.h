@@ -264,6 +264,11 @@ typedef struct {
     uint32_t *(*mask_rows)(qbackend *be, int n_rows);
 } qbackend_ops;
 
+/* A backend that runs some passes as captured graphs (CUDA) does so for
+ * those where every token has a logit row and no sequence has more than
+ * this many tokens (a decode and up to 16 drafts to verify). */
+#define QBE_GRAPH_SEQ_TOKENS 17
+
 /* The backend draws QROW_SAMPLE rows itself. */
 #define QBE_CAP_ROW_SAMPLE 1u
 /* ... and fills row_logprobs for reduced rows. */

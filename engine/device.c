@@ -118,13 +118,18 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
     if (bo.num_blocks <= 0 && o->kv_mem_mb)
         bo.num_blocks = blocks_for_mb(m, beside, bs, (double)o->kv_mem_mb, o->exact ? 4.0 : 2.0);
     if (beside) {
-        /* Its weights at two bytes an element (four when exact), its
-         * scratch (a quarter of that, at least 256 MiB), its blocks. */
+        /* What its backend will hold: weights at two bytes an element
+         * (four when exact); scratch for max_tokens tokens (float residual,
+         * projections and gate/up; the rest in the storage type) and 256
+         * logit rows; 64 MiB for cuBLAS and the rest; and its blocks. */
+        const double e = o->exact ? 4.0 : 2.0, D = beside->hp.dim, F = beside->hp.ffn_dim,
+                     Q = (double)beside->hp.n_heads * beside->hp.head_dim,
+                     KV = (double)beside->hp.n_kv_heads * beside->hp.head_dim;
         double wb = 0;
         for (int i = 0; i < beside->n_tensors; i++) wb += (double)qt_numel(&beside->tensors[i].t);
-        wb *= o->exact ? 4.0 : 2.0;
-        bo.reserve_bytes = (size_t)(wb + (wb / 4 > 256.0 * 1048576.0 ? wb / 4 : 256.0 * 1048576.0));
-        bo.extra_block_bytes = (size_t)block_bytes(beside, bs, o->exact ? 4.0 : 2.0);
+        const double tok = (max_tokens > 64 ? max_tokens : 64) * (4 * (D + Q + 2 * KV + 2 * F) + e * (D + 2 * Q + F));
+        bo.reserve_bytes = (size_t)(wb * e + tok + 256.0 * 4 * beside->hp.n_vocab + 64.0 * 1048576.0);
+        bo.extra_block_bytes = (size_t)block_bytes(beside, bs, e);
     }
     return cuda_backend_create(&m->w, &bo, out, err, errlen);
 #else

@@ -1040,7 +1040,9 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
             e->dfill = q_callocn((size_t)nb, sizeof *e->dfill);
             if (!e->dgen || !e->dfill) rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the draft's block marks");
         } else if (dm) {
-            QLOGW("engine: the draft model's backend: %s", err);
+            char why[256];
+            snprintf(why, sizeof why, "%s", err ? err : "");
+            qerr_set(err, errlen, rc, "the draft model's backend: %s", why);
         }
     }
     if (!rc && !(rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) &&
@@ -1120,6 +1122,7 @@ void qengine_destroy(qengine *e)
     if (e->swap_mem) qbackend_host_free(e->be, e->swap_mem);
     qtier_destroy(e->tier);
     kv_pool_destroy(e->pool);
+    if (e->d_logits) qbackend_host_free(e->dbe, e->d_logits);
     qbackend_destroy(e->dbe);
     free(e->dgen);
     free(e->dfill);
@@ -1130,7 +1133,6 @@ void qengine_destroy(qengine *e)
     free(e->d_reqs);
     free(e->d_srow);
     free(e->d_rowmode);
-    free(e->d_logits);
     free(e->dq);
     qbackend_destroy(e->be);
     pthread_mutex_destroy(&e->mu);

@@ -78,9 +78,12 @@ static int draft_scratch(qengine *e, int n_tok, int n, int n_rows)
         e->cap_dseq = n;
     }
     if (n_rows > e->cap_drow) {
-        if (GROW(e->d_lidx, n_rows) || GROW(e->d_rowmode, n_rows) || GROW(e->d_rowtok, n_rows) ||
-            GROW(e->d_logits, (size_t)n_rows * (size_t)e->m->hp.n_vocab))
-            return QERR_NOMEM;
+        if (GROW(e->d_lidx, n_rows) || GROW(e->d_rowmode, n_rows) || GROW(e->d_rowtok, n_rows)) return QERR_NOMEM;
+        /* Logits in memory the backend copies to fast (pinned on CUDA). */
+        float *lg = qbackend_host_alloc(e->dbe, sizeof(float) * (size_t)n_rows * (size_t)e->m->hp.n_vocab);
+        if (!lg) return QERR_NOMEM;
+        if (e->d_logits) qbackend_host_free(e->dbe, e->d_logits);
+        e->d_logits = lg;
         e->cap_drow = n_rows;
     }
     return 0;
@@ -104,8 +107,10 @@ static int draft_want(qengine *e, req *r, int room)
     if (k > ctx) k = ctx;
     if (k > dctx) k = dctx;
     if (k < 1) return 0;
-    /* The grammar takes the last token now: the drafts start after it. */
-    if (r->gm && (qe_spec_masks(e, r) || qe_feed_now(e, r))) {
+    /* The grammar takes the last token now: the drafts start after it
+     * (no room for the rows' masks: no drafts this step). */
+    if (r->gm && qe_spec_masks(e, r)) return 0;
+    if (r->gm && qe_feed_now(e, r)) {
         r->gm_failed = 1;
         return 0;
     }
@@ -115,6 +120,7 @@ static int draft_want(qengine *e, req *r, int room)
 /* Undoes r's drafts: out of its kv and its grammar (fed of them were fed). */
 static void draft_drop(qengine *e, req *r, int fed)
 {
+    qe_draft_cut(e, r, r->n_tokens);
     kv_seq_truncate(e->pool, &r->kv, r->n_tokens);
     if (fed && gram_m_rollback(r->gm, fed)) r->gm_failed = 1;
     r->n_draft = 0;
@@ -151,9 +157,15 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
         if (GROW(e->dq, (size_t)n_q * (size_t)V)) goto fail_all;
         e->cap_dq = (size_t)n_q * (size_t)V;
     }
-    /* Rows: one a drafting request, or (all_rows) one a token of the first pass. */
-    const int rows_cap = 4 * n + 16;
-    if (draft_scratch(e, n_tok > n ? n_tok : n, n, e->d_graphs && n_tok <= rows_cap ? n_tok : n)) goto fail_all;
+    /* Rows: one a drafting request, or (all_rows_ok) one a token of the
+     * first pass: where every request feeds few enough tokens for the pass
+     * to run as a graph (QBE_GRAPH_SEQ_TOKENS) and every row is reduced to
+     * its argmax (no vocabulary-wide rows come back for them). */
+    int all_rows_ok = e->d_graphs;
+    for (int i = 0; i < n && all_rows_ok; i++)
+        if (rs[i]->dfeed && (rs[i]->dfeed > QBE_GRAPH_SEQ_TOKENS || (rs[i]->dk && (!qsampler_is_greedy(rs[i]->smp) || rs[i]->gm))))
+            all_rows_ok = 0;
+    if (draft_scratch(e, n_tok > n ? n_tok : n, n, all_rows_ok ? n_tok : n)) goto fail_all;
     size_t qoff = 0;
     for (int i = 0; i < n; i++)
         if (rs[i]->dk && !qsampler_is_greedy(rs[i]->smp)) rs[i]->dq = e->dq + qoff, qoff += (size_t)rs[i]->dk * (size_t)V;
@@ -163,7 +175,7 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
          * drafts.  Where the first pass feeds a few tokens each, every token
          * gets a row (reduced to its argmax and never read) on a backend
          * that runs such passes as a captured graph. */
-        const int all_rows = j == 0 && e->d_graphs && n_tok <= rows_cap;
+        const int all_rows = j == 0 && all_rows_ok;
         int ns = 0, nt = 0, nr = 0;
         for (int i = 0; i < n; i++) {
             req *r = rs[i];
@@ -217,7 +229,7 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
             }
             if (r->gm) {
                 const int frc = gram_m_feed_token(r->gm, r->gv, tok);
-                if (frc) { /* its own mask allowed it: only memory can fail here */
+                if (frc) { /* its own mask allowed it: a refusal here is the matcher's limits, else memory */
                     kv_seq_truncate(e->pool, &r->kv, r->kv.n_tokens - 1);
                     if (frc != QERR_INVAL) r->gm_failed = 1;
                     r->dk = j;
@@ -235,6 +247,7 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
     for (int i = 0; i < n; i++) {
         req *r = rs[i];
         if (r->gm && r->n_draft && !r->gm_failed && qe_spec_mask_row(e, r, r->n_draft)) {
+            qe_draft_cut(e, r, r->kv.n_tokens - 1);
             kv_seq_truncate(e->pool, &r->kv, r->kv.n_tokens - 1);
             r->n_draft--;
         }

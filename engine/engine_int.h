@@ -2,7 +2,8 @@
  * request and the engine, and the functions one file calls in another.
  * engine.c has the requests, the step loop and the API; engine_swap.c
  * preemption and the swap space; engine_guided.c guided decoding's masks;
- * engine_spec.c speculative decoding's drafts and their verification. */
+ * engine_spec.c speculative decoding's drafts and their verification;
+ * engine_draft.c a draft model's proposals. */
 #ifndef QUIRE_ENGINE_INT_H
 #define QUIRE_ENGINE_INT_H
 

@@ -69,9 +69,10 @@ void qe_spec_step_done(qengine *e, int decode_only, double secs)
         e->st.spec_probes++, e->st.spec_probes_won += (uint64_t)e->sp.use;
         /* Each probe lost in a row doubles the steps until the next (a
          * probe's steps with drafts are a loss then), up to USE_MAX. */
-        e->sp.use_len = e->sp.use || e->sp.use_len < USE_STEPS ? USE_STEPS
-                        : e->sp.use_len < USE_MAX          ? 2 * e->sp.use_len
-                                                           : USE_MAX;
+        e->sp.use_len = e->sp.use                ? USE_STEPS
+                        : e->sp.use_len < USE_STEPS ? 2 * USE_STEPS
+                        : e->sp.use_len < USE_MAX   ? 2 * e->sp.use_len
+                                                    : USE_MAX;
         e->sp.phase = SP_USE, e->sp.left = e->sp.use_len;
     } else {
         e->sp.phase = SP_ON, e->sp.left = PROBE_STEPS, e->sp.skipped = 0;
@@ -105,8 +106,10 @@ int qe_spec_mask_row(qengine *e, req *r, int j)
 static int grammar_drafts(qengine *e, req *r, int d)
 {
     const size_t words = ((size_t)e->m->hp.n_vocab + 31) / 32;
-    /* The grammar takes the last token now: the drafts start after it. */
-    if (qe_spec_masks(e, r) || qe_feed_now(e, r)) {
+    /* The grammar takes the last token now: the drafts start after it
+     * (no room for the rows' masks: no drafts this step). */
+    if (qe_spec_masks(e, r)) return 0;
+    if (qe_feed_now(e, r)) {
         r->gm_failed = 1;
         return 0;
     }

@@ -405,6 +405,7 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
         qhash_update(&h, "random", 6);
         qhash_u64(&h, (uint64_t)m->random_fill);
         qhash_u64(&h, m->random_seed);
+        if (m->random_fill == QMODEL_RANDOM_DEVICE) qhash_u64(&h, 2); /* the device fill's version: by place since session 4 */
         if (m->random_residual > 0) { /* (absent before it existed: the other fingerprints stay) */
             uint32_t bits;
             memcpy(&bits, &m->random_residual, sizeof bits);

@@ -1068,6 +1068,10 @@ int cmd_serve(int argc, char **argv)
     if (o->spec_k) eo.spec_k = o->spec_k;
     if (o->spec_max_batch) eo.spec_max_batch = o->spec_max_batch;
     eo.spec_always = o->spec_always;
+    if (eo.spec_always && eo.spec_mode == QSPEC_NONE) {
+        fprintf(stderr, "quire serve: --spec-always goes with --spec or --draft\n");
+        return 2;
+    }
 
     /* The database opens before the port: a database the program cannot use
      * (corrupt, newer) stops the start with its message. */

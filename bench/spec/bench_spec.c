@@ -162,7 +162,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--k") && v) bad = (o.nk = parse_list(v, o.k)) <= 0, i++;
         else if (!strcmp(a, "--batch") && v) bad = (o.nb = parse_list(v, o.batch)) <= 0, i++;
         else bad = 1;
-        if (bad || o.max_tokens < 1 || o.prompt_tokens < 2 || o.repeat < 1) {
+        if (bad || o.max_tokens < 1 || o.prompt_tokens < 2 || o.repeat < 1 || (o.draft && o.draft_random)) {
             fprintf(stderr, "usage: bench_spec [--model PATH | --random-weights CONFIG.json] [--draft PATH | "
                             "--draft-random CONFIG.json] [--residual S] [--device cpu|cuda] [--threads N] [--k 1,2,4,8] "
                             "[--batch 1,4,16,32,64] [--max-tokens N] [--prompt-tokens N] [--repeat N] [--exact]\n");

@@ -10,8 +10,9 @@
 // one fused projection, gate and up another.  Each RMSNorm's weights are
 // folded into the projection after it at upload, so a norm is a scale per
 // token: a kernel of its own for big passes, applied by the projection
-// kernel itself for passes of up to QK_GEMV_MAX tokens (which then also
-// keep the residual stream in T, in xn).
+// kernel itself for passes whose projections all take it (up to 4 tokens,
+// or QK_GEMV_MAX on small matrices: use_gemv), which then also keep the
+// residual stream in T, in xn.
 //
 // KV layout, as on the CPU: per layer, K and V each hold num_blocks blocks
 // of (n_kv_heads, block_size, head_dim) elements of T.
@@ -38,6 +39,7 @@ typedef struct {
 typedef struct {
     int T, n_split, split_len, fuse_rope;
     unsigned gen;
+    uint64_t used;                 // when it last ran (be->graph_clock)
     cudaGraphExec_t exec;
 } dgraph;
 
@@ -75,7 +77,7 @@ typedef struct {
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
-    int gemv;                      // own kernel for projections of <= 8 tokens (QUIRE_CUDA_GEMV=0: cuBLAS)
+    int gemv;                      // own kernel for projections of a few tokens (use_gemv; QUIRE_CUDA_GEMV=0: cuBLAS)
     // Decode steps fold RoPE and the cache store into attention and SwiGLU
     // into the gate/up projection (QUIRE_CUDA_FUSE=0: separate kernels).
     int fuse;
@@ -104,6 +106,7 @@ typedef struct {
     unsigned gen;
     dgraph g[32];
     int n_graphs;
+    uint64_t graph_clock;          // graph launches so far
     void *blas_ws;
     // QUIRE_CUDA_PROFILE=1: events around each step of layer 1 and the whole
     // pass, summed per batch size and printed when the batch size changes.
@@ -440,10 +443,6 @@ static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int 
 
 // ---- the forward pass ---------------------------------------------------------------
 
-// The most tokens a sequence may have in a step that runs as a graph: a
-// decode and up to 16 drafts (QSPEC_MAX_K) to verify.
-#define GRAPH_SEQ_TOKENS 17
-
 // Where each array lives in the packed metadata (int32 offsets).
 typedef struct {
     size_t tiles, tok, pos, seq, lidx, dec, info, tables, total;
@@ -454,7 +453,7 @@ typedef struct {
 
 // Checks the batch (nothing invalid reaches a kernel) and packs the
 // metadata.  graph (steps where every token has a logit row and no
-// sequence has more than GRAPH_SEQ_TOKENS: decodes, and decodes verifying
+// sequence has more than QBE_GRAPH_SEQ_TOKENS: decodes, and decodes verifying
 // drafts) lays it out as a captured graph expects: every token's attention
 // by the decode kernel (no prefill tiles; a sequence's tokens each see the
 // positions up to their own), and the offsets a function of the token
@@ -669,8 +668,10 @@ static void drop_graphs(cuda_be *be)
     be->n_graphs = 0;
 }
 
-// A pure decode step (one token and one logit row per sequence) replays a
-// captured graph of the whole pass; anything else is launched directly.
+// A step where every token has a logit row and no sequence more than
+// QBE_GRAPH_SEQ_TOKENS tokens (decodes, decodes verifying drafts, a draft
+// model's passes) replays a captured graph of the whole pass; anything else
+// is launched directly.
 static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     dgraph *e = NULL;
@@ -683,15 +684,23 @@ static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
         *e = be->g[--be->n_graphs];
         e = NULL;
     }
+    if (!e && be->n_graphs == (int)(sizeof be->g / sizeof be->g[0])) {
+        // Full: the least recently run one goes (verifying passes vary in
+        // size with what is kept, so more shapes come and go than decodes').
+        int lru = 0;
+        for (int i = 1; i < be->n_graphs; i++)
+            if (be->g[i].used < be->g[lru].used) lru = i;
+        cudaGraphExecDestroy(be->g[lru].exec);
+        be->g[lru] = be->g[--be->n_graphs];
+    }
     if (!e) {
-        if (be->n_graphs == (int)(sizeof be->g / sizeof be->g[0])) drop_graphs(be);
         cudaGraph_t graph = NULL;
         CK(cudaStreamBeginCapture(be->stream, cudaStreamCaptureModeThreadLocal));
         int rc = run_layers(be, b, mp);
         cudaError_t ce = cudaStreamEndCapture(be->stream, &graph);
         if (rc || ce != cudaSuccess) {
             if (graph) cudaGraphDestroy(graph);
-            QLOGE("cuda: capturing a decode graph: %s", rc ? qerr_str(rc) : cudaGetErrorString(ce));
+            QLOGE("cuda: capturing a pass's graph: %s", rc ? qerr_str(rc) : cudaGetErrorString(ce));
             return rc ? rc : QERR_DEVICE;
         }
         e = &be->g[be->n_graphs];
@@ -705,6 +714,7 @@ static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
         e->gen = be->gen;
         be->n_graphs++;
     }
+    e->used = ++be->graph_clock;
     CK(cudaGraphLaunch(e->exec, be->stream));
     return 0;
 }
@@ -717,7 +727,7 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     // tokens (decodes, and decodes with drafts to verify) runs as a graph
     // captured for its bucketed size.
     int graph_step = b->n_tokens > 0 && b->n_logits == b->n_tokens;
-    for (int i = 0; graph_step && i < b->n_seqs; i++) graph_step = b->seqs[i].n_tokens <= GRAPH_SEQ_TOKENS;
+    for (int i = 0; graph_step && i < b->n_seqs; i++) graph_step = b->seqs[i].n_tokens <= QBE_GRAPH_SEQ_TOKENS;
     const int use_graph = be->graphs && graph_step && !be->prof;
     int rc = plan_batch(be, b, use_graph, use_graph ? decode_bucket(b->n_tokens) - b->n_tokens : 0, &mp);
     if (rc) return rc;

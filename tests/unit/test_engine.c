@@ -340,15 +340,19 @@ static void spec_greedy(void)
         check_clean(e);
         qengine_destroy(e);
     }
-    /* Alone, k 3. */
-    for (int j = 0; j < NREQ; j++) {
-        qengine *e = spec_engine(3, 0, QPREEMPT_RECOMPUTE, 1);
-        REQUIRE(e);
-        CHECK(run(e, j, j + 1, got, 0, 0) == 0);
-        check_clean(e);
-        qengine_destroy(e);
+    /* Alone, every k: a fresh engine for each request. */
+    for (int k = 1; k <= 8; k++) {
+        for (int j = 0; j < NREQ; j++) {
+            qengine *e = spec_engine(k, 0, QPREEMPT_RECOMPUTE, 1);
+            REQUIRE(e);
+            CHECK(run(e, j, j + 1, got, 0, 0) == 0);
+            check_clean(e);
+            qengine_destroy(e);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "%s drafts, k %d, alone", by, k);
+        CHECK(same_outputs(alone, got, what));
     }
-    CHECK(same_outputs(alone, got, g_spec == QSPEC_DRAFT ? "draft model, k 3, alone" : "n-gram drafts, k 3, alone"));
     /* A 20-block pool, by recomputation and by swapping, checked every step. */
     for (int mode = QPREEMPT_RECOMPUTE; mode <= QPREEMPT_SWAP; mode++) {
         qengine *e = spec_engine(4, 20, mode, 1);

@@ -31,7 +31,8 @@ typedef struct {
 /* Runs requests (one per params) to the end; outputs by request and sample. */
 static void run(qengine *e, qreq_params *ps, int n, out_t (*out)[3])
 {
-    uint64_t ids[16];
+    uint64_t ids[64];
+    REQUIRE(n <= 64);
     char err[256];
     for (int i = 0; i < n; i++) {
         memset(out[i], 0, sizeof out[i]);
@@ -158,72 +159,114 @@ static void test_schemas(void)
     qengine_destroy(e);
 }
 
-/* With n-gram drafts under a grammar (drafts it refuses are dropped, each
- * draft row masked): greedy outputs equal those without drafts, sampled
- * ones stay valid, and drafts are made and kept. */
+/* An engine on the CPU: without drafts (spec QSPEC_NONE), or drafting up
+ * to k tokens in every step by the proposer spec. */
+static qengine *spec_engine(int spec, int k)
+{
+    qengine_opts o;
+    qengine_opts_default(&o);
+    o.device = QDEVICE_CPU;
+    o.n_threads = 2;
+    o.num_blocks = 1024;
+    o.spec_mode = spec;
+    o.draft = spec == QSPEC_DRAFT ? g_draft : NULL;
+    o.spec_k = k;
+    o.spec_max_batch = 1000;
+    o.spec_always = 1;
+    qengine *e = NULL;
+    char err[256];
+    if (qengine_create(g_model, g_tok, &o, &e, err, sizeof err)) fprintf(stderr, "  create: %s\n", err);
+    return e;
+}
+
+static int same_out(const out_t *a, const out_t *b)
+{
+    return a->fin == b->fin && a->len == b->len && !memcmp(a->text, b->text, a->len);
+}
+
+/* Drafts under a grammar (drafts it refuses are dropped, each draft row
+ * masked), n-gram and the draft model's, k 1, 2, 4 and 8: for 50 prompts
+ * (4 of text, 46 of random ids) under each schema, greedy outputs equal
+ * those without drafts, batched and (k 4) one at a time; sampled ones stay
+ * valid; drafts are made and kept; every block comes back. */
 static void test_spec_schemas(void)
 {
-    static const char *const PROMPTS[] = { "Once", "Tom and Tom and", "The list:", "red green blue red" };
-    qengine *e[3] = { NULL, NULL, NULL }; /* without drafts, n-gram drafts, the draft model's */
-    char err[256];
-    for (int s = 0; s < 3; s++) {
-        qengine_opts o;
-        qengine_opts_default(&o);
-        o.device = QDEVICE_CPU;
-        o.n_threads = 2;
-        o.num_blocks = 256;
-        o.spec_mode = s == 2 ? QSPEC_DRAFT : s ? QSPEC_NGRAM : QSPEC_NONE;
-        o.draft = s == 2 ? g_draft : NULL;
-        o.spec_k = 4;
-        o.spec_max_batch = 1000;
-        o.spec_always = 1;
-        REQUIRE(qengine_create(g_model, g_tok, &o, &e[s], err, sizeof err) == 0);
-    }
-    enum { NP = sizeof PROMPTS / sizeof PROMPTS[0] };
+    static const char *const TEXTS[] = { "Once", "Tom and Tom and", "The list:", "red green blue red" };
+    enum { NP = 50, NS = 2, N = NP + NS };
+    static int32_t ids[NP][24];
     int32_t *pr[NP];
     int np[NP];
-    for (int i = 0; i < NP; i++) REQUIRE(qtok_encode(g_tok, PROMPTS[i], strlen(PROMPTS[i]), 1, &pr[i], &np[i]) == 0);
+    uint64_t x = 99;
+    for (int i = 0; i < NP; i++) {
+        if (i < 4) {
+            REQUIRE(qtok_encode(g_tok, TEXTS[i], strlen(TEXTS[i]), 1, &pr[i], &np[i]) == 0);
+            continue;
+        }
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        np[i] = 1 + (int)((x >> 33) % 24);
+        ids[i][0] = 1;
+        for (int t = 1; t < np[i]; t++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            ids[i][t] = 259 + (int32_t)((x >> 33) % 253); /* no byte tokens: no half character before the output */
+        }
+        pr[i] = ids[i];
+    }
+    static const int KS[] = { 1, 2, 4, 8 };
+    enum { NK = sizeof KS / sizeof KS[0] };
+    static out_t a[N][3], b[N][3];
+    uint64_t drafted[2] = { 0, 0 }, kept[2] = { 0, 0 };
     for (size_t si = 0; si < sizeof S / sizeof S[0]; si++) {
         gram *g = schema(S[si]);
         REQUIRE(g);
         /* Greedy from each prompt, and two sampled ones. */
-        qreq_params ps[NP + 2];
-        for (int i = 0; i < NP + 2; i++) {
+        qreq_params ps[N];
+        for (int i = 0; i < N; i++) {
             ps[i] = (qreq_params){ .prompt = pr[i % NP], .n_prompt = np[i % NP], .sp = qsample_defaults(),
-                                   .max_tokens = 200, .grammar = g, .grammar_vocab = g_vocab };
+                                   .max_tokens = 96, .grammar = g, .grammar_vocab = g_vocab };
             if (i < NP) ps[i].sp.temperature = 0;
             else ps[i].sp.seed = 7 + (uint64_t)i;
         }
-        out_t a[NP + 2][3], b[NP + 2][3];
-        run(e[0], ps, NP + 2, a);
-        for (int s = 1; s < 3; s++) {
-            run(e[s], ps, NP + 2, b);
-            for (int i = 0; i < NP; i++) {
-                const int same = a[i][0].fin == b[i][0].fin && a[i][0].len == b[i][0].len &&
-                                 !memcmp(a[i][0].text, b[i][0].text, a[i][0].len);
-                if (!same)
-                    fprintf(stderr, "  %s, schema %zu prompt %d: %.*s | %.*s\n", s == 2 ? "draft model" : "n-gram", si, i,
-                            (int)a[i][0].len, a[i][0].text, (int)b[i][0].len, b[i][0].text);
-                CHECK(same);
+        qengine *e0 = spec_engine(QSPEC_NONE, 4);
+        REQUIRE(e0);
+        run(e0, ps, N, a);
+        qengine_destroy(e0);
+        for (int p = 0; p < 2; p++) {
+            const int spec = p ? QSPEC_DRAFT : QSPEC_NGRAM;
+            for (int ki = 0; ki < NK; ki++) {
+                qengine *e = spec_engine(spec, KS[ki]);
+                REQUIRE(e);
+                run(e, ps, N, b);
+                int bad = 0;
+                for (int i = 0; i < NP; i++)
+                    if (!same_out(&a[i][0], &b[i][0]) && !bad++)
+                        fprintf(stderr, "  %s, k %d, schema %zu prompt %d: %.*s | %.*s\n", qspec_mode_name(spec), KS[ki], si,
+                                i, (int)a[i][0].len, a[i][0].text, (int)b[i][0].len, b[i][0].text);
+                CHECK(bad == 0);
+                for (int i = 0; i < N; i++)
+                    if (b[i][0].fin == QFINISH_STOP) CHECK(valid(g, &b[i][0]));
+                /* One at a time (k 4), in the same engine. */
+                for (int i = 0; KS[ki] == 4 && i < NP; i++) {
+                    out_t one[1][3];
+                    run(e, &ps[i], 1, one);
+                    CHECK(same_out(&a[i][0], &one[0][0]));
+                }
+                qengine_stats st;
+                qengine_stats_get(e, &st);
+                drafted[p] += st.spec_drafted, kept[p] += st.spec_accepted;
+                char check[256];
+                CHECK(qengine_check(e, check, sizeof check) == 0);
+                CHECK(st.kv_used == 0);
+                qengine_destroy(e);
             }
-            for (int i = 0; i < NP + 2; i++)
-                if (b[i][0].fin == QFINISH_STOP) CHECK(valid(g, &b[i][0]));
         }
         gram_free(g);
     }
-    for (int s = 1; s < 3; s++) {
-        qengine_stats st;
-        qengine_stats_get(e[s], &st);
-        fprintf(stderr, "  %s: %llu drafted, %llu kept\n", s == 2 ? "the draft model's drafts" : "n-gram drafts",
-                (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted);
-        CHECK(st.spec_drafted > 0 && st.spec_accepted > 0);
+    for (int p = 0; p < 2; p++) {
+        fprintf(stderr, "  %s: %llu drafted, %llu kept\n", p ? "the draft model's drafts" : "n-gram drafts",
+                (unsigned long long)drafted[p], (unsigned long long)kept[p]);
+        CHECK(drafted[p] > 0 && kept[p] > 0);
     }
-    for (int s = 0; s < 3; s++) {
-        char check[256];
-        CHECK(qengine_check(e[s], check, sizeof check) == 0);
-        qengine_destroy(e[s]);
-    }
-    for (int i = 0; i < NP; i++) free(pr[i]);
+    for (int i = 0; i < 4; i++) free(pr[i]);
 }
 
 int main(void)
