@@ -93,11 +93,7 @@ static int draft_scratch(qengine *e, int n_tok, int n, int n_rows)
  * tokens: 0 when it does not draft now. */
 static int draft_want(qengine *e, req *r, int room)
 {
-    if (!r->spec || r->n_forks || room < 1 || r->gm_failed) return 0;
-    if (r->spec_k == 0) { /* resting */
-        if (--r->spec_rest > 0) return 0;
-        r->spec_k = 1, r->spec_rate = 0.5;
-    }
+    if (!r->spec || r->n_forks || room < 1 || r->gm_failed || !qe_spec_awake(r)) return 0;
     int k = r->spec_k < room ? r->spec_k : room;
     /* Not past max_tokens (the pass adds one token of its own), the
      * target's context, nor the draft's. */

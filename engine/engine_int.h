@@ -61,6 +61,7 @@ typedef struct req {
     int spec;               /* it may speculate (the engine's spec_mode, not opted out) */
     int spec_k;             /* drafts it asks for now (its acceptance decides; 0: resting) */
     int spec_rest;          /* steps left before it tries again once spec_k fell to 0 */
+    int spec_rests;         /* rests in a row (each twice the last) */
     double spec_rate;       /* share of drafts kept, a moving average */
     int32_t draft[QSPEC_MAX_K];
     int n_draft;            /* this step's drafts, in the batch after its next token */
@@ -260,6 +261,9 @@ void qe_spec_draft(qengine *e, req *r, int room);
  * qe_take_token, stopping where the request ends); the rejected drafts
  * leave the kv.  QFINISH_NONE while it goes on. */
 qfinish qe_spec_take(qengine *e, req *r, int row0);
+/* Whether request r may draft now: 1, or 0 while it rests (a rest's step
+ * counted). */
+int qe_spec_awake(req *r);
 /* Whether this step may draft (the probe's say), as it begins. */
 int qe_spec_allowed(qengine *e);
 /* The step's outcome for the probe: decode_only (no prompt tokens in it),

@@ -80,7 +80,8 @@ void qe_spec_step_done(qengine *e, int decode_only, double secs)
     }
 }
 
-#define REST_STEPS 16    /* steps a request with a low acceptance goes without drafts */
+#define REST_STEPS 16    /* steps a request with a low acceptance goes without drafts (the first time) */
+#define MAX_RESTS 6      /* doublings of a rest: up to 1,024 steps */
 #define LOW_RATE 0.1     /* below this share of drafts kept (after MIN_PASSES passes) it rests */
 #define MIN_PASSES 4
 
@@ -136,14 +137,20 @@ static int grammar_drafts(qengine *e, req *r, int d)
     return kept;
 }
 
+int qe_spec_awake(req *r)
+{
+    if (r->spec_k > 0) return 1;
+    if (--r->spec_rest > 0) return 0;
+    /* One draft to start with, and a rate two passes of nothing kept
+     * bring under LOW_RATE again. */
+    r->spec_k = 1, r->spec_rate = 2 * LOW_RATE;
+    return 1;
+}
+
 void qe_spec_draft(qengine *e, req *r, int room)
 {
     r->n_draft = 0;
-    if (!r->spec || r->n_forks || room < 1) return;
-    if (r->spec_k == 0) { /* resting */
-        if (--r->spec_rest > 0) return;
-        r->spec_k = 1, r->spec_rate = 0.5;
-    }
+    if (!r->spec || r->n_forks || room < 1 || !qe_spec_awake(r)) return;
     int k = r->spec_k < room ? r->spec_k : room;
     /* Not past max_tokens (the pass adds one token of its own) nor the context. */
     const int left = r->max_tokens - r->n_gen - 1, ctx = e->m->hp.max_ctx - r->n_tokens - 1;
@@ -217,6 +224,13 @@ qfinish qe_spec_take(qengine *e, req *r, int row0)
     r->spec_rate = r->spec_passes == 1 ? rate : 0.7 * r->spec_rate + 0.3 * rate;
     if (kept == d) r->spec_k = r->spec_k < e->o.spec_k ? r->spec_k + 1 : e->o.spec_k;
     else r->spec_k = kept + 1 < e->o.spec_k ? kept + 1 : e->o.spec_k;
-    if (r->spec_passes >= MIN_PASSES && r->spec_rate < LOW_RATE) r->spec_k = 0, r->spec_rest = REST_STEPS;
+    /* A good pass ends the run of rests; each rest in a run lasts twice the
+     * last (REST_STEPS up to REST_STEPS << MAX_RESTS). */
+    if (rate >= 3 * LOW_RATE) r->spec_rests = 0;
+    if (r->spec_passes >= MIN_PASSES && r->spec_rate < LOW_RATE) {
+        r->spec_k = 0;
+        r->spec_rest = REST_STEPS << (r->spec_rests < MAX_RESTS ? r->spec_rests : MAX_RESTS);
+        r->spec_rests++;
+    }
     return why;
 }
