@@ -93,8 +93,9 @@ typedef struct {
      * measured faster than computing it (the GPU computes small models'
      * prefixes faster than sqlite gives them back); 1: always loaded. */
     int tier_always_load;
-    /* Speculative decoding (spec/): QSPEC_NONE, or QSPEC_NGRAM (drafts from
-     * n-gram lookup in the request's own tokens: no second model).  Drafts
+    /* Speculative decoding (spec/): QSPEC_NONE, QSPEC_NGRAM (drafts from
+     * n-gram lookup in the request's own tokens: no second model), or
+     * QSPEC_DRAFT (drafts from the draft model below).  Drafts
      * of up to spec_k tokens (1 to QENGINE_MAX_SPEC_K; 0: 4) go through the model
      * with the request's next token in one pass and are kept as far as the
      * target agrees (greedy: exactly its own choices; sampling: rejection
