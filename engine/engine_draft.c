@@ -89,30 +89,6 @@ static int draft_scratch(qengine *e, int n_tok, int n, int n_rows)
     return 0;
 }
 
-/* How many drafts r may take this step, with room for at most room more
- * tokens: 0 when it does not draft now. */
-static int draft_want(qengine *e, req *r, int room)
-{
-    if (!r->spec || r->n_forks || room < 1 || r->gm_failed || !qe_spec_awake(r)) return 0;
-    int k = r->spec_k < room ? r->spec_k : room;
-    /* Not past max_tokens (the pass adds one token of its own), the
-     * target's context, nor the draft's. */
-    const int left = r->max_tokens - r->n_gen - 1, ctx = e->m->hp.max_ctx - r->n_tokens - 1,
-              dctx = e->o.draft->hp.max_ctx - r->n_tokens - 1;
-    if (k > left) k = left;
-    if (k > ctx) k = ctx;
-    if (k > dctx) k = dctx;
-    if (k < 1) return 0;
-    /* The grammar takes the last token now: the drafts start after it
-     * (no room for the rows' masks: no drafts this step). */
-    if (r->gm && qe_spec_masks(e, r)) return 0;
-    if (r->gm && qe_feed_now(e, r)) {
-        r->gm_failed = 1;
-        return 0;
-    }
-    return k;
-}
-
 /* Undoes r's drafts: out of its kv and its grammar (fed of them were fed). */
 static void draft_drop(qengine *e, req *r, int fed)
 {
@@ -130,8 +106,8 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
     for (int i = 0; i < n; i++) {
         req *r = rs[i];
         r->n_draft = 0, r->dq = NULL, r->dk = r->dwant = r->dfeed = r->dfed = 0;
-        const int k = draft_want(e, r, *budget);
-        if (!k) continue;
+        const int k = qe_spec_want(e, r, *budget);
+        if (k < 1 || (r->gm && !qe_spec_grammar_start(e, r))) continue;
         r->dpos = draft_held(e, r);
         const int lack = r->n_tokens - r->dpos;
         if (lack > e->o.spec_k + 1) e->sp.catching_up = 1;

@@ -270,8 +270,13 @@ int qe_spec_allowed(qengine *e);
  * its seconds; the tokens it gave are counted from st.generated. */
 void qe_spec_step_done(qengine *e, int decode_only, double secs);
 
-/* Room for r's draft rows' masks (r->smask): 0 or QERR_NOMEM. */
-int qe_spec_masks(qengine *e, req *r);
+/* How many drafts r may take this step (either proposer), with room for
+ * at most room more tokens: 0 while it does not draft. */
+int qe_spec_want(qengine *e, req *r, int room);
+/* Readies r's grammar for drafts: room for the draft rows' masks
+ * (r->smask) and its pending token taken.  1, or 0 for no drafts this step
+ * (no memory for the masks; or the grammar refused the token: gm_failed). */
+int qe_spec_grammar_start(qengine *e, req *r);
 /* Makes the mask of r's draft row j (r->smask row j) from where its
  * grammar stands: 0, or 1 when there is none (nothing allowed, or an error). */
 int qe_spec_mask_row(qengine *e, req *r, int j);

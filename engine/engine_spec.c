@@ -85,11 +85,17 @@ void qe_spec_step_done(qengine *e, int decode_only, double secs)
 #define LOW_RATE 0.1     /* below this share of drafts kept (after MIN_PASSES passes) it rests */
 #define MIN_PASSES 4
 
-int qe_spec_masks(qengine *e, req *r)
+int qe_spec_grammar_start(qengine *e, req *r)
 {
     const size_t words = ((size_t)e->m->hp.n_vocab + 31) / 32;
-    if (!r->smask && !(r->smask = q_mallocn((size_t)(QSPEC_MAX_K + 1) * words, sizeof *r->smask))) return QERR_NOMEM;
-    return 0;
+    /* No room for the rows' masks: no drafts this step. */
+    if (!r->smask && !(r->smask = q_mallocn((size_t)(QSPEC_MAX_K + 1) * words, sizeof *r->smask))) return 0;
+    /* The grammar takes the last token now: the drafts start after it. */
+    if (qe_feed_now(e, r)) {
+        r->gm_failed = 1;
+        return 0;
+    }
+    return 1;
 }
 
 int qe_spec_mask_row(qengine *e, req *r, int j)
@@ -107,13 +113,7 @@ int qe_spec_mask_row(qengine *e, req *r, int j)
 static int grammar_drafts(qengine *e, req *r, int d)
 {
     const size_t words = ((size_t)e->m->hp.n_vocab + 31) / 32;
-    /* The grammar takes the last token now: the drafts start after it
-     * (no room for the rows' masks: no drafts this step). */
-    if (qe_spec_masks(e, r)) return 0;
-    if (qe_feed_now(e, r)) {
-        r->gm_failed = 1;
-        return 0;
-    }
+    if (!qe_spec_grammar_start(e, r)) return 0;
     int fed = 0, kept = 0;
     for (int j = 0; j <= d; j++) {
         if (qe_spec_mask_row(e, r, j)) break; /* row j has no mask: the drafts end before it */
@@ -147,15 +147,24 @@ int qe_spec_awake(req *r)
     return 1;
 }
 
+int qe_spec_want(qengine *e, req *r, int room)
+{
+    if (!r->spec || r->n_forks || room < 1 || r->gm_failed || !qe_spec_awake(r)) return 0;
+    int k = r->spec_k < room ? r->spec_k : room;
+    /* Not past max_tokens (the pass adds one token of its own), the
+     * model's context, nor the draft model's. */
+    int ctx = e->m->hp.max_ctx;
+    if (e->o.draft && e->o.draft->hp.max_ctx < ctx) ctx = e->o.draft->hp.max_ctx;
+    const int left = r->max_tokens - r->n_gen - 1, room_ctx = ctx - r->n_tokens - 1;
+    if (k > left) k = left;
+    if (k > room_ctx) k = room_ctx;
+    return k > 0 ? k : 0;
+}
+
 void qe_spec_draft(qengine *e, req *r, int room)
 {
     r->n_draft = 0;
-    if (!r->spec || r->n_forks || room < 1 || !qe_spec_awake(r)) return;
-    int k = r->spec_k < room ? r->spec_k : room;
-    /* Not past max_tokens (the pass adds one token of its own) nor the context. */
-    const int left = r->max_tokens - r->n_gen - 1, ctx = e->m->hp.max_ctx - r->n_tokens - 1;
-    if (k > left) k = left;
-    if (k > ctx) k = ctx;
+    const int k = qe_spec_want(e, r, room);
     if (k < 1) return;
     /* The lookup, from the request's index of its n-grams where it has one
      * (kept up to date here: tokens are only ever appended). */
@@ -164,8 +173,7 @@ void qe_spec_draft(qengine *e, req *r, int room)
     int d = r->sidx ? qspec_index_propose(r->sidx, r->tokens, r->n_tokens, k, r->draft)
                     : qspec_ngram(r->tokens, r->n_tokens, e->o.spec_ngram_min, e->o.spec_ngram_max, k, r->draft);
     /* Under a grammar only drafts it allows, each row with its mask. */
-    if (d >= 1 && r->gm && !r->gm_failed) d = grammar_drafts(e, r, d);
-    else if (r->gm_failed) d = 0;
+    if (d >= 1 && r->gm) d = grammar_drafts(e, r, d);
     /* Their slots come after the next token's, in blocks r holds alone (a
      * fresh block when the next token filled the last one), from free
      * blocks only: drafts never preempt anyone nor evict cached prefixes. */
