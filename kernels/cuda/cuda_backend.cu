@@ -78,6 +78,10 @@ typedef struct {
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
     int gemv;                      // own kernel for projections of a few tokens (use_gemv; QUIRE_CUDA_GEMV=0: cuBLAS)
+    // The most tokens it takes on matrices of 16M weights or more
+    // (QUIRE_CUDA_GEMV_BIG, default 2) and on smaller ones
+    // (QUIRE_CUDA_GEMV_SMALL, default 4); cuBLAS beyond.
+    int gemv_big, gemv_small;
     // Decode steps fold RoPE and the cache store into attention and SwiGLU
     // into the gate/up projection (QUIRE_CUDA_FUSE=0: separate kernels).
     int fuse;
@@ -407,12 +411,17 @@ static int ensure_meta(cuda_be *be, size_t n)
 }
 
 // Whether T tokens of an N x K projection go to the weight-streaming
-// kernel: up to 4 tokens, or up to QK_GEMV_MAX on matrices under 16M
-// weights; from 5 tokens on the 8B shapes cuBLAS streams faster
-// (bench_gpu --gemv 5 and 8: 3.3 against 3.0 and 1.8 TB/s on 28672 x 4096).
+// kernel: up to gemv_big tokens on matrices of 16M weights or more, up to
+// gemv_small on smaller ones; beyond, its multiply-adds (T a weight) bound
+// it and cuBLAS streams faster.  Whole decode steps on the H200
+// (bench_gpu --batches 1,2,3,4,5,6,8, bench/RESULTS.md): the 8B at 3 and 4
+// tokens 4.66 and 4.71 ms with cuBLAS against 4.93 and 5.40 with this
+// kernel (at 1 token 4.00 against 4.61); the 1B at 5-8 tokens 4-11% faster
+// with cuBLAS for its small matrices too.
 static bool use_gemv(const cuda_be *be, int T, int N, int K)
 {
-    return be->gemv && qk_gemv_ok((int)be->esz, T, K) && (T <= 4 || (size_t)N * K < ((size_t)16 << 20));
+    const bool big = (size_t)N * K >= ((size_t)16 << 20);
+    return be->gemv && qk_gemv_ok((int)be->esz, T, K) && T <= (big ? be->gemv_big : be->gemv_small);
 }
 
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
@@ -988,6 +997,9 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     const char *ge = getenv("QUIRE_CUDA_GRAPHS"), *gv = getenv("QUIRE_CUDA_GEMV");
     be->graphs = !(ge && *ge == '0');
     be->gemv = !(gv && *gv == '0');
+    const char *gb = getenv("QUIRE_CUDA_GEMV_BIG"), *gsm = getenv("QUIRE_CUDA_GEMV_SMALL");
+    be->gemv_big = gb && *gb ? atoi(gb) : 2;
+    be->gemv_small = gsm && *gsm ? atoi(gsm) : 4;
     const char *sk = getenv("QUIRE_CUDA_SKIP");
     be->skip = sk ? atoi(sk) : 0;
     if (be->skip) QLOGW("cuda: QUIRE_CUDA_SKIP=%d: steps left out, outputs are meaningless", be->skip);
