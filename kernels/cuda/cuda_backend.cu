@@ -10,9 +10,9 @@
 // one fused projection, gate and up another.  Each RMSNorm's weights are
 // folded into the projection after it at upload, so a norm is a scale per
 // token: a kernel of its own for big passes, applied by the projection
-// kernel itself for passes whose projections all take it (up to 4 tokens,
-// or QK_GEMV_MAX on small matrices: use_gemv), which then also keep the
-// residual stream in T, in xn.
+// kernels themselves for passes of up to 8 tokens (the weight-streaming
+// kernel, use_gemv, up to 2 tokens; the tensor-core kernel, use_mma, from
+// 3), which then also keep the residual stream in T, in xn.
 //
 // KV layout, as on the CPU: per layer, K and V each hold num_blocks blocks
 // of (n_kv_heads, block_size, head_dim) elements of T.
@@ -78,10 +78,11 @@ typedef struct {
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
     int gemv;                      // own kernel for projections of a few tokens (use_gemv; QUIRE_CUDA_GEMV=0: cuBLAS)
-    // The most tokens it takes on matrices of 16M weights or more
-    // (QUIRE_CUDA_GEMV_BIG, default 2) and on smaller ones
-    // (QUIRE_CUDA_GEMV_SMALL, default 4); cuBLAS beyond.
-    int gemv_big, gemv_small;
+    // The most tokens it takes (QUIRE_CUDA_GEMV_TOKENS, default 2, at most QK_GEMV_MAX).
+    int gemv_tokens;
+    // Projections of up to QK_MMA_MAX tokens the weight-streaming kernel
+    // does not take go to the tensor-core kernel (QUIRE_CUDA_MMA=0: cuBLAS).
+    int mma;
     // Decode steps fold RoPE and the cache store into attention and SwiGLU
     // into the gate/up projection (QUIRE_CUDA_FUSE=0: separate kernels).
     int fuse;
@@ -410,30 +411,40 @@ static int ensure_meta(cuda_be *be, size_t n)
     return 0;
 }
 
-// Whether T tokens of an N x K projection go to the weight-streaming
-// kernel: up to gemv_big tokens on matrices of 16M weights or more, up to
-// gemv_small on smaller ones; beyond, its multiply-adds (T a weight) bound
-// it and cuBLAS streams faster.  Whole decode steps on the H200
-// (bench_gpu --batches 1,2,3,4,5,6,8, bench/RESULTS.md): the 8B at 3 and 4
-// tokens 4.66 and 4.71 ms with cuBLAS against 4.93 and 5.40 with this
-// kernel (at 1 token 4.00 against 4.61); the 1B at 5-8 tokens 4-11% faster
-// with cuBLAS for its small matrices too.
-static bool use_gemv(const cuda_be *be, int T, int N, int K)
+// Projections of T tokens over K: the weight-streaming kernel up to
+// gemv_tokens (use_gemv), then the tensor-core kernel up to QK_MMA_MAX
+// where K is a multiple of 128 (use_mma), else cuBLAS.  The first does T
+// multiply-adds a weight on the CUDA cores, which bound it from about 3
+// tokens; the tensor cores stream the weights at one rate for 1-8 tokens,
+// below the first's at 1-2.  Whole decode steps on the H200 (bench_gpu
+// --batches 1,2,3,4,5,6,8, bench/RESULTS.md): the 8B at 3, 4 and 8 tokens
+// 4.64, 4.64 and 4.68 ms with the tensor cores, 4.72, 4.77 and 4.97 with
+// cuBLAS, 4.93 and 5.40 (3 and 4) with the CUDA cores, 4.05 at one token.
+static bool use_gemv(const cuda_be *be, int T, int K)
 {
-    const bool big = (size_t)N * K >= ((size_t)16 << 20);
-    return be->gemv && qk_gemv_ok((int)be->esz, T, K) && T <= (big ? be->gemv_big : be->gemv_small);
+    return be->gemv && T <= be->gemv_tokens && qk_gemv_ok((int)be->esz, T, K);
+}
+
+static bool use_mma(const cuda_be *be, int T, int K)
+{
+    return be->mma && !use_gemv(be, T, K) && qk_gemv_mma_ok((int)be->esz, T, K);
 }
 
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
 // yc: y in T as well (16-bit storage only).
 static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta, void *yc = NULL)
 {
-    if (use_gemv(be, T, N, K)) { // a few tokens: the weight-streaming kernel
+    if (use_gemv(be, T, K)) { // a few tokens: the weight-streaming kernel
         const int rows = T == 1 ? be->rows1 : 2;
         if (be->wt == QDT_BF16)
             return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, rows, (bf16 *)yc);
         return qk_gemv<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, rows,
                                (__half *)yc);
+    }
+    if (use_mma(be, T, K)) { // a few more: the tensor cores
+        if (be->wt == QDT_BF16)
+            return qk_gemv_mma<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, (bf16 *)yc);
+        return qk_gemv_mma<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, (__half *)yc);
     }
     const float one = 1.0f;
     const cudaDataType dt = (cudaDataType)qdt_cuda(be->wt);
@@ -573,17 +584,20 @@ static int plan_batch(cuda_be *be, const qbatch *b, bool graph, int pad, meta_pl
     return 0;
 }
 
-// h = SwiGLU of the gate/up projection of xn: the projection kernel does
+// h = SwiGLU of the gate/up projection of xn: the projection kernels do
 // both for a few tokens (unless QUIRE_CUDA_FUSE=0), else cuBLAS and qk_swiglu.
 template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const dlayer *L, int T_, int l, bool fold)
 {
     const int D = be->base.w->hp.dim, F = be->base.w->hp.ffn_dim;
     if (fold) {
-        const int rc = qk_gemv_swiglu_norm<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D, be->base.w->hp.norm_eps);
+        const float eps = be->base.w->hp.norm_eps;
+        const int rc = use_gemv(be, T_, D)
+                           ? qk_gemv_swiglu_norm<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D, eps)
+                           : qk_gemv_mma_swiglu_norm<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D, eps);
         prof_mark(be, PF_GU, l);
         return rc;
     }
-    if (be->fuse && use_gemv(be, T_, 2 * F, D)) {
+    if (be->fuse && use_gemv(be, T_, D)) {
         const int rc = qk_gemv_swiglu<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D);
         prof_mark(be, PF_GU, l);
         return rc;
@@ -606,8 +620,8 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
     // Norms folded into the projections: xn then holds the residual stream
     // in T, written with it by the embedding and the residual projections.
-    // (Only where every projection of the layer takes the weight-streaming kernel.)
-    const bool fold = T_ <= be->norm_fold && be->fuse && use_gemv(be, T_, 2 * F, D) && use_gemv(be, T_, qd + 2 * kvd, D);
+    // (Passes whose projections over D take the weight-streaming or the tensor-core kernel.)
+    const bool fold = T_ <= be->norm_fold && be->fuse && (use_gemv(be, T_, D) || use_mma(be, T_, D));
     prof_mark(be, PF_START, 0);
     int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D, fold ? xn : NULL);
     for (int l = 0; l < hp->n_layers && !rc; l++) {
@@ -618,9 +632,11 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         if (!fold && !(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, NULL, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM1, l);
         if (!(sk & 2) &&
-            (rc = fold ? qk_gemv_norm<T>(st, be->qkv, xn, (const T *)L->wqkv, T_, qd + 2 * kvd, D, hp->norm_eps,
-                                         T_ == 1 ? be->rows1 : 2)
-                       : gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)))
+            (rc = !fold ? gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)
+                  : use_gemv(be, T_, D)
+                      ? qk_gemv_norm<T>(st, be->qkv, xn, (const T *)L->wqkv, T_, qd + 2 * kvd, D, hp->norm_eps,
+                                        T_ == 1 ? be->rows1 : 2)
+                      : qk_gemv_mma_norm<T>(st, be->qkv, xn, (const T *)L->wqkv, T_, qd + 2 * kvd, D, hp->norm_eps)))
             break;
         prof_mark(be, PF_QKV, l);
         const qk_rope_in rope = { be->qkv, L->bqkv, be->inv_freq, hp->rope_dim, hp->rope_neox };
@@ -997,9 +1013,9 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     const char *ge = getenv("QUIRE_CUDA_GRAPHS"), *gv = getenv("QUIRE_CUDA_GEMV");
     be->graphs = !(ge && *ge == '0');
     be->gemv = !(gv && *gv == '0');
-    const char *gb = getenv("QUIRE_CUDA_GEMV_BIG"), *gsm = getenv("QUIRE_CUDA_GEMV_SMALL");
-    be->gemv_big = gb && *gb ? atoi(gb) : 2;
-    be->gemv_small = gsm && *gsm ? atoi(gsm) : 4;
+    const char *gt = getenv("QUIRE_CUDA_GEMV_TOKENS"), *mm = getenv("QUIRE_CUDA_MMA");
+    be->gemv_tokens = gt && *gt ? atoi(gt) : 2;
+    be->mma = !(mm && *mm == '0');
     const char *sk = getenv("QUIRE_CUDA_SKIP");
     be->skip = sk ? atoi(sk) : 0;
     if (be->skip) QLOGW("cuda: QUIRE_CUDA_SKIP=%d: steps left out, outputs are meaningless", be->skip);

@@ -94,6 +94,12 @@ int cuda_selftest_attn_rope(const cuda_rope_case *c, const float *kc0, const flo
  * where qk_gemv_ok refuses the shape (float storage, n > 8, K % 8). */
 int cuda_selftest_gemv(int dtype, const float *x, const float *W, int n, int N, int K, float beta, const float *y0,
                        int rows_per_warp, float *y);
+/* qk_gemv_mma (tensor cores), as cuda_selftest_gemv for 1 <= n <= 8 and K
+ * a multiple of 128 (else QERR_UNSUPPORTED), in the given variant (1, 2:
+ * the shapes of the warps' work; 0 the default); yc (NULL: not asked for)
+ * receives y as dtype too. */
+int cuda_selftest_gemv_mma(int dtype, const float *x, const float *W, int n, int N, int K, float beta, const float *y0,
+                           int variant, float *y, float *yc);
 /* qk_gemv_swiglu: x (n, K), W (2F, K) as dtype; h (n, F) stored as dtype.
  * *mismatch counts the elements of h whose bits differ from qk_gemv on the
  * whole W followed by qk_swiglu.  QERR_UNSUPPORTED where qk_gemv_ok refuses. */
@@ -101,8 +107,9 @@ int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, 
                               size_t *mismatch);
 /* qk_gemv_norm (swiglu 0; out y (n, N) float, poisoned first) or
  * qk_gemv_swiglu_norm (swiglu 1; W (2N, K), out h (n, N) stored as dtype):
- * x (n, K), the residual rows, and W rounded to dtype.  QERR_UNSUPPORTED where
- * qk_gemv_ok refuses the shape. */
+ * x (n, K), the residual rows, and W rounded to dtype; rows_per_warp -1:
+ * their tensor-core forms (qk_gemv_mma_norm, qk_gemv_mma_swiglu_norm).
+ * QERR_UNSUPPORTED where qk_gemv_ok (qk_gemv_mma_ok) refuses the shape. */
 int cuda_selftest_gemv_norm(int dtype, const float *x, const float *W, int n, int N, int K, float eps, int swiglu,
                             int rows_per_warp, float *out);
 /* qk_scale_cols: W (N, K) rounded to dtype, times g (K) per column; out

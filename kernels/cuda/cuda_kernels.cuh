@@ -104,6 +104,23 @@ template <typename T>
 int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, int rows_per_warp,
             T *yc = NULL);
 bool qk_gemv_ok(int elem_bytes, int n, int K);
+// The same product on the tensor cores (cuda_mma.cu) for 1 <= n <=
+// QK_MMA_MAX tokens and K a multiple of 128 (qk_gemv_mma_ok; else
+// QERR_UNSUPPORTED): weights streamed once whatever n; float sums in
+// another order than qk_gemv's, a token's the same whatever the others.
+// variant: the shape of the warps' work (0 or 1 the default, 2; bench_gpu
+// --gemv compares them).
+#define QK_MMA_MAX 8
+template <typename T>
+int qk_gemv_mma(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float beta, T *yc = NULL,
+                int variant = 0);
+bool qk_gemv_mma_ok(int elem_bytes, int n, int K);
+// qk_gemv_norm and qk_gemv_swiglu_norm on the tensor cores (the shapes
+// qk_gemv_mma_ok takes): the norm's mean summed from the x fragments the
+// warps hold, in a fixed order; a token's result independent of the others.
+template <typename T> int qk_gemv_mma_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps);
+template <typename T>
+int qk_gemv_mma_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps);
 // h(n, F) = silu(x W_gate^T) * (x W_up^T) as T, W (2F, K) the gate rows then
 // the up rows: the same bits as qk_gemv on the whole W and qk_swiglu after
 // it (the shapes qk_gemv_ok takes).

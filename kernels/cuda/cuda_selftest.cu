@@ -193,14 +193,21 @@ extern "C" int cuda_bench_gemv(FILE *f, int n)
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    fprintf(f, "| N x K (n=%d) | cuBLAS | quire, 1 row a warp | quire, 2 rows a warp |\n", n);
-    fprintf(f, "|---|---|---|---|\n");
+    fprintf(f,
+            "| N x K (n=%d) | cuBLAS | quire, 1 row a warp | quire, 2 rows a warp | tensor cores, 16 rows a warp | "
+            "tensor cores, 32 rows a warp |\n",
+            n);
+    fprintf(f, "|---|---|---|---|---|---|\n");
     for (size_t si = 0; !rc && si < sizeof shapes / sizeof shapes[0]; si++) {
         const int N = shapes[si][0], K = shapes[si][1];
         const size_t wbytes = (size_t)N * K * 2, copies = pool / wbytes;
         fprintf(f, "| %d x %d |", N, K);
-        for (int v = 0; v < 3 && !rc; v++) {
-            if (v && !qk_gemv_ok(2, n, K)) {
+        for (int v = 0; v < 5 && !rc; v++) {
+            if ((v == 1 || v == 2) && !qk_gemv_ok(2, n, K)) {
+                fprintf(f, " - |");
+                continue;
+            }
+            if (v >= 3 && !qk_gemv_mma_ok(2, n, K)) {
                 fprintf(f, " - |");
                 continue;
             }
@@ -214,6 +221,8 @@ extern "C" int cuda_bench_gemv(FILE *f, int n)
                                      &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) !=
                         CUBLAS_STATUS_SUCCESS)
                         rc = QERR_DEVICE;
+                } else if (v >= 3) {
+                    rc = qk_gemv_mma<bf16>(0, y, (const bf16 *)x, w, n, N, K, 0.0f, NULL, v - 2);
                 } else {
                     rc = qk_gemv<bf16>(0, y, (const bf16 *)x, w, n, N, K, 0.0f, v);
                 }

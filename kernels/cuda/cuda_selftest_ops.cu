@@ -248,6 +248,33 @@ extern "C" int cuda_selftest_gemv(int dtype, const float *x, const float *W, int
 }
 
 template <typename T>
+static int gemv_mma_t(const float *x, const float *W, int n, int N, int K, float beta, const float *y0, int variant,
+                      float *y, float *yc)
+{
+    T *dx = to_device<T>(x, (size_t)n * K), *dW = to_device<T>(W, (size_t)N * K);
+    const size_t yn = (size_t)n * N;
+    float *dy = beta != 0.0f ? (float *)upload(y0, sizeof(float) * yn) : poisoned<float>(yn);
+    T *dyc = yc ? poisoned<T>(yn) : NULL;
+    int rc = dx && dW && dy && (!yc || dyc) ? 0 : QERR_DEVICE;
+    if (!rc) rc = sync_rc(qk_gemv_mma<T>(0, dy, dx, dW, n, N, K, beta, dyc, variant));
+    if (!rc && cudaMemcpy(y, dy, sizeof(float) * yn, cudaMemcpyDeviceToHost) != cudaSuccess) rc = QERR_DEVICE;
+    if (!rc && yc) rc = to_host<T>(yc, dyc, yn);
+    cudaFree(dx);
+    cudaFree(dW);
+    cudaFree(dy);
+    cudaFree(dyc);
+    return rc;
+}
+
+extern "C" int cuda_selftest_gemv_mma(int dtype, const float *x, const float *W, int n, int N, int K, float beta,
+                                      const float *y0, int variant, float *y, float *yc)
+{
+    if (!qk_gemv_mma_ok((int)qdt_size(dtype), n, K) || N <= 0) return QERR_UNSUPPORTED;
+    if (beta != 0.0f && !y0) return QERR_INVAL;
+    return BY_DTYPE(dtype, gemv_mma_t, x, W, n, N, K, beta, y0, variant, y, yc);
+}
+
+template <typename T>
 static int gemv_swiglu_t(const float *x, const float *W, int n, int F, int K, float *h, size_t *mismatch)
 {
     const size_t hn = (size_t)n * F;
@@ -283,7 +310,10 @@ static int gemv_norm_t(const float *x, const float *W, int n, int N, int K, floa
     T *dx = to_device<T>(x, (size_t)n * K), *dW = to_device<T>(W, (size_t)(swiglu ? 2 : 1) * N * K),
       *dh = swiglu ? poisoned<T>(on) : NULL;
     int rc = dx && dW && (dy || dh) ? 0 : QERR_DEVICE;
-    if (!rc)
+    if (!rc && rows_per_warp < 0) // the tensor-core kernel
+        rc = sync_rc(swiglu ? qk_gemv_mma_swiglu_norm<T>(0, dh, dx, dW, n, N, K, eps)
+                            : qk_gemv_mma_norm<T>(0, dy, dx, dW, n, N, K, eps));
+    else if (!rc)
         rc = sync_rc(swiglu ? qk_gemv_swiglu_norm<T>(0, dh, dx, dW, n, N, K, eps)
                             : qk_gemv_norm<T>(0, dy, dx, dW, n, N, K, eps, rows_per_warp));
     if (!rc && swiglu) rc = to_host<T>(out, dh, on);
@@ -297,7 +327,8 @@ static int gemv_norm_t(const float *x, const float *W, int n, int N, int K, floa
 extern "C" int cuda_selftest_gemv_norm(int dtype, const float *x, const float *W, int n, int N, int K, float eps,
                                        int swiglu, int rows_per_warp, float *out)
 {
-    if (!qk_gemv_ok((int)qdt_size(dtype), n, K) || N <= 0) return QERR_UNSUPPORTED;
+    const int eb = (int)qdt_size(dtype);
+    if (!(rows_per_warp < 0 ? qk_gemv_mma_ok(eb, n, K) : qk_gemv_ok(eb, n, K)) || N <= 0) return QERR_UNSUPPORTED;
     return BY_DTYPE(dtype, gemv_norm_t, x, W, n, N, K, eps, swiglu, rows_per_warp, out);
 }
 

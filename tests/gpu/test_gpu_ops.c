@@ -554,6 +554,68 @@ static void test_gemv(void)
     CHECK_EQ_INT(cuda_selftest_gemv(QDT_F16, z, z, 1, 1, 12, 0, NULL, 1, out), QERR_UNSUPPORTED);
 }
 
+/* The tensor-core projection, each of its variants: n = 1..8 tokens against
+ * the double-precision dot products, beta 0 and 1, each token's result the
+ * same bits whatever the others in the pass, its copy in the storage type
+ * the float result rounded, and the shapes it does not take refused. */
+static void test_gemv_mma(void)
+{
+    const int shapes[][2] = { { 1, 128 }, { 31, 256 }, { 33, 384 }, { 300, 2048 }, { 2053, 4096 }, { 40, 14336 } };
+    const int dts[2] = { QDT_BF16, QDT_F16 }, NT = 8;
+    for (int di = 0; di < 2; di++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int dt = dts[di], N = shapes[si][0], K = shapes[si][1];
+            const size_t yn = (size_t)NT * N;
+            float *x = malloc(sizeof(float) * NT * K), *Wm = malloc(sizeof(float) * N * K),
+                  *y0 = malloc(sizeof(float) * yn), *y = malloc(sizeof(float) * yn), *yc = malloc(sizeof(float) * yn),
+                  *r = malloc(sizeof(float) * yn), *base = malloc(sizeof(float) * yn);
+            double *dot = malloc(sizeof(double) * yn), *absdot = malloc(sizeof(double) * yn);
+            REQUIRE(x && Wm && y0 && y && yc && r && base && dot && absdot);
+            for (int i = 0; i < NT * K; i++) x[i] = frand();
+            for (size_t i = 0; i < (size_t)N * K; i++) Wm[i] = frand() * 0.1f;
+            REQUIRE(cuda_selftest_round(dt, x, (size_t)NT * K) == 0 && cuda_selftest_round(dt, Wm, (size_t)N * K) == 0);
+            for (int t = 0; t < NT; t++)
+                for (int j = 0; j < N; j++) {
+                    double d = 0, a = 0;
+                    for (int k = 0; k < K; k++) {
+                        const double pr = (double)x[(size_t)t * K + k] * Wm[(size_t)j * K + k];
+                        d += pr, a += fabs(pr);
+                    }
+                    dot[(size_t)t * N + j] = d, absdot[(size_t)t * N + j] = a;
+                    y0[(size_t)t * N + j] = frand() * (float)sqrt(a / K * 8);
+                }
+            for (int v = 1; v <= 2; v++)
+                for (int bi = 0; bi < 2; bi++) {
+                    const float beta = (float)bi;
+                    double worst = 0;
+                    size_t bad_copy = 0, diff_bits = 0;
+                    int rc = cuda_selftest_gemv_mma(dt, x, Wm, NT, N, K, beta, y0, v, base, NULL);
+                    for (int n = 1; !rc && n <= NT; n++) {
+                        rc = cuda_selftest_gemv_mma(dt, x, Wm, n, N, K, beta, y0, v, y, yc);
+                        if (rc) break;
+                        const double e = gemv_err(y, dot, absdot, y0, beta, n, N);
+                        if (e > worst) worst = e;
+                        for (size_t i = 0; i < (size_t)n * N; i++) diff_bits += fbits(y[i]) != fbits(base[i]);
+                        memcpy(r, y, sizeof(float) * (size_t)n * N);
+                        REQUIRE(cuda_selftest_round(dt, r, (size_t)n * N) == 0);
+                        for (size_t i = 0; i < (size_t)n * N; i++) bad_copy += fbits(r[i]) != fbits(yc[i]);
+                    }
+                    fprintf(stderr,
+                            "  gemv_mma %s N=%d K=%d beta=%g variant %d, n=1..8: rc %d, "
+                            "max error %.3g (limit %g), "
+                            "%zu differ from the 8-token batch, %zu copies off\n",
+                            dname(dt), N, K, beta, v, rc, rc ? INFINITY : worst, GEMV_TOL, diff_bits, bad_copy);
+                    CHECK(rc == 0 && worst < GEMV_TOL && diff_bits == 0 && bad_copy == 0);
+                }
+            free(x), free(Wm), free(y0), free(y), free(yc), free(r), free(base), free(dot), free(absdot);
+        }
+    float z[9 * 256] = { 0 }, out[9 * 256];
+    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_F32, z, z, 2, 1, 128, 0, NULL, 0, out, NULL), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_BF16, z, z, 0, 1, 128, 0, NULL, 0, out, NULL), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_BF16, z, z, 9, 1, 128, 0, NULL, 0, out, NULL), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_F16, z, z, 4, 1, 96, 0, NULL, 0, out, NULL), QERR_UNSUPPORTED);
+}
+
 /* ---- qk_gemv_swiglu ------------------------------------------------------- */
 
 /* The gate/up projection with SwiGLU on the way out gives the bits of qk_gemv
@@ -601,60 +663,71 @@ static void test_gemv_norm(void)
     const int shapes[][2] = { { 7, 64 }, { 33, 264 }, { 300, 2048 }, { 2053, 4096 }, { 40, 8192 } };
     const int dts[2] = { QDT_BF16, QDT_F16 }, NT = 8;
     const float eps = 1e-5f, row_scale[3] = { 1.0f, 1e-3f, 30.0f };
-    for (int di = 0; di < 2; di++)
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            for (int sw = 0; sw < 2; sw++) {
-                const int dt = dts[di], N = shapes[si][0], K = shapes[si][1], rows = sw ? 2 * N : N;
-                const size_t on = (size_t)NT * N;
-                float *x = malloc(sizeof(float) * NT * K), *Wm = malloc(sizeof(float) * (size_t)rows * K),
-                      *base = malloc(sizeof(float) * on), *y = malloc(sizeof(float) * on);
-                REQUIRE(x && Wm && base && y);
-                for (int t = 0; t < NT; t++)
-                    for (int k = 0; k < K; k++) x[(size_t)t * K + k] = frand() * row_scale[t % 3];
-                for (size_t i = 0; i < (size_t)rows * K; i++) Wm[i] = frand() * (float)(2.0 / sqrt(K));
-                REQUIRE(cuda_selftest_round(dt, Wm, (size_t)rows * K) == 0 &&
-                        cuda_selftest_round(dt, x, (size_t)NT * K) == 0);
-                int rc = cuda_selftest_gemv_norm(dt, x, Wm, NT, N, K, eps, sw, 1, base);
-                double num = 0, den = 0;
-                for (int t = 0; !rc && t < NT; t++) {
-                    const float *xr = x + (size_t)t * K;
-                    double ss = 0;
-                    for (int k = 0; k < K; k++) ss += (double)xr[k] * xr[k];
-                    const double inv = 1.0 / sqrt(ss / K + (double)eps);
-                    for (int j = 0; j < N; j++) {
-                        double d[2] = { 0, 0 };
-                        for (int u = 0; u < (sw ? 2 : 1); u++)
-                            for (int k = 0; k < K; k++) d[u] += (double)Wm[((size_t)u * N + j) * K + k] * xr[k];
-                        const double g = d[0] * inv, ref = sw ? g / (1.0 + exp(-g)) * d[1] * inv : g;
-                        const double got = base[(size_t)t * N + j];
-                        if (isnan(got)) num = INFINITY;
-                        num += (got - ref) * (got - ref);
-                        den += ref * ref;
+    /* kind 0: the weight-streaming kernel; 1: the tensor-core one (K a multiple
+     * of 128). */
+    for (int kind = 0; kind < 2; kind++)
+        for (int di = 0; di < 2; di++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (int sw = 0; sw < 2; sw++) {
+                    const int dt = dts[di], N = shapes[si][0], K = shapes[si][1], rows = sw ? 2 * N : N;
+                    const int R0 = kind ? -1 : 1;
+                    if (kind && K % 128) continue;
+                    const size_t on = (size_t)NT * N;
+                    float *x = malloc(sizeof(float) * NT * K), *Wm = malloc(sizeof(float) * (size_t)rows * K),
+                          *base = malloc(sizeof(float) * on), *y = malloc(sizeof(float) * on);
+                    REQUIRE(x && Wm && base && y);
+                    for (int t = 0; t < NT; t++)
+                        for (int k = 0; k < K; k++) x[(size_t)t * K + k] = frand() * row_scale[t % 3];
+                    for (size_t i = 0; i < (size_t)rows * K; i++) Wm[i] = frand() * (float)(2.0 / sqrt(K));
+                    REQUIRE(cuda_selftest_round(dt, Wm, (size_t)rows * K) == 0 &&
+                            cuda_selftest_round(dt, x, (size_t)NT * K) == 0);
+                    int rc = cuda_selftest_gemv_norm(dt, x, Wm, NT, N, K, eps, sw, R0, base);
+                    double num = 0, den = 0;
+                    for (int t = 0; !rc && t < NT; t++) {
+                        const float *xr = x + (size_t)t * K;
+                        double ss = 0;
+                        for (int k = 0; k < K; k++) ss += (double)xr[k] * xr[k];
+                        const double inv = 1.0 / sqrt(ss / K + (double)eps);
+                        for (int j = 0; j < N; j++) {
+                            double d[2] = { 0, 0 };
+                            for (int u = 0; u < (sw ? 2 : 1); u++)
+                                for (int k = 0; k < K; k++) d[u] += (double)Wm[((size_t)u * N + j) * K + k] * xr[k];
+                            const double g = d[0] * inv, ref = sw ? g / (1.0 + exp(-g)) * d[1] * inv : g;
+                            const double got = base[(size_t)t * N + j];
+                            if (isnan(got)) num = INFINITY;
+                            num += (got - ref) * (got - ref);
+                            den += ref * ref;
+                        }
                     }
-                }
-                const double err = rc ? INFINITY : sqrt(num / den), lim = sw ? (dt == QDT_BF16 ? 8e-3 : 1e-3) : 1e-4;
-                size_t diff_bits = 0;
-                for (int n = 1; !rc && n <= NT; n++)
-                    for (int R = 1; !rc && R <= 2; R++) {
-                        if (sw && R == 2) continue;
-                        rc = cuda_selftest_gemv_norm(dt, x, Wm, n, N, K, eps, sw, R, y);
-                        for (size_t i = 0; !rc && i < (size_t)n * N; i++) diff_bits += fbits(y[i]) != fbits(base[i]);
+                    const double err = rc ? INFINITY : sqrt(num / den),
+                                 lim = sw ? (dt == QDT_BF16 ? 8e-3 : 1e-3) : 1e-4;
+                    size_t diff_bits = 0;
+                    for (int n = 1; !rc && n <= NT; n++)
+                        for (int R = R0; !rc && R <= (kind ? -1 : 2); R++) {
+                            if (sw && R == 2) continue;
+                            rc = cuda_selftest_gemv_norm(dt, x, Wm, n, N, K, eps, sw, R, y);
+                            for (size_t i = 0; !rc && i < (size_t)n * N; i++)
+                                diff_bits += fbits(y[i]) != fbits(base[i]);
+                        }
+                    for (int t = 0; !rc && t < NT; t++) {
+                        rc = cuda_selftest_gemv_norm(dt, x + (size_t)t * K, Wm, 1, N, K, eps, sw, R0, y);
+                        for (int j = 0; !rc && j < N; j++) diff_bits += fbits(y[j]) != fbits(base[(size_t)t * N + j]);
                     }
-                for (int t = 0; !rc && t < NT; t++) {
-                    rc = cuda_selftest_gemv_norm(dt, x + (size_t)t * K, Wm, 1, N, K, eps, sw, 1, y);
-                    for (int j = 0; !rc && j < N; j++) diff_bits += fbits(y[j]) != fbits(base[(size_t)t * N + j]);
+                    fprintf(stderr,
+                            "  %s with the norm folded in%s, %s N=%d K=%d: rc %d, "
+                            "relative error %.3g (limit %g), %zu "
+                            "results differ in bits from the 8-token batch\n",
+                            kind ? "gemv_mma" : "gemv", sw ? " and SwiGLU" : "", dname(dt), N, K, rc, err, lim,
+                            diff_bits);
+                    CHECK(rc == 0 && err < lim && diff_bits == 0);
+                    free(x), free(Wm), free(base), free(y);
                 }
-                fprintf(stderr,
-                        "  gemv with the norm folded in%s, %s N=%d K=%d: rc %d, relative error %.3g (limit %g), %zu "
-                        "results differ in bits from the 8-token batch\n",
-                        sw ? " and SwiGLU" : "", dname(dt), N, K, rc, err, lim, diff_bits);
-                CHECK(rc == 0 && err < lim && diff_bits == 0);
-                free(x), free(Wm), free(base), free(y);
-            }
     float z[16] = { 0 }, out[16];
     CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_F32, z, z, 1, 1, 8, eps, 0, 1, out), QERR_UNSUPPORTED);
     CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_BF16, z, z, 9, 1, 8, eps, 1, 1, out), QERR_UNSUPPORTED);
     CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_F16, z, z, 1, 1, 12, eps, 0, 1, out), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_F32, z, z, 1, 1, 128, eps, 0, -1, out), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_norm(QDT_BF16, z, z, 1, 1, 64, eps, 1, -1, out), QERR_UNSUPPORTED);
 }
 
 /* Folding a norm's weights into a matrix: each element rounded to the
@@ -762,6 +835,7 @@ int main(void)
     QT_RUN(test_rope_store);
     QT_RUN(test_attn_rope);
     QT_RUN(test_gemv);
+    QT_RUN(test_gemv_mma);
     QT_RUN(test_gemv_swiglu);
     QT_RUN(test_gemv_norm);
     QT_RUN(test_scale_cols);
