@@ -10,9 +10,10 @@
 // one fused projection, gate and up another.  Each RMSNorm's weights are
 // folded into the projection after it at upload, so a norm is a scale per
 // token: a kernel of its own for big passes, applied by the projection
-// kernels themselves for passes of up to 8 tokens (the weight-streaming
-// kernel, use_gemv, up to 2 tokens; the tensor-core kernel, use_mma, from
-// 3), which then also keep the residual stream in T, in xn.
+// kernels themselves for passes of up to 8 tokens whose projections over
+// the model's width take one of them (the weight-streaming kernel,
+// use_gemv; the tensor-core kernel, use_mma, from 3 tokens where the width
+// is a multiple of 128), which then also keep the residual stream in T, in xn.
 //
 // KV layout, as on the CPU: per layer, K and V each hold num_blocks blocks
 // of (n_kv_heads, block_size, head_dim) elements of T.
@@ -77,8 +78,9 @@ typedef struct {
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
-    int gemv;                      // own kernel for projections of a few tokens (use_gemv; QUIRE_CUDA_GEMV=0: cuBLAS)
-    // The most tokens it takes (QUIRE_CUDA_GEMV_TOKENS, default 2, at most QK_GEMV_MAX).
+    int gemv;                      // own kernel for projections of 1-2 tokens (use_gemv; QUIRE_CUDA_GEMV=0: not used)
+    // The most tokens it takes where the tensor-core kernel could take them
+    // (QUIRE_CUDA_GEMV_TOKENS, default 2); elsewhere up to QK_GEMV_MAX.
     int gemv_tokens;
     // Projections of up to QK_MMA_MAX tokens the weight-streaming kernel
     // does not take go to the tensor-core kernel (QUIRE_CUDA_MMA=0: cuBLAS).
@@ -413,16 +415,20 @@ static int ensure_meta(cuda_be *be, size_t n)
 
 // Projections of T tokens over K: the weight-streaming kernel up to
 // gemv_tokens (use_gemv), then the tensor-core kernel up to QK_MMA_MAX
-// where K is a multiple of 128 (use_mma), else cuBLAS.  The first does T
+// where K is a multiple of 128 (use_mma), else cuBLAS; where the
+// tensor-core kernel cannot take K (small models: stories260K's 64), the
+// weight-streaming kernel keeps up to QK_GEMV_MAX.  The first does T
 // multiply-adds a weight on the CUDA cores, which bound it from about 3
 // tokens; the tensor cores stream the weights at one rate for 1-8 tokens,
-// below the first's at 1-2.  Whole decode steps on the H200 (bench_gpu
-// --batches 1,2,3,4,5,6,8, bench/RESULTS.md): the 8B at 3, 4 and 8 tokens
-// 4.64, 4.64 and 4.68 ms with the tensor cores, 4.72, 4.77 and 4.97 with
-// cuBLAS, 4.93 and 5.40 (3 and 4) with the CUDA cores, 4.05 at one token.
+// below the first's at 1-2.  Whole 8B decode steps on the H200
+// (bench_gpu --batches 1,2,3,4,5,6,8; bench/RESULTS.md, session 5): at 3,
+// 4 and 8 tokens 4.64, 4.64 and 4.68 ms with the tensor cores, 4.66, 4.71
+// and 4.91 with cuBLAS, 4.93 and 5.51 (3 and 4) with the CUDA cores; 4.05
+// at one token.
 static bool use_gemv(const cuda_be *be, int T, int K)
 {
-    return be->gemv && T <= be->gemv_tokens && qk_gemv_ok((int)be->esz, T, K);
+    return be->gemv && qk_gemv_ok((int)be->esz, T, K) &&
+           (T <= be->gemv_tokens || !qk_gemv_mma_ok((int)be->esz, T, K));
 }
 
 static bool use_mma(const cuda_be *be, int T, int K)
@@ -430,12 +436,15 @@ static bool use_mma(const cuda_be *be, int T, int K)
     return be->mma && !use_gemv(be, T, K) && qk_gemv_mma_ok((int)be->esz, T, K);
 }
 
+// Rows a warp of the weight-streaming kernel takes for T tokens.
+static int gemv_rows(const cuda_be *be, int T) { return T == 1 ? be->rows1 : 2; }
+
 // y(T, N) = x(T, K) W(N, K)^T + beta y, row-major, through column-major GEMM.
 // yc: y in T as well (16-bit storage only).
 static int gemm(cuda_be *be, float *y, const void *x, const void *W, int T, int N, int K, float beta, void *yc = NULL)
 {
     if (use_gemv(be, T, K)) { // a few tokens: the weight-streaming kernel
-        const int rows = T == 1 ? be->rows1 : 2;
+        const int rows = gemv_rows(be, T);
         if (be->wt == QDT_BF16)
             return qk_gemv<bf16>(be->stream, y, (const bf16 *)x, (const bf16 *)W, T, N, K, beta, rows, (bf16 *)yc);
         return qk_gemv<__half>(be->stream, y, (const __half *)x, (const __half *)W, T, N, K, beta, rows,
@@ -584,16 +593,28 @@ static int plan_batch(cuda_be *be, const qbatch *b, bool graph, int pad, meta_pl
     return 0;
 }
 
+// A projection over D with the norm before it folded in (x the residual
+// stream in T): y = the N outputs, or, y NULL, h = SwiGLU of W's N gate and
+// N up rows - by the weight-streaming kernel or the tensor-core one.
+template <typename T> static int proj_norm(cuda_be *be, float *y, T *h, const T *x, const T *W, int T_, int N)
+{
+    const int D = be->base.w->hp.dim;
+    const float eps = be->base.w->hp.norm_eps;
+    if (use_gemv(be, T_, D))
+        return y ? qk_gemv_norm<T>(be->stream, y, x, W, T_, N, D, eps, gemv_rows(be, T_))
+                 : qk_gemv_swiglu_norm<T>(be->stream, h, x, W, T_, N, D, eps);
+    return y ? qk_gemv_mma_norm<T>(be->stream, y, x, W, T_, N, D, eps)
+             : qk_gemv_mma_swiglu_norm<T>(be->stream, h, x, W, T_, N, D, eps);
+}
+
 // h = SwiGLU of the gate/up projection of xn: the projection kernels do
-// both for a few tokens (unless QUIRE_CUDA_FUSE=0), else cuBLAS and qk_swiglu.
+// both for a few tokens, with the norm folded in (or, the weight-streaming
+// kernel, without it: QUIRE_CUDA_NORM_FOLD=0), else cuBLAS and qk_swiglu.
 template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const dlayer *L, int T_, int l, bool fold)
 {
     const int D = be->base.w->hp.dim, F = be->base.w->hp.ffn_dim;
     if (fold) {
-        const float eps = be->base.w->hp.norm_eps;
-        const int rc = use_gemv(be, T_, D)
-                           ? qk_gemv_swiglu_norm<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D, eps)
-                           : qk_gemv_mma_swiglu_norm<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D, eps);
+        const int rc = proj_norm<T>(be, NULL, h, xn, (const T *)L->wgu, T_, F);
         prof_mark(be, PF_GU, l);
         return rc;
     }
@@ -632,11 +653,8 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
         if (!fold && !(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, NULL, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM1, l);
         if (!(sk & 2) &&
-            (rc = !fold ? gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)
-                  : use_gemv(be, T_, D)
-                      ? qk_gemv_norm<T>(st, be->qkv, xn, (const T *)L->wqkv, T_, qd + 2 * kvd, D, hp->norm_eps,
-                                        T_ == 1 ? be->rows1 : 2)
-                      : qk_gemv_mma_norm<T>(st, be->qkv, xn, (const T *)L->wqkv, T_, qd + 2 * kvd, D, hp->norm_eps)))
+            (rc = fold ? proj_norm<T>(be, be->qkv, NULL, xn, (const T *)L->wqkv, T_, qd + 2 * kvd)
+                       : gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)))
             break;
         prof_mark(be, PF_QKV, l);
         const qk_rope_in rope = { be->qkv, L->bqkv, be->inv_freq, hp->rope_dim, hp->rope_neox };

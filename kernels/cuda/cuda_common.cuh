@@ -184,6 +184,26 @@ template <> __device__ __forceinline__ float word_elem<__half>(uint32_t w, int i
 }
 template <> __device__ __forceinline__ float word_elem<float>(uint32_t w, int) { return __uint_as_float(w); }
 
+// c += a b on the tensor cores, mma.sync m16n8k16 (A row-major 16 x 16,
+// B column-major 16 x 8, float accumulators; the fragments as PTX lays
+// them out: a[0] rows g, k 2t..2t+1; a[1] rows g+8; a[2], a[3] the same at
+// k + 8; b[0] k 2t..2t+1 of column g, b[1] k + 8; g = lane / 4, t = lane % 4).
+template <typename T> __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, const uint32_t *b);
+template <> __device__ __forceinline__ void mma16816<bf16>(float *c, const uint32_t *a, const uint32_t *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void mma16816<__half>(float *c, const uint32_t *a, const uint32_t *b)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
 #pragma unroll

@@ -24,28 +24,6 @@
 
 #define MMA_WARPS 8
 
-template <typename T> struct mma_op;
-template <> struct mma_op<bf16> {
-    static __device__ __forceinline__ void run(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1)
-    {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-};
-template <> struct mma_op<__half> {
-    static __device__ __forceinline__ void run(float *c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1)
-    {
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-};
-
 // Weights: read once, never written while kernels run, so the load may be
 // placed anywhere (not volatile); no room taken in L1.
 __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
@@ -55,19 +33,6 @@ __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
         : "l"(p));
     return v;
-}
-
-// Two elements of a 32-bit word as floats.
-template <typename T> __device__ __forceinline__ float2 unpack2(uint32_t u);
-template <> __device__ __forceinline__ float2 unpack2<bf16>(uint32_t u)
-{
-    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-}
-template <> __device__ __forceinline__ float2 unpack2<__half>(uint32_t u)
-{
-    __half2 h;
-    memcpy(&h, &u, 4);
-    return __half22float2(h);
 }
 
 // MT: 16-row tiles a warp; J: 16-byte pieces a row a chunk (chunks of
@@ -136,8 +101,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
                     const uint32_t u[4] = { xv[s][j].x, xv[s][j].y, xv[s][j].z, xv[s][j].w };
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float2 f = unpack2<T>(u[e]);
-                        ss += f.x * f.x + f.y * f.y;
+                        const float lo = word_elem<T>(u[e], 0), hi = word_elem<T>(u[e], 1);
+                        ss += lo * lo + hi * hi;
                     }
                 }
             }
@@ -146,8 +111,10 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
 #pragma unroll
                 for (int m = 0; m < MT; m++) {
                     const uint4 a = wv[s][2 * m][j], b = wv[s][2 * m + 1][j], xf = xv[s][j];
-                    mma_op<T>::run(acc[m], a.x, b.x, a.y, b.y, xf.x, xf.y);
-                    mma_op<T>::run(acc[m], a.z, b.z, a.w, b.w, xf.z, xf.w);
+                    const uint32_t a0[4] = { a.x, b.x, a.y, b.y }, a1[4] = { a.z, b.z, a.w, b.w };
+                    const uint32_t b0[2] = { xf.x, xf.y }, b1[2] = { xf.z, xf.w };
+                    mma16816<T>(acc[m], a0, b0);
+                    mma16816<T>(acc[m], a1, b1);
                 }
             const int cn = c + D * MMA_WARPS;
             if (cn < chunks) {
@@ -231,7 +198,8 @@ int qk_gemv_mma(cudaStream_t st, float *y, const T *x, const T *W, int n, int N,
     return 0;
 }
 
-template <typename T> int qk_gemv_mma_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps)
+template <typename T>
+int qk_gemv_mma_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps)
 {
     if (!qk_gemv_mma_ok((int)sizeof(T), n, K) || N <= 0) return QERR_UNSUPPORTED;
     launch_mma<T, 1, 4, 2, true>(st, y, NULL, x, W, n, N, K, 0.0f, NULL, eps);

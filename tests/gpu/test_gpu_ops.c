@@ -488,6 +488,42 @@ static double gemv_err(const float *y, const double *dot, const double *absdot, 
     return worst;
 }
 
+/* A projection case: x (n, K) and W (N, K) rounded to dtype, y0 (n, N) for
+ * beta, the double-precision dot products and their absolute sums, and
+ * room for two results (y, base) and a copy (yc). */
+typedef struct {
+    float *x, *W, *y0, *y, *base, *yc;
+    double *dot, *absdot;
+} gemv_case;
+
+static void gemv_case_make(gemv_case *c, int dt, int n, int N, int K)
+{
+    const size_t yn = (size_t)n * N;
+    c->x = malloc(sizeof(float) * n * K), c->W = malloc(sizeof(float) * N * K);
+    c->y0 = malloc(sizeof(float) * yn), c->y = malloc(sizeof(float) * yn), c->base = malloc(sizeof(float) * yn);
+    c->yc = malloc(sizeof(float) * yn);
+    c->dot = malloc(sizeof(double) * yn), c->absdot = malloc(sizeof(double) * yn);
+    REQUIRE(c->x && c->W && c->y0 && c->y && c->base && c->yc && c->dot && c->absdot);
+    for (int i = 0; i < n * K; i++) c->x[i] = frand();
+    for (size_t i = 0; i < (size_t)N * K; i++) c->W[i] = frand() * 0.1f;
+    REQUIRE(cuda_selftest_round(dt, c->x, (size_t)n * K) == 0 && cuda_selftest_round(dt, c->W, (size_t)N * K) == 0);
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < N; j++) {
+            double d = 0, a = 0;
+            for (int k = 0; k < K; k++) {
+                const double pr = (double)c->x[(size_t)t * K + k] * c->W[(size_t)j * K + k];
+                d += pr, a += fabs(pr);
+            }
+            c->dot[(size_t)t * N + j] = d, c->absdot[(size_t)t * N + j] = a;
+            c->y0[(size_t)t * N + j] = frand() * (float)sqrt(a / K * 8);
+        }
+}
+
+static void gemv_case_free(gemv_case *c)
+{
+    free(c->x), free(c->W), free(c->y0), free(c->y), free(c->base), free(c->yc), free(c->dot), free(c->absdot);
+}
+
 static void test_gemv(void)
 {
     /* K split in 1, 2, 4 and 8 (cuda_ops.cu's gemv_split): K >= 2048 with at
@@ -498,24 +534,10 @@ static void test_gemv(void)
     for (int di = 0; di < 2; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int dt = dts[di], N = shapes[si][0], K = shapes[si][1];
-            const size_t yn = (size_t)NT * N;
-            float *x = malloc(sizeof(float) * NT * K), *Wm = malloc(sizeof(float) * N * K),
-                  *y0 = malloc(sizeof(float) * yn), *y = malloc(sizeof(float) * yn), *base = malloc(sizeof(float) * yn);
-            double *dot = malloc(sizeof(double) * yn), *absdot = malloc(sizeof(double) * yn);
-            REQUIRE(x && Wm && y0 && y && base && dot && absdot);
-            for (int i = 0; i < NT * K; i++) x[i] = frand();
-            for (size_t i = 0; i < (size_t)N * K; i++) Wm[i] = frand() * 0.1f;
-            REQUIRE(cuda_selftest_round(dt, x, (size_t)NT * K) == 0 && cuda_selftest_round(dt, Wm, (size_t)N * K) == 0);
-            for (int t = 0; t < NT; t++)
-                for (int j = 0; j < N; j++) {
-                    double d = 0, a = 0;
-                    for (int k = 0; k < K; k++) {
-                        const double pr = (double)x[(size_t)t * K + k] * Wm[(size_t)j * K + k];
-                        d += pr, a += fabs(pr);
-                    }
-                    dot[(size_t)t * N + j] = d, absdot[(size_t)t * N + j] = a;
-                    y0[(size_t)t * N + j] = frand() * (float)sqrt(a / K * 8);
-                }
+            gemv_case c;
+            gemv_case_make(&c, dt, NT, N, K);
+            float *x = c.x, *Wm = c.W, *y0 = c.y0, *y = c.y, *base = c.base;
+            const double *dot = c.dot, *absdot = c.absdot;
             for (int bi = 0; bi < 2; bi++) {
                 const float beta = (float)bi;
                 double worst = 0;
@@ -544,7 +566,7 @@ static void test_gemv(void)
                         dname(dt), N, K, beta, rc, rc ? INFINITY : worst, GEMV_TOL, diff_bits);
                 CHECK(rc == 0 && worst < GEMV_TOL && diff_bits == 0);
             }
-            free(x), free(Wm), free(y0), free(y), free(base), free(dot), free(absdot);
+            gemv_case_free(&c);
         }
     /* Shapes the kernel does not take are refused, not run. */
     float z[16 * 9] = { 0 }, out[16 * 9];
@@ -560,54 +582,47 @@ static void test_gemv(void)
  * the float result rounded, and the shapes it does not take refused. */
 static void test_gemv_mma(void)
 {
-    const int shapes[][2] = { { 1, 128 }, { 31, 256 }, { 33, 384 }, { 300, 2048 }, { 2053, 4096 }, { 40, 14336 } };
+    /* K of 24 chunks of 128 (3072): the warps' rings refilled and then cut short. */
+    const int shapes[][2] = { { 1, 128 },     { 31, 256 },  { 33, 384 },  { 300, 2048 },
+                              { 2053, 4096 }, { 96, 3072 }, { 40, 14336 } };
     const int dts[2] = { QDT_BF16, QDT_F16 }, NT = 8;
     for (int di = 0; di < 2; di++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int dt = dts[di], N = shapes[si][0], K = shapes[si][1];
-            const size_t yn = (size_t)NT * N;
-            float *x = malloc(sizeof(float) * NT * K), *Wm = malloc(sizeof(float) * N * K),
-                  *y0 = malloc(sizeof(float) * yn), *y = malloc(sizeof(float) * yn), *yc = malloc(sizeof(float) * yn),
-                  *r = malloc(sizeof(float) * yn), *base = malloc(sizeof(float) * yn);
-            double *dot = malloc(sizeof(double) * yn), *absdot = malloc(sizeof(double) * yn);
-            REQUIRE(x && Wm && y0 && y && yc && r && base && dot && absdot);
-            for (int i = 0; i < NT * K; i++) x[i] = frand();
-            for (size_t i = 0; i < (size_t)N * K; i++) Wm[i] = frand() * 0.1f;
-            REQUIRE(cuda_selftest_round(dt, x, (size_t)NT * K) == 0 && cuda_selftest_round(dt, Wm, (size_t)N * K) == 0);
-            for (int t = 0; t < NT; t++)
-                for (int j = 0; j < N; j++) {
-                    double d = 0, a = 0;
-                    for (int k = 0; k < K; k++) {
-                        const double pr = (double)x[(size_t)t * K + k] * Wm[(size_t)j * K + k];
-                        d += pr, a += fabs(pr);
-                    }
-                    dot[(size_t)t * N + j] = d, absdot[(size_t)t * N + j] = a;
-                    y0[(size_t)t * N + j] = frand() * (float)sqrt(a / K * 8);
-                }
+            gemv_case c;
+            gemv_case_make(&c, dt, NT, N, K);
             for (int v = 1; v <= 2; v++)
                 for (int bi = 0; bi < 2; bi++) {
                     const float beta = (float)bi;
                     double worst = 0;
                     size_t bad_copy = 0, diff_bits = 0;
-                    int rc = cuda_selftest_gemv_mma(dt, x, Wm, NT, N, K, beta, y0, v, base, NULL);
+                    int rc = cuda_selftest_gemv_mma(dt, c.x, c.W, NT, N, K, beta, c.y0, v, c.base, NULL);
                     for (int n = 1; !rc && n <= NT; n++) {
-                        rc = cuda_selftest_gemv_mma(dt, x, Wm, n, N, K, beta, y0, v, y, yc);
+                        rc = cuda_selftest_gemv_mma(dt, c.x, c.W, n, N, K, beta, c.y0, v, c.y, c.yc);
                         if (rc) break;
-                        const double e = gemv_err(y, dot, absdot, y0, beta, n, N);
+                        const double e = gemv_err(c.y, c.dot, c.absdot, c.y0, beta, n, N);
                         if (e > worst) worst = e;
-                        for (size_t i = 0; i < (size_t)n * N; i++) diff_bits += fbits(y[i]) != fbits(base[i]);
-                        memcpy(r, y, sizeof(float) * (size_t)n * N);
-                        REQUIRE(cuda_selftest_round(dt, r, (size_t)n * N) == 0);
-                        for (size_t i = 0; i < (size_t)n * N; i++) bad_copy += fbits(r[i]) != fbits(yc[i]);
+                        for (size_t i = 0; i < (size_t)n * N; i++) {
+                            diff_bits += fbits(c.y[i]) != fbits(c.base[i]);
+                            float r = c.y[i];
+                            REQUIRE(cuda_selftest_round(dt, &r, 1) == 0);
+                            bad_copy += fbits(r) != fbits(c.yc[i]);
+                        }
+                    }
+                    /* Each token alone (its own x and y0 rows, at column 0) gives its batched result. */
+                    for (int t = 0; !rc && t < NT; t++) {
+                        rc = cuda_selftest_gemv_mma(dt, c.x + (size_t)t * K, c.W, 1, N, K, beta, c.y0 + (size_t)t * N,
+                                                    v, c.y, NULL);
+                        for (int j = 0; !rc && j < N; j++)
+                            diff_bits += fbits(c.y[j]) != fbits(c.base[(size_t)t * N + j]);
                     }
                     fprintf(stderr,
-                            "  gemv_mma %s N=%d K=%d beta=%g variant %d, n=1..8: rc %d, "
-                            "max error %.3g (limit %g), "
-                            "%zu differ from the 8-token batch, %zu copies off\n",
+                            "  gemv_mma %s N=%d K=%d beta=%g variant %d, n=1..8 and each alone: rc %d, max error %.3g "
+                            "(limit %g), %zu differ from the 8-token batch, %zu copies off\n",
                             dname(dt), N, K, beta, v, rc, rc ? INFINITY : worst, GEMV_TOL, diff_bits, bad_copy);
                     CHECK(rc == 0 && worst < GEMV_TOL && diff_bits == 0 && bad_copy == 0);
                 }
-            free(x), free(Wm), free(y0), free(y), free(yc), free(r), free(base), free(dot), free(absdot);
+            gemv_case_free(&c);
         }
     float z[9 * 256] = { 0 }, out[9 * 256];
     CHECK_EQ_INT(cuda_selftest_gemv_mma(QDT_F32, z, z, 2, 1, 128, 0, NULL, 0, out, NULL), QERR_UNSUPPORTED);
@@ -660,7 +675,7 @@ static float round_to(int dt, float f);
  * with 1 and 2 rows a warp. */
 static void test_gemv_norm(void)
 {
-    const int shapes[][2] = { { 7, 64 }, { 33, 264 }, { 300, 2048 }, { 2053, 4096 }, { 40, 8192 } };
+    const int shapes[][2] = { { 7, 64 }, { 33, 264 }, { 300, 2048 }, { 96, 3072 }, { 2053, 4096 }, { 40, 8192 } };
     const int dts[2] = { QDT_BF16, QDT_F16 }, NT = 8;
     const float eps = 1e-5f, row_scale[3] = { 1.0f, 1e-3f, 30.0f };
     /* kind 0: the weight-streaming kernel; 1: the tensor-core one (K a multiple
