@@ -150,7 +150,9 @@ void qe_finish(qengine *e, req *r, qfinish why)
     for (int i = 0; i < r->n_forks; i++) qe_finish(e, r->forks[i], why == QFINISH_CANCELLED ? why : QFINISH_ERROR);
     r->n_forks = 0;
     qevent ev = { .id = r->id, .index = r->index, .token = -1, .finish = why, .prompt_tokens = r->n_prompt,
-                  .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens, .spec_drafted = r->spec_drafted,
+                  .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens,
+                  .cached_disk_tokens = r->cached_disk < r->cached_tokens ? r->cached_disk : r->cached_tokens,
+                  .spec_drafted = r->spec_drafted,
                   .spec_accepted = r->spec_accepted, .spec_passes = r->spec_passes };
     /* Text still held (an incomplete character, a byte-fallback run, a
      * possible stop prefix) goes out, unless a stop string ended the text. */
@@ -378,6 +380,7 @@ static void tier_answers(qengine *e)
         const int added = r->kv.n_tokens - before;
         r->n_computed = r->kv.n_tokens;
         r->cached_tokens = r->n_computed < r->n_prompt ? r->n_computed : r->n_prompt;
+        r->cached_disk += added;
         e->st.tokens_reused += (uint64_t)added;
     }
 }
@@ -908,6 +911,7 @@ int qengine_step(qengine *e)
             }
             c->n_computed = q->n_computed;
             c->cached_tokens = q->cached_tokens;
+            c->cached_disk = q->cached_disk;
             c->admitted_once = 1;
             c->admit_seq = ++e->admit_counter;
             rl_push_back(&e->running, c);

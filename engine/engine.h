@@ -179,6 +179,7 @@ typedef struct {
     qlogprob top[QSAMPLE_MAX_LOGPROBS];
     qfinish finish;         /* QFINISH_NONE for token events */
     int prompt_tokens, completion_tokens, cached_tokens;
+    int cached_disk_tokens; /* of cached_tokens, those loaded from disk (the persistent tier) */
     double ttft_s, total_s; /* time to first token, and to finish, from submission */
     /* Speculative decoding, in the finish event: drafted tokens, those the
      * target kept, and the passes that verified drafts (each gives the kept

@@ -34,6 +34,7 @@ typedef struct req {
     int n_stop_ids;
     int n_computed;         /* tokens whose K/V are in the cache */
     int cached_tokens;      /* of the prompt, reused from the prefix cache (first admission) */
+    int cached_disk;        /* of those, loaded from the persistent tier */
     int admitted_once;
     uint64_t admit_seq;     /* order of (re)admission, for preemption */
     kv_seq kv;

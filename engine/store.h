@@ -83,8 +83,10 @@ typedef enum {
     /* in: id, owner, text (the new title). */
     QSTORE_RENAME,
     /* in: id (empty: a new session, whose id is written back to id), owner,
-     * msgs (an array of {role, content}: appended).  result: every message
-     * of the session in order, as [{role, content}]. */
+     * msgs (an array of {role, content}: appended), and with truncate set
+     * keep: only the session's first keep messages stay before msgs are
+     * appended (a reply asked for again, a message edited).  result: every
+     * message of the session in order, as [{role, content}]. */
     QSTORE_TURN,
     /* in: id, text (the assistant's reply), partial (a cancelled request's). */
     QSTORE_REPLY,
@@ -107,6 +109,7 @@ typedef struct qstore_job {
     char *text;                 /* owned */
     json_t *msgs;               /* owned */
     int partial;
+    int truncate, keep;         /* QSTORE_TURN */
     uint8_t fp[16];
     uint8_t (*hashes)[16];      /* owned */
     int n, block_size;

@@ -254,11 +254,27 @@ static void run_change(qstore *s, qstore_job *j)
     sqlite3_finalize(st);
 }
 
+/* Leaves only the first j->keep messages of session j->id. */
+static int drop_after(qstore *s, qstore_job *j)
+{
+    sqlite3_stmt *st = NULL;
+    if (prep(s, j,
+             "DELETE FROM messages WHERE session_id = ?1 AND seq IN (SELECT seq FROM messages WHERE session_id = ?1 "
+             "ORDER BY seq LIMIT -1 OFFSET ?2)",
+             &st))
+        return j->rc;
+    text(st, 1, j->id);
+    sqlite3_bind_int(st, 2, j->keep);
+    if (sqlite3_step(st) != SQLITE_DONE) failed(s, j);
+    sqlite3_finalize(st);
+    return j->rc;
+}
+
 static void run_turn(qstore *s, qstore_job *j)
 {
-    if (!json_is_array(j->msgs)) {
+    if (!json_is_array(j->msgs) || (j->truncate && (j->keep < 0 || !j->id[0]))) {
         j->rc = QERR_INVAL;
-        snprintf(j->err, sizeof j->err, "no messages to append");
+        snprintf(j->err, sizeof j->err, "%s", json_is_array(j->msgs) ? "nothing to keep" : "no messages to append");
         return;
     }
     begin(s, j);
@@ -276,8 +292,8 @@ static void run_turn(qstore *s, qstore_job *j)
             if (sqlite3_step(st) != SQLITE_DONE) failed(s, j);
             sqlite3_finalize(st);
         }
-    } else if (!j->rc) {
-        owned(s, j);
+    } else if (!j->rc && owned(s, j) == 1 && j->truncate) {
+        drop_after(s, j);
     }
     size_t i;
     json_t *m;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs quire's build and test dependencies from Debian 12's packages.
-# Usage: scripts/deps.sh [build|test]   (test adds clang for the fuzzers and python3-venv)
+# Usage: scripts/deps.sh [build|test]   (test adds clang for the fuzzers, python3-venv, and
+# chromium with its driver for the browser tests)
 set -euo pipefail
 want=(build-essential cmake pkg-config libwebsockets-dev libjansson-dev libpcre2-dev libsqlite3-dev)
 if [ "${1:-build}" = test ]; then
-  want+=(clang libclang-rt-dev python3 python3-venv)
+  want+=(clang libclang-rt-dev python3 python3-venv chromium chromium-driver)
 fi
 missing=()
 for p in "${want[@]}"; do

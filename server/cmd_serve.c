@@ -241,6 +241,7 @@ static void dispatch(qevent *ev)
     c->fin = ev->finish;
     r->prompt_tokens = ev->prompt_tokens;
     r->cached_tokens = ev->cached_tokens;
+    r->cached_disk = ev->cached_disk_tokens;
     r->completion_tokens += ev->completion_tokens;
     r->spec[0] += ev->spec_drafted, r->spec[1] += ev->spec_accepted, r->spec[2] += ev->spec_passes;
     if (++r->n_done < r->n) return;
@@ -250,6 +251,10 @@ static void dispatch(qevent *ev)
     qmetrics_latency(S.metrics, now - r->t0);
     const int spec_on = S.eo.spec_mode != QSPEC_NONE;
     json_t *usage = qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens, spec_on ? r->spec : NULL);
+    /* Of the cached tokens, those loaded from disk (only when there were some). */
+    if (usage && r->cached_disk > 0)
+        json_object_set_new(json_object_get(usage, "prompt_tokens_details"), "disk_cached_tokens",
+                            json_integer(r->cached_disk));
     if (r->ws) {
         json_t *chs = json_array();
         for (int i = 0; chs && i < r->n; i++)
@@ -482,10 +487,13 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
         p->endpoint = "models";
         if (serve_authorized(wsi) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
         if (!ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
+        /* speculative: how this server drafts (none, ngram, draft), for clients
+         * that offer the per-request opt-out. */
+        const char *spec = S.eo.spec_mode == QSPEC_DRAFT ? "draft" : S.eo.spec_mode == QSPEC_NGRAM ? "ngram" : "none";
         serve_reply_json(wsi, p, 200,
-                   json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id", S.name, "object",
-                             "model", "created", (json_int_t)time(NULL), "owned_by", "quire", "max_model_len",
-                             S.model->hp.max_ctx));
+                   json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:s}]}", "object", "list", "data", "id", S.name,
+                             "object", "model", "created", (json_int_t)time(NULL), "owned_by", "quire",
+                             "max_model_len", S.model->hp.max_ctx, "speculative", spec));
     } else if (!strcmp(uri, "/metrics")) {
         p->endpoint = "metrics";
         char *s = NULL;

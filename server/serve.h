@@ -51,7 +51,7 @@ typedef struct sreq {
     char rid[48];
     int n, n_done, finished;
     acc *ch;
-    int prompt_tokens, completion_tokens, cached_tokens;
+    int prompt_tokens, completion_tokens, cached_tokens, cached_disk;
     int spec[3];                /* speculative decoding over its choices: drafted, kept, passes */
     char *out; /* bytes for the client not yet taken by the lws thread */
     size_t out_len, out_cap;

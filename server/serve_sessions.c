@@ -2,8 +2,9 @@
  *
  * Over HTTP: GET /v1/sessions (the caller's sessions), GET, DELETE and
  * PATCH ({"title": ...}) /v1/sessions/{id}.  Over the WebSocket, a chat
- * with "session": id (or "new_session": true) sends only the new messages:
- * they are appended to the session, the whole conversation goes through the
+ * with "session": id (or "new_session": true) sends only the new messages
+ * (with "keep_messages": n, after only the session's first n: a reply asked
+ * for again, a message edited): they are appended to the session, the whole conversation goes through the
  * chat template to the engine, and the reply is stored when it finishes (a
  * cancelled one marked partial) before the client gets its done event, so
  * a reply the client saw finish is on disk.  A session belongs to the API
@@ -184,6 +185,14 @@ void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid)
                   "a session chat names its 'session' (an id) or asks for 'new_session': true");
         return serve_ws_error(wsi, p, cid, &e);
     }
+    json_t *keep = json_object_get(m, "keep_messages");
+    if (keep && !json_is_null(keep) &&
+        (!has_id || !json_is_integer(keep) || json_integer_value(keep) < 0 || json_integer_value(keep) > 1000000)) {
+        qoai_fail(&e, 400, "invalid_request_error", "keep_messages", "%s",
+                  "'keep_messages' is how many of the session's messages stay (a whole number, 0 or more, with "
+                  "'session')");
+        return serve_ws_error(wsi, p, cid, &e);
+    }
     if (!json_object_get(m, "messages")) {
         qoai_fail(&e, 400, "invalid_request_error", "messages", "%s",
                   "a session chat sends its new 'messages' (the rest are the session's)");
@@ -227,6 +236,7 @@ void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid)
         return serve_ws_error(wsi, p, cid, &e);
     }
     if (has_id) snprintf(j->id, sizeof j->id, "%s", json_string_value(sid));
+    if (keep && !json_is_null(keep)) j->truncate = 1, j->keep = (int)json_integer_value(keep);
     sess_owner(p->key, j->owner);
     j->msgs = msgs;
     if (start_job(wsi, p, j, json_incref(m), cid)) {
@@ -251,6 +261,7 @@ static void ws_answer(sjob *sj)
         json_object_set(b, "messages", j->result);
         json_object_del(b, "session");
         json_object_del(b, "new_session");
+        json_object_del(b, "keep_messages");
         body = json_dumps(b, JSON_COMPACT);
     }
     json_decref(b);

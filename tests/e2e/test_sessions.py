@@ -218,7 +218,10 @@ def test_session_errors(quire):
             out = []
             async with websockets.connect(ws_url(s)) as ws:
                 for bad in ({"session": "sess_nope"}, {"session": 5}, {"new_session": False},
-                            {"new_session": True, "temperature": "hot"}):
+                            {"new_session": True, "temperature": "hot"},
+                            {"new_session": True, "keep_messages": 0},
+                            {"session": "sess_nope", "keep_messages": -1},
+                            {"session": "sess_nope", "keep_messages": "2"}):
                     msg = {"type": "chat", "id": "e", "messages": [{"role": "user", "content": "x"}], **bad}
                     await ws.send(json.dumps(msg))
                     out.append(json.loads(await ws.recv()))
@@ -227,13 +230,25 @@ def test_session_errors(quire):
                 out.append(done)
             return out
         errs = run(go())
-        assert [e["type"] for e in errs] == ["error"] * 4 + ["done"]
+        assert [e["type"] for e in errs] == ["error"] * 7 + ["done"]
         assert "no session" in errs[0]["error"]["message"]
         assert errs[1]["error"]["param"] == "session"
         assert "new_session" in errs[2]["error"]["message"]
         assert errs[3]["error"]["param"] == "temperature"
+        assert all(e["error"]["param"] == "keep_messages" for e in errs[4:7])
         # A bad request stored nothing: only the good turn's session exists.
         assert len(s.request("GET", "/v1/sessions")[1]["data"]) == 1
+        # keep_messages: the session keeps its first n messages, then the new one.
+        sid = errs[-1]["session"]
+
+        async def again():
+            async with websockets.connect(ws_url(s)) as ws:
+                await chat(ws, "k1", "Second question", sid)
+                return await chat(ws, "k2", "Hi, again", sid, keep_messages=2)
+        run(again())
+        msgs = s.request("GET", f"/v1/sessions/{sid}")[1]["messages"]
+        assert [(m["role"], m["content"]) for m in msgs][0::2] == [("user", "Hi"), ("user", "Hi, again")]
+        assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
         assert s.request("GET", "/v1/sessions/x/y")[0] == 404
         assert s.request("POST", "/v1/sessions", {})[0] == 404
     finally:

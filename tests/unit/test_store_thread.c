@@ -114,6 +114,28 @@ static void test_sessions(void)
     CHECK_EQ_INT(turn(s, a, "alice", "More?", NULL, &n), 0);
     CHECK_EQ_INT(n, 3); /* the whole conversation comes back */
     CHECK_EQ_INT(reply(s, a, "Cut sho", 1), 0);
+    /* A message edited (or a reply asked for again): only the first 2 stay,
+     * then the new one; another owner cannot, nor can a new session or a
+     * negative count. */
+    qstore_job *t = job(QSTORE_TURN, a, "alice");
+    t->msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "More, edited?");
+    t->truncate = 1, t->keep = 2;
+    run(s, t);
+    CHECK_EQ_INT(t->rc, 0);
+    REQUIRE(t->result && json_array_size(t->result) == 3);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(t->result, 1), "content")), "Keys and values."));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(t->result, 2), "content")), "More, edited?"));
+    qstore_job_free(t);
+    const int bad_keep[3][2] = { { 1, -1 }, { 0, 1 }, { 2, 1 } }; /* {case, keep}: 0 new session, 1 negative, 2 bob */
+    for (int i = 0; i < 3; i++) {
+        t = job(QSTORE_TURN, bad_keep[i][0] == 0 ? NULL : a, bad_keep[i][0] == 2 ? "bob" : "alice");
+        t->msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "x");
+        t->truncate = 1, t->keep = bad_keep[i][1];
+        run(s, t);
+        CHECK_EQ_INT(t->rc, bad_keep[i][0] == 2 ? QERR_NOTFOUND : QERR_INVAL);
+        qstore_job_free(t);
+    }
+    CHECK_EQ_INT(reply(s, a, "Cut sho", 1), 0);
     CHECK_EQ_INT(turn(s, NULL, "alice", "second", b, NULL), 0);
     CHECK(strcmp(a, b) != 0);
     CHECK_EQ_INT(turn(s, NULL, "bob", "bob's", NULL, NULL), 0);
@@ -184,7 +206,7 @@ static void test_sessions(void)
     CHECK_EQ_INT(reply(s, a, "too late", 0), QERR_NOTFOUND);
     qstore_stats st;
     qstore_stats_get(s, &st);
-    CHECK_EQ_INT((int)st.messages_written, 6);
+    CHECK_EQ_INT((int)st.messages_written, 8); /* 6, and the edited message and its reply */
     qstore_stop(s);
     CHECK_EQ_INT(count(path("sessions.db"), "SELECT count(*) FROM messages"), 2);
 
