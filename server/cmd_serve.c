@@ -420,18 +420,51 @@ void serve_fail(struct lws *wsi, pss *p, int status, const char *type, const cha
     serve_reply_error(wsi, p, &e);
 }
 
+/* The key a browser's WebSocket offers among its subprotocols (it cannot
+ * send an Authorization header): "quire.key.<the key's bytes in hex>",
+ * beside "quire.v1", the protocol the server answers with.  The decoded
+ * key to out: its length, or -1. */
+static int ws_protocol_key(struct lws *wsi, char *out, size_t cap)
+{
+    char h[1024];
+    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL) <= 0) return -1;
+    char *save = NULL;
+    for (char *tok = strtok_r(h, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        if (strncmp(tok, "quire.key.", 10)) continue;
+        const char *x = tok + 10;
+        const size_t n = strlen(x);
+        if (n % 2 || n / 2 >= cap) return -1;
+        for (size_t i = 0; i < n / 2; i++) {
+            int v = 0;
+            for (int j = 0; j < 2; j++) {
+                const char c = x[2 * i + j];
+                const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+                if (d < 0) return -1;
+                v = v * 16 + d;
+            }
+            out[i] = (char)v;
+        }
+        out[n / 2] = 0;
+        return (int)(n / 2);
+    }
+    return -1;
+}
+
 int serve_authorized(struct lws *wsi)
 {
     if (!S.n_keys) return 0;
     char h[1024];
-    const int n = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION);
-    if (n < 7 || strncasecmp(h, "Bearer ", 7)) return -1;
+    const char *key = NULL;
+    int n = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (n >= 7 && !strncasecmp(h, "Bearer ", 7)) key = h + 7, n -= 7;
+    else if ((n = ws_protocol_key(wsi, h, sizeof h)) >= 0) key = h;
+    if (!key) return -1;
     int found = -1;
     for (int k = 0; k < S.n_keys; k++) {
         const size_t kl = strlen(S.keys[k]);
-        if ((size_t)(n - 7) != kl) continue;
+        if ((size_t)n != kl) continue;
         unsigned char d = 0; /* constant time over the key's length */
-        for (size_t i = 0; i < kl; i++) d |= (unsigned char)(h[7 + i] ^ S.keys[k][i]);
+        for (size_t i = 0; i < kl; i++) d |= (unsigned char)(key[i] ^ S.keys[k][i]);
         if (d == 0) found = k;
     }
     return found;
@@ -975,8 +1008,11 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
     return lws_callback_http_dummy(wsi, reason, user, in, len);
 }
 
+/* "quire.v1": the WebSocket protocol by name, for clients that offer
+ * subprotocols (the page does, to carry its API key); the same callback. */
 static const struct lws_protocols protocols[] = {
     { "http", cb_http, sizeof(pss), 0, 0, NULL, 0 },
+    { "quire.v1", cb_http, sizeof(pss), 0, 0, NULL, 0 },
     { NULL, NULL, 0, 0, 0, NULL, 0 },
 };
 

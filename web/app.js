@@ -45,6 +45,7 @@ const DEFAULTS = {
   speculative: true,
   json: false,
   schema: JSON.stringify(EXAMPLE_SCHEMAS.person, null, 2),
+  api_key: "",
 };
 
 function loadSettings() {
@@ -86,7 +87,11 @@ function connect() {
   const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/ws";
   let ws;
   try {
-    ws = new WebSocket(url);
+    // An API key travels as a subprotocol token (a browser's WebSocket sends
+    // no Authorization header); the server answers with "quire.v1".
+    const key = settings.api_key.trim();
+    const hex = Array.from(new TextEncoder().encode(key), (b) => b.toString(16).padStart(2, "0")).join("");
+    ws = key ? new WebSocket(url, ["quire.v1", "quire.key." + hex]) : new WebSocket(url);
   } catch (e) {
     return retry();
   }
@@ -119,19 +124,38 @@ function connect() {
   };
 }
 
+// A new key: the socket is opened again with it, the list read again.
+function reconnect() {
+  clearTimeout(retry.t);
+  state.delay = 500;
+  if (state.ws) {
+    const old = state.ws;
+    state.ws = null;
+    old.onclose = null;
+    old.close();
+    state.open = false;
+    if (state.run) finishRun({ error: "the connection was opened again" });
+  }
+  connect();
+}
+
 function retry() {
   const wait = state.delay;
   state.delay = Math.min(state.delay * 2, 5000);
   setConn("closed", `disconnected: retrying in ${(wait / 1000).toFixed(1)} s`);
-  setTimeout(connect, wait);
+  clearTimeout(retry.t);
+  retry.t = setTimeout(connect, wait);
+  // Refused at once: perhaps a key is missing or wrong (the socket cannot say).
+  api("GET", "/v1/models").catch((e) => {
+    if (/API key/.test(e.message)) $("sessions-note").textContent = e.message;
+  });
 }
 
 async function api(method, path, body) {
-  const r = await fetch(path, {
-    method,
-    headers: body ? { "Content-Type": "application/json" } : {},
-    body: body ? JSON.stringify(body) : undefined,
-  });
+  const headers = body ? { "Content-Type": "application/json" } : {};
+  if (settings.api_key.trim()) headers.Authorization = "Bearer " + settings.api_key.trim();
+  const r = await fetch(path, { method, headers, body: body ? JSON.stringify(body) : undefined });
+  if (r.status === 401) throw new Error("the server wants an API key: set it in Settings");
   const j = await r.json().catch(() => ({}));
   if (!r.ok) throw new Error((j.error && j.error.message) || `${method} ${path}: ${r.status}`);
   return j;
@@ -544,7 +568,7 @@ function closeSidebarOnPhone() {
 }
 
 function bindSettings() {
-  const fields = ["system", "temperature", "top_p", "max_tokens", "seed", "schema"];
+  const fields = ["system", "temperature", "top_p", "max_tokens", "seed", "schema", "api_key"];
   for (const f of fields) {
     const e = $("set-" + f);
     e.value = settings[f];
@@ -553,6 +577,7 @@ function bindSettings() {
       saveSettings();
       if (f === "schema") checkSchema();
     };
+    if (f === "api_key") e.onchange = () => reconnect();
   }
   const spec = $("set-speculative");
   spec.checked = !!settings.speculative;

@@ -144,8 +144,10 @@ def raw_get(port, path):
 
 def test_static_files(server):
     status, page = server.get("/")
-    assert status == 200 and "<html" in page and "/v1/ws" in page
+    assert status == 200 and "<html" in page and "app.js" in page
     assert server.get("/index.html")[1] == page
+    status, js = server.get("/app.js")
+    assert status == 200 and "/v1/ws" in js
     for path in ("/../README.md", "/%2e%2e/README.md", "/..%2fREADME.md", "/../../etc/passwd", "/web/index.html",
                  "/nonexistent.js"):
         status, data = raw_get(server.port, path)

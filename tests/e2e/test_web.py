@@ -467,3 +467,47 @@ def test_sidebar_settings_speculative_theme(browser, quire, tmp_path):
     finally:
         if s.proc.poll() is None:
             s.stop()
+
+
+def test_api_key(browser, quire, tmp_path):
+    d = browser
+    s = Server(quire, "--db", str(tmp_path / "quire.db"), "--api-key", "s3cret/key=")
+    try:
+        d.get(s.url + "/")
+        # Without the key: refused, and the page says what is missing.
+        wait(d, 10).until(lambda d: "API key" in d.find_element(By.ID, "sessions-note").text)
+        assert d.find_element(By.ID, "conn").get_attribute("data-state") != "open"
+        assert d.find_element(By.ID, "send").get_attribute("disabled")
+        open_settings(d)
+        box = d.find_element(By.ID, "set-api_key")
+        box.send_keys("s3cret/key=")
+        d.find_element(By.ID, "close-settings").click()  # the field's change: the socket opens again with it
+        wait_connected(d)
+        d.get_log("browser"), d.get_log("performance")  # the refusals before the key are expected
+        type_and_send(d, "Hello there")
+        wait_idle(d)
+        assert replies(d)[-1].find_element(By.CSS_SELECTOR, ".body").text.strip()
+        sid = session_id(d)
+        # The session belongs to the key: listed with it, unknown without it.
+        wait(d, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, f'#sessions li[data-id="{sid}"]'))
+        assert s.request("GET", f"/v1/sessions/{sid}")[0] == 401
+        assert s.request("GET", f"/v1/sessions/{sid}", headers={"Authorization": "Bearer s3cret/key="})[0] == 200
+        shot(d, "14-api-key")
+        clean_logs(d, s.url)
+
+        # The same over a raw socket: the key among the subprotocols, the
+        # server answering with quire.v1; a wrong or malformed key refused.
+        async def sock(protos):
+            try:
+                async with websockets.connect(f"ws://127.0.0.1:{s.port}/v1/ws", subprotocols=protos) as ws:
+                    return ws.subprotocol
+            except (websockets.exceptions.InvalidStatus, websockets.exceptions.InvalidMessage):
+                return "refused"
+        hexkey = "s3cret/key=".encode().hex()
+        assert asyncio.run(sock(["quire.v1", "quire.key." + hexkey])) == "quire.v1"
+        assert asyncio.run(sock(["quire.v1", "quire.key." + "wrong".encode().hex()])) == "refused"
+        assert asyncio.run(sock(["quire.v1", "quire.key.zz"])) == "refused"
+        assert asyncio.run(sock(["quire.v1"])) == "refused"
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
