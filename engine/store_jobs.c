@@ -254,10 +254,22 @@ static void run_change(qstore *s, qstore_job *j)
     sqlite3_finalize(st);
 }
 
-/* Leaves only the first j->keep messages of session j->id. */
+/* Leaves only the first j->keep messages of session j->id (a keep past its
+ * messages is refused: the caller's count of them is wrong). */
 static int drop_after(qstore *s, qstore_job *j)
 {
     sqlite3_stmt *st = NULL;
+    if (prep(s, j, "SELECT count(*) FROM messages WHERE session_id = ?", &st)) return j->rc;
+    text(st, 1, j->id);
+    const int rc = sqlite3_step(st);
+    const int have = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW) return failed(s, j);
+    if (j->keep > have) {
+        j->rc = QERR_INVAL;
+        snprintf(j->err, sizeof j->err, "keep_messages is %d, but the session holds %d messages", j->keep, have);
+        return j->rc;
+    }
     if (prep(s, j,
              "DELETE FROM messages WHERE session_id = ?1 AND seq IN (SELECT seq FROM messages WHERE session_id = ?1 "
              "ORDER BY seq LIMIT -1 OFFSET ?2)",

@@ -522,7 +522,7 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
         if (!ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
         /* speculative: how this server drafts (none, ngram, draft), for clients
          * that offer the per-request opt-out. */
-        const char *spec = S.eo.spec_mode == QSPEC_DRAFT ? "draft" : S.eo.spec_mode == QSPEC_NGRAM ? "ngram" : "none";
+        const char *spec = qspec_mode_name(S.eo.spec_mode);
         serve_reply_json(wsi, p, 200,
                    json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:s}]}", "object", "list", "data", "id", S.name,
                              "object", "model", "created", (json_int_t)time(NULL), "owned_by", "quire",
@@ -995,6 +995,8 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         ws_closed(wsi, p);
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (lws_get_protocol(wsi) && strcmp(lws_get_protocol(wsi)->name, "http"))
+            return 0; /* sent to each protocol: once is enough */
         sess_answers();
         /* The engine produced output: writable callbacks where it waits. */
         pthread_mutex_lock(&S.mu);

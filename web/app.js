@@ -8,6 +8,7 @@ import { renderMarkdown } from "./md.js";
 import { validate } from "./schema.js";
 
 const $ = (id) => document.getElementById(id);
+const MAX_WS_KEY = 53; // bytes: "quire.v1, quire.key." + 2 a byte within libwebsockets' 128
 const el = (tag, cls, text) => {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -70,7 +71,7 @@ const state = {
   run: null, // the request streaming: {id, msg, node, schema}
   n: 0,
   server: { model: "", speculative: "none" },
-  pending: null, // a request to send once the socket is open
+  detached: new Set(), // requests left to finish without the page
 };
 
 // ---- the connection -------------------------------------------------------------------
@@ -91,6 +92,8 @@ function connect() {
     // no Authorization header); the server answers with "quire.v1".
     const key = settings.api_key.trim();
     const hex = Array.from(new TextEncoder().encode(key), (b) => b.toString(16).padStart(2, "0")).join("");
+    // libwebsockets reads 128 bytes of the subprotocol header: keys of up to 53 bytes.
+    if (hex.length > 2 * MAX_WS_KEY) $("sessions-note").textContent = `an API key over ${MAX_WS_KEY} bytes cannot travel on the page's WebSocket`;
     ws = key ? new WebSocket(url, ["quire.v1", "quire.key." + hex]) : new WebSocket(url);
   } catch (e) {
     return retry();
@@ -214,11 +217,22 @@ function renderSessions() {
   }
 }
 
+// s cut to at most n bytes of UTF-8, whole characters only.
+function cutBytes(s, n) {
+  let out = "", used = 0;
+  for (const ch of s) {
+    used += new TextEncoder().encode(ch).length;
+    if (used > n) break;
+    out += ch;
+  }
+  return out;
+}
+
 async function renameSession(s) {
   const title = prompt("Rename the conversation", s.title || "");
   if (title === null) return;
   try {
-    await api("PATCH", `/v1/sessions/${encodeURIComponent(s.id)}`, { title: title.trim().slice(0, 200) });
+    await api("PATCH", `/v1/sessions/${encodeURIComponent(s.id)}`, { title: cutBytes(title.trim(), 200) });
   } catch (e) {
     return notice(e.message);
   }
@@ -237,28 +251,45 @@ async function deleteSession(s) {
   refreshSessions();
 }
 
+const sessionHash = (id) => "#s=" + encodeURIComponent(id);
+
+// The session id in the page's address, or null.
+function hashSession() {
+  const m = /^#s=(.+)$/.exec(location.hash);
+  if (!m) return null;
+  try {
+    return decodeURIComponent(m[1]);
+  } catch (e) {
+    return null;
+  }
+}
+
+let openSeq = 0;
 async function openSession(id, quiet) {
-  if (state.run && !quiet) stop();
+  if (state.run && !quiet) detachRun();
+  const seq = ++openSeq;
   let j;
   try {
     j = await api("GET", `/v1/sessions/${encodeURIComponent(id)}`);
   } catch (e) {
+    if (seq !== openSeq) return;
     if (!quiet) notice(e.message);
-    if (state.sid === id) newChat();
+    if (state.sid === id && !state.run) newChat();
     return;
   }
-  if (state.run) return; // a reply started meanwhile
+  if (seq !== openSeq || state.run) return; // another was asked for, or a reply started meanwhile
   const stats = state.sid === id ? state.msgs.map((m) => m.stats) : [];
   state.sid = id;
   state.msgs = (j.messages || []).map((m, i) => ({ role: m.role, content: m.content, status: m.status, stats: stats[i] }));
-  history.replaceState(null, "", "#s=" + encodeURIComponent(id));
+  history.replaceState(null, "", sessionHash(id));
   $("title").textContent = j.title || "quire";
   renderLog();
   renderSessions();
 }
 
 function newChat() {
-  if (state.run) stop();
+  if (state.run) detachRun();
+  ++openSeq;
   state.sid = null;
   state.msgs = [];
   history.replaceState(null, "", location.pathname);
@@ -314,6 +345,14 @@ function messageNode(m, i) {
 }
 
 function fillBody(body, m) {
+  try {
+    fillBodyAs(body, m);
+  } catch (e) {
+    body.replaceChildren(el("div", "plain", m.content)); // whatever the renderer met, the text as it is
+  }
+}
+
+function fillBodyAs(body, m) {
   body.replaceChildren();
   if (m.role !== "assistant") {
     body.append(el("div", "plain", m.content)); // user text as typed, never markup
@@ -453,6 +492,8 @@ function send(text, keep) {
   const msgs = [];
   if (fresh && settings.system.trim()) msgs.push({ role: "system", content: settings.system.trim() });
   msgs.push({ role: "user", content: text });
+  if (fresh) keep = undefined; // nothing stored to keep from
+  const before = state.msgs.slice();
   if (keep !== undefined) state.msgs = state.msgs.slice(0, keep);
   state.msgs.push(...msgs);
   const reply = { role: "assistant", content: "", status: "running", running: true, json: schema };
@@ -472,7 +513,7 @@ function send(text, keep) {
   if (String(settings.seed).trim() !== "") req.seed = Math.round(numberOr(settings.seed, 0));
   if (state.server.speculative !== "none") req.speculative = !!settings.speculative;
   if (schema) req.response_format = { type: "json_schema", json_schema: { name: "reply", schema, strict: true } };
-  state.run = { id, msg: reply, t0: performance.now() };
+  state.run = { id, msg: reply, t0: performance.now(), before, started: false, stopAtStart: false };
   renderLog();
   state.run.node = $("log").lastChild;
   state.ws.send(JSON.stringify(req));
@@ -480,8 +521,23 @@ function send(text, keep) {
   autosize();
 }
 
+// Cancels the running reply.  Before the server's start frame (a session's
+// turn is still being stored) the request has no id there yet: the cancel
+// waits for start.
 function stop() {
-  if (state.run && state.open) state.ws.send(JSON.stringify({ type: "cancel", id: state.run.id }));
+  const r = state.run;
+  if (!r || !state.open) return;
+  if (!r.started) r.stopAtStart = true;
+  else state.ws.send(JSON.stringify({ type: "cancel", id: r.id }));
+}
+
+// Leaves the running reply to finish on the server (cancelled) without the
+// page: its frames are ignored from now on.
+function detachRun() {
+  stop();
+  state.detached.add(state.run.id);
+  state.run = null;
+  updateControls();
 }
 
 // The streaming reply drawn at each delta while it is short; a long one
@@ -504,11 +560,21 @@ function drawRun() {
 
 function onFrame(m) {
   const r = state.run;
+  if (m.id && state.detached.has(m.id)) {
+    if (m.type === "start") state.ws.send(JSON.stringify({ type: "cancel", id: m.id }));
+    if (m.type === "done" || m.type === "error") state.detached.delete(m.id);
+    return;
+  }
+  // An error for no request (a message the server could not read, one over
+  // its size limit) ends a reply that has not started.
+  if (r && !r.started && m.type === "error" && (m.id === null || m.id === undefined)) m.id = r.id;
   if (!r || m.id !== r.id) return;
   if (m.type === "start") {
+    r.started = true;
+    if (r.stopAtStart) state.ws.send(JSON.stringify({ type: "cancel", id: r.id }));
     if (m.session && m.session !== state.sid) {
       state.sid = m.session;
-      history.replaceState(null, "", "#s=" + encodeURIComponent(m.session));
+      history.replaceState(null, "", sessionHash(m.session));
       refreshSessions();
     }
   } else if (m.type === "delta") {
@@ -530,7 +596,9 @@ function onFrame(m) {
       r.msg.stats.spec = t.spec_acceptance;
       r.msg.stats.specLen = t.spec_mean_accepted_length || 0;
     }
-    finishRun({ status: c.finish_reason === "cancelled" ? "partial" : "done", stored: m.stored });
+    const ok = c.finish_reason !== "cancelled" && c.finish_reason !== "error";
+    if (state.sid && m.stored === false) finishRun({ error: "the reply could not be stored" });
+    else finishRun({ status: ok ? "done" : "partial" });
   } else if (m.type === "error") {
     finishRun({ error: (m.error && m.error.message) || "error" });
   }
@@ -541,10 +609,15 @@ function finishRun(how) {
   state.run = null;
   r.msg.running = false;
   r.msg.status = how.status || "error";
-  if (how.error) r.msg.error = how.error;
+  if (how.error) {
+    r.msg.error = how.error;
+    notice(how.error);
+    // The server may hold less than the page shows: a new chat that failed
+    // before it was stored is dropped; a session is read again.
+    if (!r.started && !state.sid) state.msgs = r.before;
+  }
   renderLog();
   refreshSessions();
-  // After an error the server may hold fewer messages than shown: reread them.
   if (how.error && state.sid && state.open) setTimeout(() => state.sid && !state.run && openSession(state.sid, true), 300);
 }
 
@@ -644,11 +717,10 @@ function init() {
   $("close-side").onclick = () => document.body.classList.remove("side-open");
   $("open-settings").onclick = () => document.body.classList.toggle("settings-open");
   $("close-settings").onclick = () => document.body.classList.remove("settings-open");
-  const m = /^#s=(.+)$/.exec(location.hash);
-  if (m) state.sid = decodeURIComponent(m[1]);
+  state.sid = hashSession();
   window.addEventListener("hashchange", () => {
-    const h = /^#s=(.+)$/.exec(location.hash);
-    if (h && decodeURIComponent(h[1]) !== state.sid) openSession(decodeURIComponent(h[1]));
+    const h = hashSession();
+    if (h && h !== state.sid) openSession(h);
     else if (!h && state.sid) newChat();
   });
   renderLog();

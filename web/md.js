@@ -12,37 +12,65 @@ const el = (tag, cls) => {
   return e;
 };
 
+// Where the run of n backticks after from starts (a run of exactly n), or -1.
+function closingRun(text, from, n) {
+  const ticks = "`".repeat(n);
+  for (let i = text.indexOf(ticks, from); i >= 0; i = text.indexOf(ticks, i + 1)) {
+    let j = i + n;
+    if (text[i - 1] === "`") continue;
+    if (text[j] === "`") {
+      while (text[j] === "`") j++;
+      i = j - 1;
+      continue;
+    }
+    return i;
+  }
+  return -1;
+}
+
+// Deeper lists and quotes than this are shown as text (no recursion without end).
+const MAX_DEPTH = 16;
+
 // Inline spans of one line of text into parent.
 function inline(parent, text) {
-  // Underscores emphasise only outside words (snake_case and __dunder__ stay).
-  const re = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*(?=\S)([^*]+?)(?<=\S)\*\*|(?<![\w])__(?=\S)([^_]+?)(?<=\S)__(?![\w])|\*(?=[^*\s])([^*]*?[^*\s])\*|(?<![\w])_(?=[^_\s])([^_]*?[^_\s])_(?![\w])|~~([^~]+)~~|\[([^\]]+)\]\(([^)\s]+)\)/g;
+  // Underscores emphasise only outside words (snake_case and __dunder__
+  // stay).  A code span starts at a whole run of backticks and ends at the
+  // next run of the same length (found with indexOf: no backtracking).
+  const re = /(?<!`)(`+)(?!`)|\*\*(?=\S)([^*]+?)(?<=\S)\*\*|(?<![\w])__(?=\S)([^_]+?)(?<=\S)__(?![\w])|\*(?=[^*\s])([^*]*?[^*\s])\*|(?<![\w])_(?=[^_\s])([^_]*?[^_\s])_(?![\w])|~~([^~]+)~~|\[([^\]]+)\]\(([^)\s]+)\)/g;
   let last = 0, m;
   while ((m = re.exec(text))) {
     if (m.index > last) parent.append(text.slice(last, m.index));
     if (m[1]) {
+      const close = closingRun(text, re.lastIndex, m[1].length);
+      if (close < 0) { // no closing run: the backticks are text
+        parent.append(m[1]);
+        last = re.lastIndex;
+        continue;
+      }
       const c = el("code");
-      c.textContent = m[2].replace(/^ (.*) $/, "$1");
+      c.textContent = text.slice(re.lastIndex, close).replace(/^ (.*) $/, "$1");
       parent.append(c);
-    } else if (m[3] || m[4]) {
+      re.lastIndex = close + m[1].length;
+    } else if (m[2] || m[3]) {
       const b = el("strong");
-      inline(b, m[3] || m[4]);
+      inline(b, m[2] || m[3]);
       parent.append(b);
-    } else if (m[5] || m[6]) {
+    } else if (m[4] || m[5]) {
       const i = el("em");
-      inline(i, m[5] || m[6]);
+      inline(i, m[4] || m[5]);
       parent.append(i);
-    } else if (m[7]) {
+    } else if (m[6]) {
       const s = el("del");
-      inline(s, m[7]);
+      inline(s, m[6]);
       parent.append(s);
     } else {
-      const href = m[9];
+      const href = m[8];
       if (/^(https?:|mailto:)/i.test(href)) {
         const a = el("a");
         a.href = href;
         a.rel = "noopener noreferrer nofollow";
         a.target = "_blank";
-        inline(a, m[8]);
+        inline(a, m[7]);
         parent.append(a);
       } else {
         parent.append(m[0]);
@@ -66,14 +94,14 @@ function para(parent, lines, tag = "p") {
 const LIST = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
 
 // Parses lines[i..] as a list whose items start at indent; returns the next line.
-function list(parent, lines, i, indent) {
+function list(parent, lines, i, indent, depth) {
   const first = LIST.exec(lines[i]);
   const ordered = /\d/.test(first[2]);
   const l = el(ordered ? "ol" : "ul");
   if (ordered && parseInt(first[2], 10) !== 1) l.start = parseInt(first[2], 10);
   let li = null, body = [];
   const flush = () => {
-    if (li && body.length) blocks(li, body, true);
+    if (li && body.length) blocks(li, body, true, depth + 1);
     body = [];
   };
   while (i < lines.length) {
@@ -107,7 +135,8 @@ function list(parent, lines, i, indent) {
 }
 
 // Block structure of lines into parent (tight: list items without <p>).
-function blocks(parent, lines, tight = false) {
+function blocks(parent, lines, tight = false, depth = 0) {
+  if (depth > MAX_DEPTH) return para(parent, lines.filter((l) => l.trim() !== ""), "div");
   let i = 0, text = [];
   const flushText = () => {
     if (text.length) para(parent, text, tight ? "div" : "p");
@@ -122,7 +151,8 @@ function blocks(parent, lines, tight = false) {
       if (fence[2]) code.dataset.lang = fence[2];
       const body = [];
       i++;
-      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
+      const closing = new RegExp("^\\s*\\" + fence[1][0] + "{" + fence[1].length + ",}\\s*$");
+      while (i < lines.length && !closing.test(lines[i])) body.push(lines[i++]);
       i++; // the closing fence (or the end: a reply still streaming)
       code.textContent = body.join("\n");
       pre.append(code);
@@ -148,14 +178,14 @@ function blocks(parent, lines, tight = false) {
       flushText();
       const q = el("blockquote"), body = [];
       while (i < lines.length && /^\s{0,3}>/.test(lines[i])) body.push(lines[i++].replace(/^\s{0,3}>\s?/, ""));
-      blocks(q, body);
+      blocks(q, body, false, depth + 1);
       parent.append(q);
       continue;
     }
     const lm = LIST.exec(line);
     if (lm && (!text.length || !/\d/.test(lm[2]) || lm[2].startsWith("1"))) {
       flushText();
-      i = list(parent, lines, i, lm[1].length);
+      i = list(parent, lines, i, lm[1].length, depth);
       continue;
     }
     if (/^( {4}|\t)/.test(line) && !text.length) {

@@ -32,7 +32,12 @@ function resolve(root, ref) {
   if (!ref.startsWith("#")) return null;
   let node = root;
   for (const raw of ref.slice(1).split("/").filter((p) => p !== "")) {
-    const key = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+    let key;
+    try {
+      key = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+    } catch (e) {
+      return null;
+    }
     if (node === null || typeof node !== "object" || !(key in node)) return null;
     node = node[key];
   }
@@ -40,6 +45,19 @@ function resolve(root, ref) {
 }
 
 const chars = (s) => Array.from(s).length; // code points, as the specification counts
+
+// A schema's pattern as a RegExp: with Unicode semantics where it compiles so,
+// else without (escapes like \- that the u flag refuses); null if neither.
+function pattern(p) {
+  for (const flags of ["u", ""]) {
+    try {
+      return new RegExp(p, flags);
+    } catch (e) {
+      /* next */
+    }
+  }
+  return null;
+}
 
 function check(v, s, path, root, errs, depth) {
   if (s === true || s === undefined) return;
@@ -62,18 +80,16 @@ function check(v, s, path, root, errs, depth) {
     if (typeof s.minLength === "number" && chars(v) < s.minLength) errs.push(`${path}: shorter than ${s.minLength}`);
     if (typeof s.maxLength === "number" && chars(v) > s.maxLength) errs.push(`${path}: longer than ${s.maxLength}`);
     if (typeof s.pattern === "string") {
-      let re = null;
-      try {
-        re = new RegExp(s.pattern, "u");
-      } catch (e) {
-        errs.push(`${path}: the pattern does not compile here`);
-      }
+      const re = pattern(s.pattern); // one JavaScript cannot read is not checked
       if (re && !re.test(v)) errs.push(`${path}: does not match ${s.pattern}`);
     }
   }
   if (t === "number" || t === "integer") {
-    if (typeof s.minimum === "number" && v < s.minimum) errs.push(`${path}: below ${s.minimum}`);
-    if (typeof s.maximum === "number" && v > s.maximum) errs.push(`${path}: above ${s.maximum}`);
+    // Draft 4 writes exclusive bounds as booleans beside minimum / maximum.
+    if (typeof s.minimum === "number" && (s.exclusiveMinimum === true ? v <= s.minimum : v < s.minimum))
+      errs.push(`${path}: below ${s.minimum}${s.exclusiveMinimum === true ? " or equal" : ""}`);
+    if (typeof s.maximum === "number" && (s.exclusiveMaximum === true ? v >= s.maximum : v > s.maximum))
+      errs.push(`${path}: above ${s.maximum}${s.exclusiveMaximum === true ? " or equal" : ""}`);
     if (typeof s.exclusiveMinimum === "number" && v <= s.exclusiveMinimum) errs.push(`${path}: not above ${s.exclusiveMinimum}`);
     if (typeof s.exclusiveMaximum === "number" && v >= s.exclusiveMaximum) errs.push(`${path}: not below ${s.exclusiveMaximum}`);
     if (typeof s.multipleOf === "number" && s.multipleOf > 0) {
@@ -106,13 +122,9 @@ function check(v, s, path, root, errs, depth) {
         check(v[k], props[k], `${path}.${k}`, root, errs, depth + 1);
       }
       for (const [p, ps] of Object.entries(s.patternProperties || {})) {
-        let re = null;
-        try {
-          re = new RegExp(p, "u");
-        } catch (e) {
-          re = null;
-        }
-        if (re && re.test(k)) {
+        const re = pattern(p);
+        if (re === null) covered = true; // unreadable here: not held against the key
+        else if (re.test(k)) {
           covered = true;
           check(v[k], ps, `${path}.${k}`, root, errs, depth + 1);
         }
@@ -123,6 +135,15 @@ function check(v, s, path, root, errs, depth) {
       }
       if (s.propertyNames !== undefined) check(k, s.propertyNames, `${path} (name "${k}")`, root, errs, depth + 1);
     }
+    const deps = Object.assign({}, s.dependentRequired || {}, s.dependencies || {});
+    for (const [k, d] of Object.entries(deps))
+      if (Object.prototype.hasOwnProperty.call(v, k)) {
+        if (Array.isArray(d)) {
+          for (const r of d) if (!Object.prototype.hasOwnProperty.call(v, r)) errs.push(`${path}: "${r}" is required with "${k}"`);
+        } else check(v, d, path, root, errs, depth + 1);
+      }
+    for (const [k, d] of Object.entries(s.dependentSchemas || {}))
+      if (Object.prototype.hasOwnProperty.call(v, k)) check(v, d, path, root, errs, depth + 1);
     if (typeof s.minProperties === "number" && keys.length < s.minProperties) errs.push(`${path}: fewer than ${s.minProperties} members`);
     if (typeof s.maxProperties === "number" && keys.length > s.maxProperties) errs.push(`${path}: more than ${s.maxProperties} members`);
   }

@@ -126,8 +126,9 @@ static void test_sessions(void)
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(t->result, 1), "content")), "Keys and values."));
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(t->result, 2), "content")), "More, edited?"));
     qstore_job_free(t);
-    const int bad_keep[3][2] = { { 1, -1 }, { 0, 1 }, { 2, 1 } }; /* {case, keep}: 0 new session, 1 negative, 2 bob */
-    for (int i = 0; i < 3; i++) {
+    /* {case, keep}: 0 a new session, 1 negative, 2 bob's, 3 more than the session holds */
+    const int bad_keep[4][2] = { { 1, -1 }, { 0, 1 }, { 2, 1 }, { 3, 4 } };
+    for (int i = 0; i < 4; i++) {
         t = job(QSTORE_TURN, bad_keep[i][0] == 0 ? NULL : a, bad_keep[i][0] == 2 ? "bob" : "alice");
         t->msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "x");
         t->truncate = 1, t->keep = bad_keep[i][1];
