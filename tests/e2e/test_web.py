@@ -118,6 +118,14 @@ def open_page(d, s, path="/"):
     clean_logs(d, s.url)
 
 
+def start(d, s, **kv):
+    """The page on server s with these settings (a reload applies them)."""
+    open_page(d, s)
+    settings(d, **kv)
+    d.refresh()
+    wait_connected(d)
+
+
 def wait_connected(d, timeout=20):
     wait(d, timeout).until(lambda d: d.find_element(By.ID, "conn").get_attribute("data-state") == "open")
 
@@ -168,10 +176,7 @@ def record_growth(d):
 
 def test_send_stream_reload(browser, server):
     d = browser
-    open_page(d, server)
-    settings(d, max_tokens=200, temperature=0, seed="")
-    d.refresh()
-    wait_connected(d)
+    start(d, server, max_tokens=200, temperature=0, seed="")
     shot(d, "01-empty")
     record_growth(d)
     type_and_send(d, "Tell me a story about a cat.")
@@ -209,12 +214,9 @@ def test_send_stream_reload(browser, server):
 
 def test_stop_mid_stream(browser, server):
     d = browser
-    open_page(d, server)
     # JSON mode with a long string: the reply cannot end before the stop.
-    settings(d, max_tokens=400, temperature=0.9, seed=7, json=True,
-             schema=json.dumps({"type": "string", "minLength": 300, "maxLength": 1000}))
-    d.refresh()
-    wait_connected(d)
+    start(d, server, max_tokens=400, temperature=0.9, seed=7, json=True,
+          schema=json.dumps({"type": "string", "minLength": 300, "maxLength": 1000}))
     # Esc at the first streamed text, from inside the page (as a user's key).
     d.execute_script("""
         const log = document.getElementById('log');
@@ -257,10 +259,7 @@ def test_stop_mid_stream(browser, server):
 
 def test_regenerate_and_edit(browser, server):
     d = browser
-    open_page(d, server)
-    settings(d, max_tokens=40, temperature=1.0, seed="")
-    d.refresh()
-    wait_connected(d)
+    start(d, server, max_tokens=40, temperature=1.0, seed="")
     type_and_send(d, "Tell me about a dog.")
     wait_idle(d)
     sid = session_id(d)
@@ -296,10 +295,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 def test_json_mode(browser, server):
     d = browser
-    open_page(d, server)
-    settings(d, json=True, schema=json.dumps(SCHEMA), max_tokens=120, temperature=0.8, seed=11)
-    d.refresh()
-    wait_connected(d)
+    start(d, server, json=True, schema=json.dumps(SCHEMA), max_tokens=120, temperature=0.8, seed=11)
     assert d.find_element(By.ID, "json-mode").is_selected()
     type_and_send(d, "Who is in the story?")
     wait_idle(d)
@@ -359,10 +355,7 @@ def test_restart_and_continue(browser, quire, tmp_path):
     db = str(tmp_path / "quire.db")
     s = Server(quire, "--db", db, "--cache-disk-load", "always", port=port)
     try:
-        open_page(d, s)
-        settings(d, max_tokens=30, temperature=0, seed="")
-        d.refresh()
-        wait_connected(d)
+        start(d, s, max_tokens=30, temperature=0, seed="")
         type_and_send(d, "Tell me a story.")
         wait_idle(d)
         sid = session_id(d)
@@ -430,10 +423,7 @@ def test_sidebar_settings_speculative_theme(browser, quire, tmp_path):
     draft = str(ROOT / "tests" / "fixtures" / "models" / "stories260K-draft4.gguf")
     s = Server(quire, "--db", str(tmp_path / "quire.db"), "--draft", draft)
     try:
-        open_page(d, s)
-        settings(d, max_tokens=60, temperature=0, seed="")
-        d.refresh()
-        wait_connected(d)
+        start(d, s, max_tokens=60, temperature=0, seed="")
         # Settings: the speculative switch is offered (the server has a draft).
         open_settings(d)
         shot(d, "12-settings")
