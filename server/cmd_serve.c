@@ -53,6 +53,7 @@ static const qopt serve_table[] = {
     { NULL, "--cache-disk-load", "WHEN", OPT_STR, F_(disk_load), "auto: load a prefix from disk while that is measured faster than computing it; always (default auto)" },
     { NULL, "--cache-disk-max", "MB", OPT_INT, F_(cache_disk_max), "disk for the persistent prefix cache, least recently used blocks evicted (default 4096 MiB)" },
     { NULL, "--web", "DIR", OPT_STR, F_(web), "static files served at / (default: the project's web/)" },
+    { NULL, "--allow-origin", "ORIGIN", OPT_STR, F_(allow_origin), "a page from ORIGIN (scheme://host:port, or * for any) may open the WebSocket too (default: only the server's own pages)" },
     { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
     { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
@@ -448,6 +449,23 @@ static int ws_protocol_key(struct lws *wsi, char *out, size_t cap)
         return (int)(n / 2);
     }
     return -1;
+}
+
+/* Whether the WebSocket upgrade may go on as far as its origin goes.  A
+ * browser sends Origin with every WebSocket: a page of another site (not
+ * this server's Host, nor --allow-origin) is refused, so that a site the
+ * user visits cannot drive a server on their machine (cross-site WebSocket
+ * hijacking).  Clients that are not browsers send no Origin. */
+static int origin_allowed(struct lws *wsi)
+{
+    char origin[512], host[256];
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) <= 0) return 1;
+    if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) <= 0) return 0;
+    const char *allow = S.o.allow_origin;
+    if (allow && (!strcmp(allow, "*") || !strcasecmp(allow, origin))) return 1;
+    if (lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) <= 0) return 0;
+    const char *o = strstr(origin, "://");
+    return o && !strcasecmp(o + 3, host);
 }
 
 int serve_authorized(struct lws *wsi)
@@ -961,6 +979,10 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
         char uri[64];
         if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/v1/ws")) return 1;
+        if (!origin_allowed(wsi)) {
+            QLOGW("serve: a WebSocket from another site's page refused (see --allow-origin)");
+            return 1;
+        }
         return serve_authorized(wsi) >= 0 ? 0 : 1;
     }
     case LWS_CALLBACK_ESTABLISHED:

@@ -21,6 +21,7 @@
 
 typedef struct {
     const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db, *disk_load;
+    const char *allow_origin; /* a page's origin besides the server's own that may open the WebSocket ("*": any) */
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     const char *spec;
     int spec_k, spec_max_batch;

@@ -223,3 +223,28 @@ def test_200_concurrent_clients(server):
     results, n_health = run(go())
     assert sum(results) == 200
     assert n_health >= 1
+
+
+def test_websocket_origin(quire):
+    """A browser page of another site (its Origin not this server) cannot
+    open the WebSocket; the server's own page and clients that send no
+    Origin can, and --allow-origin admits one more."""
+    s = Server(quire, "--allow-origin", "http://app.example:9000")
+
+    async def try_origin(origin):
+        try:
+            async with websockets.connect(f"ws://127.0.0.1:{s.port}/v1/ws", origin=origin) as ws:
+                await ws.send(json.dumps({"type": "chat", "id": "o", "prompt": "Once", "max_tokens": 2}))
+                while json.loads(await ws.recv())["type"] != "done":
+                    pass
+                return "open"
+        except (websockets.exceptions.InvalidStatus, websockets.exceptions.InvalidMessage):
+            return "refused"
+    try:
+        assert run(try_origin(None)) == "open"
+        assert run(try_origin(f"http://127.0.0.1:{s.port}")) == "open"
+        assert run(try_origin("http://app.example:9000")) == "open"
+        assert run(try_origin("http://evil.example")) == "refused"
+        assert run(try_origin(f"http://127.0.0.1:{s.port + 1}")) == "refused"
+    finally:
+        assert s.stop() == 0
