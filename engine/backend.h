@@ -231,6 +231,13 @@ typedef struct {
      * of this pool (its K/V at the same block ids), counted with each. */
     size_t reserve_bytes;
     size_t extra_block_bytes;
+    /* Tensor parallelism: the backend holds one shard of the model
+     * (engine/shard.h) and calls allreduce(allreduce_ctx, buf, n) on the n
+     * floats of each layer's output and down projections, its partial sums;
+     * allreduce leaves in buf their sum over every shard, the same bits on
+     * each.  NULL: the whole model (CPU backend only for now). */
+    void (*allreduce)(void *ctx, float *buf, size_t n);
+    void *allreduce_ctx;
 } qbackend_opts;
 
 typedef struct {

@@ -1,6 +1,8 @@
 /* shard.c - tensor parallelism's split of a model (shard.h). */
+#define _GNU_SOURCE
 #include "shard.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,4 +107,55 @@ void qshard_free(qshard *s)
     free(s->layers);
     free(s->mem);
     memset(s, 0, sizeof *s);
+}
+
+/* ---- the all-reduce among threads ------------------------------------------------------ */
+
+struct qtp_group {
+    int n;
+    size_t cap;    /* floats each member sums at a time */
+    pthread_barrier_t bar;
+    float **bufs;  /* each member's buffer, while an all-reduce runs */
+    float *sums;   /* n rooms of cap floats */
+};
+
+qtp_group *qtp_group_new(int n, size_t cap)
+{
+    if (n < 1 || cap < 1) return NULL;
+    qtp_group *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->n = n, g->cap = cap;
+    g->bufs = calloc((size_t)n, sizeof *g->bufs);
+    g->sums = malloc((size_t)n * cap * sizeof *g->sums);
+    if (!g->bufs || !g->sums || pthread_barrier_init(&g->bar, NULL, (unsigned)n)) {
+        free(g->bufs), free(g->sums), free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void qtp_group_free(qtp_group *g)
+{
+    if (!g) return;
+    pthread_barrier_destroy(&g->bar);
+    free(g->bufs), free(g->sums), free(g);
+}
+
+void qtp_allreduce(void *member, float *buf, size_t n)
+{
+    qtp_member *m = member;
+    qtp_group *g = m->g;
+    float *s = g->sums + (size_t)m->rank * g->cap;
+    for (size_t off = 0; off < n; off += g->cap) { /* a piece of cap floats at a time: no allocation */
+        const size_t len = n - off < g->cap ? n - off : g->cap;
+        g->bufs[m->rank] = buf + off;
+        pthread_barrier_wait(&g->bar); /* every partial sum is ready */
+        memcpy(s, g->bufs[0], len * sizeof *s);
+        for (int k = 1; k < g->n; k++) {
+            const float *b = g->bufs[k];
+            for (size_t i = 0; i < len; i++) s[i] += b[i];
+        }
+        pthread_barrier_wait(&g->bar); /* nobody reads the buffers any more */
+        memcpy(buf + off, s, len * sizeof *s);
+    }
 }

@@ -28,4 +28,19 @@ typedef struct {
 int qshard_make(const qweights *w, int rank, int n, qshard *out, char *err, size_t errlen);
 void qshard_free(qshard *s);
 
+/* The all-reduce among n threads of one process, each driving one shard's
+ * backend (the CPU's; NCCL will do it between GPUs): qtp_allreduce is a
+ * qbackend_opts.allreduce whose ctx is the member's qtp_member.  Every
+ * member adds the shards' buffers in rank order, so all get the same bits. */
+typedef struct qtp_group qtp_group;
+typedef struct {
+    qtp_group *g;
+    int rank;
+} qtp_member;
+/* n members summing up to cap floats at a time (longer buffers go in
+ * pieces): NULL when out of memory or n, cap < 1. */
+qtp_group *qtp_group_new(int n, size_t cap);
+void qtp_group_free(qtp_group *g);
+void qtp_allreduce(void *member, float *buf, size_t n);
+
 #endif

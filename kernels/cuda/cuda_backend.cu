@@ -988,6 +988,8 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
                                    size_t errlen)
 {
     *out = NULL;
+    if (opts->allreduce)
+        return qerr_set(err, errlen, QERR_UNSUPPORTED, "cuda backend: tensor parallelism (a shard) is not built yet");
     int n = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess || n == 0)

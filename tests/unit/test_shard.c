@@ -7,8 +7,12 @@
  * the sum over the shards of their output projections of their heads'
  * attention is the model's, and the same for the MLP (gate/up rows, SwiGLU,
  * down columns, summed) - the all-reduce that makes n shards the model.
- * Bad splits are refused with messages. */
+ * Bad splits are refused with messages.  And the whole forward: the CPU
+ * backend on each of n shards, n threads in step through qtp_allreduce,
+ * gives the model's logits (n = 1 bit for bit; n = 2 within float
+ * rounding) and the same greedy tokens over a prefill and 12 decode steps. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,9 +149,114 @@ static void check_model(const char *rel_path)
 static void test_llama3(void) { check_model("tests/fixtures/models/tiny-llama3-random"); }
 static void test_qwen2_biases(void) { check_model("tests/fixtures/models/tiny-qwen2-random"); }
 
+
+/* ---- the forward on shards ------------------------------------------------------------ */
+
+#define TP_PROMPT 40
+#define TP_STEPS 12
+
+/* One shard's (or the model's) run: a prefill of TP_PROMPT tokens, then
+ * TP_STEPS greedy decode steps; logits of the prompt's last token and of
+ * each step to out ((1 + TP_STEPS) * V), the greedy tokens to toks. */
+typedef struct {
+    const qweights *w;
+    qtp_member *member; /* NULL: unsplit */
+    const int32_t *prompt;
+    float *out;
+    int32_t toks[TP_STEPS];
+    int rc;
+} tp_run;
+
+static void *tp_thread(void *arg)
+{
+    tp_run *r = arg;
+    char err[256];
+    qbackend_opts o = { .n_threads = 1, .num_blocks = 8, .block_size = 16 };
+    if (r->member) o.allreduce = qtp_allreduce, o.allreduce_ctx = r->member;
+    qbackend *be = NULL;
+    if ((r->rc = cpu_backend_create(r->w, &o, &be, err, sizeof err))) {
+        fprintf(stderr, "  backend: %s\n", err);
+        return NULL;
+    }
+    const int V = r->w->hp.n_vocab;
+    int32_t table[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, li = TP_PROMPT - 1;
+    qbatch_seq sq = { 0, TP_PROMPT, 0, table, 8 };
+    qbatch b = { TP_PROMPT, r->prompt, 1, &sq, 1, &li, NULL, NULL, NULL, NULL, NULL };
+    r->rc = be->ops->forward(be, &b, r->out);
+    for (int step = 0; step < TP_STEPS && !r->rc; step++) {
+        const float *lg = r->out + (size_t)step * V;
+        int32_t best = 0;
+        for (int v = 1; v < V; v++)
+            if (lg[v] > lg[best]) best = v;
+        r->toks[step] = best;
+        int32_t zero = 0;
+        qbatch_seq sd = { 0, 1, TP_PROMPT + step, table, 8 };
+        qbatch bd = { 1, &r->toks[step], 1, &sd, 1, &zero, NULL, NULL, NULL, NULL, NULL };
+        r->rc = be->ops->forward(be, &bd, r->out + (size_t)(step + 1) * V);
+    }
+    qbackend_destroy(be);
+    return NULL;
+}
+
+static void test_forward_on_shards(void)
+{
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/tests/fixtures/models/tiny-llama3-random", qt_root());
+    qmodel *m = NULL;
+    REQUIRE(qmodel_load(path, &m, err, sizeof err) == 0);
+    const int V = m->hp.n_vocab, D = m->hp.dim;
+    const size_t per = (size_t)(1 + TP_STEPS) * V;
+    int32_t prompt[TP_PROMPT];
+    for (int i = 0; i < TP_PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
+    tp_run whole = { &m->w, NULL, prompt, malloc(sizeof(float) * per), { 0 }, 0 };
+    REQUIRE(whole.out);
+    tp_thread(&whole);
+    REQUIRE(whole.rc == 0);
+    for (int n = 1; n <= 2; n++) {
+        qshard s[2];
+        qtp_member mem[2];
+        tp_run runs[2];
+        pthread_t th[2];
+        /* A small piece (less than a pass's floats) so that the all-reduce goes in pieces too. */
+        qtp_group *g = qtp_group_new(n, (size_t)D * 3 + 5);
+        REQUIRE(g);
+        for (int r = 0; r < n; r++) {
+            REQUIRE(qshard_make(&m->w, r, n, &s[r], err, sizeof err) == 0);
+            mem[r] = (qtp_member){ g, r };
+            runs[r] = (tp_run){ &s[r].w, &mem[r], prompt, malloc(sizeof(float) * per), { 0 }, 0 };
+            REQUIRE(runs[r].out);
+        }
+        for (int r = 0; r < n; r++) REQUIRE(pthread_create(&th[r], NULL, tp_thread, &runs[r]) == 0);
+        for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+        double num = 0, den = 0;
+        size_t same_bits = 0, ranks_equal = 1;
+        for (size_t i = 0; i < per; i++) {
+            const double a = runs[0].out[i], b = whole.out[i];
+            num += (a - b) * (a - b), den += b * b;
+            same_bits += memcmp(&runs[0].out[i], &whole.out[i], sizeof(float)) == 0;
+            if (n == 2) ranks_equal &= memcmp(&runs[0].out[i], &runs[1].out[i], sizeof(float)) == 0;
+        }
+        const int same_tokens = !memcmp(runs[0].toks, whole.toks, sizeof whole.toks);
+        fprintf(stderr,
+                "  %d shard%s, CPU threads in step: logits relative error %.3g (%zu of %zu identical), greedy tokens %s, "
+                "ranks %s\n",
+                n, n > 1 ? "s" : "", sqrt(num / den), same_bits, per, same_tokens ? "the same" : "DIFFER",
+                ranks_equal ? "agree" : "DIFFER");
+        CHECK(runs[0].rc == 0 && (n < 2 || runs[1].rc == 0));
+        CHECK(same_tokens && ranks_equal);
+        CHECK(n == 1 ? same_bits == per : sqrt(num / den) < 1e-5);
+        for (int r = 0; r < n; r++) free(runs[r].out), qshard_free(&s[r]);
+        qtp_group_free(g);
+    }
+    CHECK(qtp_group_new(0, 16) == NULL && qtp_group_new(2, 0) == NULL);
+    free(whole.out);
+    qmodel_destroy(m);
+}
+
 int main(void)
 {
     QT_RUN(test_llama3);
     QT_RUN(test_qwen2_biases);
+    QT_RUN(test_forward_on_shards);
     QT_MAIN_END();
 }
