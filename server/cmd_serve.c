@@ -251,11 +251,8 @@ static void dispatch(qevent *ev)
     qmetrics_tokens(S.metrics, r->prompt_tokens, r->completion_tokens);
     qmetrics_latency(S.metrics, now - r->t0);
     const int spec_on = S.eo.spec_mode != QSPEC_NONE;
-    json_t *usage = qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens, spec_on ? r->spec : NULL);
-    /* Of the cached tokens, those loaded from disk (only when there were some). */
-    if (usage && r->cached_disk > 0)
-        json_object_set_new(json_object_get(usage, "prompt_tokens_details"), "disk_cached_tokens",
-                            json_integer(r->cached_disk));
+    json_t *usage =
+        qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens, r->cached_disk, spec_on ? r->spec : NULL);
     if (r->ws) {
         json_t *chs = json_array();
         for (int i = 0; chs && i < r->n; i++)

@@ -172,10 +172,11 @@ typedef struct {
 const char *qoai_finish_reason(qfinish f);
 
 /* {"prompt_tokens", "completion_tokens", "total_tokens",
- * "prompt_tokens_details": {"cached_tokens"}}. */
-/* usage; with spec (drafted, kept, passes: speculative decoding on), its
- * "speculative" object too. */
-json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens, const int *spec);
+ * "prompt_tokens_details": {"cached_tokens"}}; "disk_cached_tokens" beside
+ * cached_tokens when some came from disk (disk_cached > 0); with spec
+ * (drafted, kept, passes: speculative decoding on), its "speculative"
+ * object too. */
+json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens, int disk_cached, const int *spec);
 
 /* Appends token event ev's logprobs to *acc (created on first use in the
  * kind's layout); text_offset is where the token's text starts in the

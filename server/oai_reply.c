@@ -13,11 +13,14 @@ const char *qoai_finish_reason(qfinish f)
     return f == QFINISH_STOP ? "stop" : f == QFINISH_LENGTH ? "length" : "abort";
 }
 
-json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens, const int *spec)
+json_t *qoai_usage(int prompt_tokens, int completion_tokens, int cached_tokens, int disk_cached, const int *spec)
 {
     json_t *u = json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", prompt_tokens, "completion_tokens",
                           completion_tokens, "total_tokens", prompt_tokens + completion_tokens, "prompt_tokens_details",
                           "cached_tokens", cached_tokens);
+    if (u && disk_cached > 0)
+        json_object_set_new(json_object_get(u, "prompt_tokens_details"), "disk_cached_tokens",
+                            json_integer(disk_cached));
     /* Speculative decoding: drafted tokens, those kept, the passes that
      * verified them; the acceptance rate and the tokens a pass gave. */
     if (u && spec)

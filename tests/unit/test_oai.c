@@ -283,10 +283,12 @@ static void test_replies(void)
 {
     const qoai_reply chat = { QOAI_CHAT, "chatcmpl-1", 1700000000, "m" };
     const qoai_reply cmpl = { QOAI_COMPLETION, "cmpl-1", 1700000000, "m" };
-    check_dump(qoai_usage(5, 3, 2, NULL), "{\"completion_tokens\":3,\"prompt_tokens\":5,\"prompt_tokens_details\":"
+    check_dump(qoai_usage(5, 3, 2, 0, NULL), "{\"completion_tokens\":3,\"prompt_tokens\":5,\"prompt_tokens_details\":"
                                           "{\"cached_tokens\":2},\"total_tokens\":8}");
+    check_dump(qoai_usage(9, 1, 8, 5, NULL), "{\"completion_tokens\":1,\"prompt_tokens\":9,\"prompt_tokens_details\":"
+                                             "{\"cached_tokens\":8,\"disk_cached_tokens\":5},\"total_tokens\":10}");
     const int spec[3] = { 8, 6, 4 };
-    check_dump(qoai_usage(5, 10, 0, spec),
+    check_dump(qoai_usage(5, 10, 0, 0, spec),
                "{\"completion_tokens\":10,\"prompt_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0},"
                "\"speculative\":{\"acceptance_rate\":0.75,\"accepted_tokens\":6,\"drafted_tokens\":8,"
                "\"mean_accepted_length\":2.5,\"passes\":4},\"total_tokens\":15}");
@@ -300,7 +302,7 @@ static void test_replies(void)
     check_dump(qoai_chunk(&cmpl, 0, "a\"b", 3, NULL, qoai_finish_reason(QFINISH_STOP), 0),
                "{\"choices\":[{\"finish_reason\":\"stop\",\"index\":0,\"logprobs\":null,\"text\":\"a\\\"b\"}],"
                "\"created\":1700000000,\"id\":\"cmpl-1\",\"model\":\"m\",\"object\":\"text_completion\"}");
-    check_dump(qoai_usage_chunk(&chat, qoai_usage(1, 2, 0, NULL)),
+    check_dump(qoai_usage_chunk(&chat, qoai_usage(1, 2, 0, 0, NULL)),
                "{\"choices\":[],\"created\":1700000000,\"id\":\"chatcmpl-1\",\"model\":\"m\",\"object\":"
                "\"chat.completion.chunk\",\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":1,"
                "\"prompt_tokens_details\":{\"cached_tokens\":0},\"total_tokens\":3}}");
@@ -346,7 +348,7 @@ static void test_replies(void)
     CHECK(json_real_value(json_object_get(json_array_get(tops, 1), "logprob")) == -9999.0);
     /* The whole chat reply with that logprobs object. */
     qoai_choice ch[2] = { { "Hi", 2, "stop", acc, NULL }, { "Yo", 2, "length", NULL, NULL } };
-    json_t *resp = qoai_response(&chat, ch, 2, qoai_usage(4, 2, 0, NULL));
+    json_t *resp = qoai_response(&chat, ch, 2, qoai_usage(4, 2, 0, 0, NULL));
     REQUIRE(resp);
     CHECK(!strcmp(json_string_value(json_object_get(resp, "object")), "chat.completion"));
     json_t *ch1 = json_array_get(json_object_get(resp, "choices"), 1);
@@ -368,7 +370,7 @@ static void test_replies(void)
     CHECK(json_real_value(json_object_get(top1, t1)) == (strcmp(t0, t1) ? -9999.0 : -0.25));
     CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(acc, "text_offset"), 1)), l0);
     qoai_choice c1 = { "x", 1, "stop", acc, NULL };
-    resp = qoai_response(&cmpl, &c1, 1, qoai_usage(1, 1, 0, NULL));
+    resp = qoai_response(&cmpl, &c1, 1, qoai_usage(1, 1, 0, 0, NULL));
     REQUIRE(resp);
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "text")), "x"));
     json_decref(resp);
