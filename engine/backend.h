@@ -232,12 +232,22 @@ typedef struct {
     size_t reserve_bytes;
     size_t extra_block_bytes;
     /* Tensor parallelism: the backend holds one shard of the model
-     * (engine/shard.h) and calls allreduce(allreduce_ctx, buf, n) on the n
-     * floats of each layer's output and down projections, its partial sums;
-     * allreduce leaves in buf their sum over every shard, the same bits on
-     * each.  NULL: the whole model (CPU backend only for now). */
-    void (*allreduce)(void *ctx, float *buf, size_t n);
+     * (engine/shard.h) and calls allreduce(allreduce_ctx, buf, n, stream) on
+     * the n floats of each layer's output and down projections, its partial
+     * sums; allreduce leaves in buf their sum over every shard, the same bits
+     * on each.  The CPU backend's buf is host memory and stream NULL (the
+     * sum is done on return); the CUDA backend's buf is device memory and
+     * stream its cudaStream_t (the sum is enqueued there).  0, or a QERR_*
+     * code that fails the pass.  NULL: the whole model. */
+    int (*allreduce)(void *ctx, float *buf, size_t n, void *stream);
     void *allreduce_ctx;
+    /* With allreduce: the shard's rank.  The passes of ranks other than 0
+     * give no logits (rank 0's pass gives them): their logits, row tokens
+     * and log-probabilities are not written, masks are not read. */
+    int tp_rank;
+    /* CUDA: the device the backend lives on (0: the first); every call into
+     * the backend may come from any thread. */
+    int device;
 } qbackend_opts;
 
 typedef struct {
@@ -251,7 +261,9 @@ typedef struct {
     /* Bytes of one block across all layers (K and V). */
     size_t (*block_bytes)(const qbackend *be);
     /* Reads / writes one block's bytes (all layers) for the persistent tier
-     * and for swapping to host memory. */
+     * and for swapping to host memory: every layer's K, then every layer's
+     * V, each (n_kv_heads, block_size, head_dim) elements, on every backend
+     * (tensor parallelism puts its shards' heads together so). */
     int (*read_block)(qbackend *be, int block, void *dst);
     int (*write_block)(qbackend *be, int block, const void *src);
     void (*destroy)(qbackend *be);
@@ -306,6 +318,24 @@ void qrope_inv_freq(const qweights *w, float *inv_freq);
 int cuda_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err, size_t errlen);
 /* Free and total bytes of device memory; 0 or QERR_DEVICE. */
 int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/* Tensor parallelism between the GPUs of this process (cuda_tp.cu): NCCL
+ * communicators for devices 0 .. n-1, one a rank, each CUDA backend on a
+ * shard given allreduce = cuda_tp_allreduce, allreduce_ctx =
+ * cuda_tp_member(g, rank), device = rank.  NCCL is loaded by the first
+ * cuda_tp_create (libnccl.so.2, or the file QUIRE_NCCL_LIB names):
+ * QERR_UNSUPPORTED with a message when it cannot be, QERR_DEVICE when a
+ * device or NCCL fails.  NVLink multicast (NVLS) stays off unless
+ * NCCL_NVLS_ENABLE is set. */
+#define CUDA_TP_MAX 16
+typedef struct cuda_tp cuda_tp;
+int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen);
+void *cuda_tp_member(cuda_tp *g, int rank);
+int cuda_tp_allreduce(void *member, float *buf, size_t n, void *stream);
+/* Ends every pending and later all-reduce of the group with an error (a
+ * rank failed: the others would wait for it forever). */
+void cuda_tp_abort(void *g);
+void cuda_tp_destroy(cuda_tp *g);
 #endif
 
 /* n blocks to / from host memory (block i at host + i * block_bytes), with

@@ -18,6 +18,10 @@
  *           left after weights and scratch (gpu_mem_util).
  *   The backend writes the count it chose into its opts.num_blocks.
  *
+ * tensor_parallel n > 1: the model's n shards on n backends in step
+ * (qtp_backend_create: CUDA devices 0 .. n-1, or CPU threads), the pool
+ * budget (kv_mem_mb) shared among them.
+ *
  * Random weights: a model from qmodel_random(host_data = 0) has no bytes on
  * the host, so its backend must fill them: random_weights is turned on and
  * the model's own seed used (its fingerprint hashes that seed).
@@ -27,6 +31,7 @@
 
 #include "engine.h"
 #include "model.h"
+#include "shard.h"
 #include "util.h"
 #ifdef QUIRE_HAVE_CUDA
 #include "cuda_info.h"
@@ -91,6 +96,8 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
     int device = o->device;
     if (device != QDEVICE_AUTO && device != QDEVICE_CPU && device != QDEVICE_CUDA)
         return qerr_set(err, errlen, QERR_INVAL, "unknown device %d", device);
+    if (o->tensor_parallel < 0 || o->tensor_parallel > 16)
+        return qerr_set(err, errlen, QERR_RANGE, "tensor_parallel = %d (1 to 16)", o->tensor_parallel);
     if (!(o->gpu_mem_util >= 0 && o->gpu_mem_util <= 1))
         return qerr_set(err, errlen, QERR_RANGE, "gpu_mem_util = %g (0 < x <= 1, or 0 for the default)",
                         (double)o->gpu_mem_util);
@@ -109,6 +116,7 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
     if (device == QDEVICE_CPU) {
         if (bo.num_blocks <= 0)
             bo.num_blocks = blocks_for_mb(m, beside, bs, o->kv_mem_mb ? (double)o->kv_mem_mb : 256.0, 4.0);
+        if (o->tensor_parallel > 1) return qtp_backend_create(&m->w, &bo, o->tensor_parallel, 0, out, err, errlen);
         return cpu_backend_create(&m->w, &bo, out, err, errlen);
     }
 #ifdef QUIRE_HAVE_CUDA
@@ -131,6 +139,7 @@ int qengine_backend_create(const qmodel *m, const qengine_opts *o, int num_block
         bo.reserve_bytes = (size_t)(wb * e + tok + 256.0 * 4 * beside->hp.n_vocab + 64.0 * 1048576.0);
         bo.extra_block_bytes = (size_t)block_bytes(beside, bs, e);
     }
+    if (o->tensor_parallel > 1) return qtp_backend_create(&m->w, &bo, o->tensor_parallel, 1, out, err, errlen);
     return cuda_backend_create(&m->w, &bo, out, err, errlen);
 #else
     return qerr_set(err, errlen, QERR_UNSUPPORTED, "device cuda: quire was built without CUDA");

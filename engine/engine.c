@@ -1036,8 +1036,11 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
     } else if (!(rc = qengine_backend_create(m, &e->o, e->o.num_blocks, e->o.max_batch_tokens + e->o.max_seqs, dm,
                                              &e->be, err, errlen))) {
         nb = e->be->opts.num_blocks;
-        /* The draft's backend: as many blocks, on the same device. */
-        if (dm && !(rc = qengine_backend_create(dm, &e->o, nb, e->o.max_batch_tokens + e->o.max_seqs, NULL, &e->dbe,
+        /* The draft's backend: as many blocks, on the same device (the
+         * first, whole, under tensor parallelism). */
+        qengine_opts dopt = e->o;
+        dopt.tensor_parallel = 0;
+        if (dm && !(rc = qengine_backend_create(dm, &dopt, nb, e->o.max_batch_tokens + e->o.max_seqs, NULL, &e->dbe,
                                                 err, errlen))) {
             e->d_graphs = strcmp(e->dbe->ops->name, "cpu") != 0;
             e->dgen = q_callocn((size_t)nb, sizeof *e->dgen);

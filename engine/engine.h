@@ -66,6 +66,10 @@ typedef struct {
     size_t kv_mem_mb;       /* KV pool budget in MiB when num_blocks is 0 (0: 256 on the
                              * CPU, float32 K/V; CUDA: what gpu_mem_util leaves) */
     float gpu_mem_util;     /* CUDA: fraction of device memory to hold (0: the backend's 0.90) */
+    /* Tensor parallelism (engine/shard.h): the model split among this many
+     * GPUs, devices 0 .. n-1 (on the CPU, as many groups of threads); 0 or
+     * 1: one device.  A draft model runs whole on device 0. */
+    int tensor_parallel;
     int exact;              /* CUDA: float32 weights, activations and KV (exactness tests) */
     /* The backend fills weights whose data is NULL from seed.  A model from
      * qmodel_random(host_data = 0) turns this on by itself, with its own seed. */

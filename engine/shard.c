@@ -14,11 +14,11 @@
 static qtensor take_rows(const qtensor *t, int64_t r0, int64_t nr, unsigned char **dst)
 {
     qtensor v = *t;
+    v.shape[0] = nr;
     if (!t->data) return v;
     const size_t row = (size_t)(t->ndim > 1 ? t->shape[1] : 1) * qdt_size(t->dtype);
     memcpy(*dst, (const unsigned char *)t->data + (size_t)r0 * row, (size_t)nr * row);
     v.data = *dst;
-    v.shape[0] = nr;
     *dst += (size_t)nr * row;
     return v;
 }
@@ -27,12 +27,13 @@ static qtensor take_rows(const qtensor *t, int64_t r0, int64_t nr, unsigned char
 static qtensor take_cols(const qtensor *t, int64_t c0, int64_t nc, unsigned char **dst)
 {
     qtensor v = *t;
+    v.shape[1] = nc;
+    if (!t->data) return v;
     const size_t es = qdt_size(t->dtype), rows = (size_t)t->shape[0], cols = (size_t)t->shape[1];
     for (size_t i = 0; i < rows; i++)
         memcpy(*dst + i * (size_t)nc * es, (const unsigned char *)t->data + (i * cols + (size_t)c0) * es,
                (size_t)nc * es);
     v.data = *dst;
-    v.shape[1] = nc;
     *dst += rows * (size_t)nc * es;
     return v;
 }
@@ -58,13 +59,7 @@ int qshard_make(const qweights *w, int rank, int n, qshard *out, char *err, size
     for (int l = 0; l < hp->n_layers; l++) {
         const qlayer *L = &w->layers[l];
         const qtensor *ts[] = { &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-            if (ts[i]->data == NULL && i != 3 && i != 4 && i != 5) {
-                snprintf(err, errlen, "shard: layer %d's weights are not on the host", l);
-                return QERR_INVAL;
-            }
-            total += bytes_of(ts[i]) / (size_t)n;
-        }
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) total += bytes_of(ts[i]) / (size_t)n;
     }
     out->layers = calloc((size_t)hp->n_layers, sizeof *out->layers);
     out->mem = malloc(total ? total : 1);
@@ -114,7 +109,11 @@ void qshard_free(qshard *s)
 struct qtp_group {
     int n;
     size_t cap;    /* floats each member sums at a time */
-    pthread_barrier_t bar;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int waiting;   /* members at the barrier */
+    unsigned gen;  /* barriers passed */
+    int aborted;
     float **bufs;  /* each member's buffer, while an all-reduce runs */
     float *sums;   /* n rooms of cap floats */
 };
@@ -127,35 +126,65 @@ qtp_group *qtp_group_new(int n, size_t cap)
     g->n = n, g->cap = cap;
     g->bufs = calloc((size_t)n, sizeof *g->bufs);
     g->sums = malloc((size_t)n * cap * sizeof *g->sums);
-    if (!g->bufs || !g->sums || pthread_barrier_init(&g->bar, NULL, (unsigned)n)) {
+    if (!g->bufs || !g->sums) {
         free(g->bufs), free(g->sums), free(g);
         return NULL;
     }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
     return g;
 }
 
 void qtp_group_free(qtp_group *g)
 {
     if (!g) return;
-    pthread_barrier_destroy(&g->bar);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
     free(g->bufs), free(g->sums), free(g);
 }
 
-void qtp_allreduce(void *member, float *buf, size_t n)
+void qtp_group_abort(void *group)
 {
+    qtp_group *g = group;
+    pthread_mutex_lock(&g->mu);
+    g->aborted = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Waits until every member is here: 0, or QERR_DEVICE once aborted. */
+static int barrier(qtp_group *g)
+{
+    pthread_mutex_lock(&g->mu);
+    const unsigned gen = g->gen;
+    if (++g->waiting == g->n) {
+        g->waiting = 0;
+        g->gen++;
+        pthread_cond_broadcast(&g->cv);
+    }
+    while (g->gen == gen && !g->aborted) pthread_cond_wait(&g->cv, &g->mu);
+    const int rc = g->gen == gen ? QERR_DEVICE : 0;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+int qtp_allreduce(void *member, float *buf, size_t n, void *stream)
+{
+    (void)stream;
     qtp_member *m = member;
     qtp_group *g = m->g;
     float *s = g->sums + (size_t)m->rank * g->cap;
     for (size_t off = 0; off < n; off += g->cap) { /* a piece of cap floats at a time: no allocation */
         const size_t len = n - off < g->cap ? n - off : g->cap;
         g->bufs[m->rank] = buf + off;
-        pthread_barrier_wait(&g->bar); /* every partial sum is ready */
+        if (barrier(g)) return QERR_DEVICE; /* every partial sum is ready */
         memcpy(s, g->bufs[0], len * sizeof *s);
         for (int k = 1; k < g->n; k++) {
             const float *b = g->bufs[k];
             for (size_t i = 0; i < len; i++) s[i] += b[i];
         }
-        pthread_barrier_wait(&g->bar); /* nobody reads the buffers any more */
+        if (barrier(g)) return QERR_DEVICE; /* nobody reads the buffers any more */
         memcpy(buf + off, s, len * sizeof *s);
     }
+    return 0;
 }

@@ -38,6 +38,7 @@ typedef struct {
     uint64_t weight_seed;
     const char *device;
     float gpu_mem_util;
+    int tensor_parallel;
     const char *prompt_ids;
     const char *prompt;
     const char *system;
@@ -68,6 +69,7 @@ static const qopt gen_table[] = {
     { NULL, "--weight-seed", "S", OPT_U64, F_(weight_seed), "--random-weights: seed of the weights (default 0)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto: cuda when a device is visible)" },
     { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use, 0 < F <= 1 (default 0.9)" },
+    { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs (devices 0..N-1; on the CPU, N groups of threads) (default 1)" },
     { "-p", "--prompt", "TEXT", OPT_STR, F_(prompt), "prompt text, tokenized with the model's tokenizer (BOS as it says)" },
     { NULL, "--chat", NULL, OPT_FLAG, F_(chat), "-p is a user message: apply the model's chat template (ChatML if none)" },
     { NULL, "--system", "TEXT", OPT_STR, F_(system), "with --chat: a system message before the user's" },
@@ -225,6 +227,10 @@ int cmd_generate(int argc, char **argv)
         fprintf(stderr, "quire generate: --gpu-mem-util: %g is not in (0, 1]\n", (double)o.gpu_mem_util);
         return 2;
     }
+    if (o.tensor_parallel < 0 || o.tensor_parallel > 16) {
+        fprintf(stderr, "quire generate: --tensor-parallel: %d is not 1 to 16\n", o.tensor_parallel);
+        return 2;
+    }
     if (o.random_weights && !o.batch && (o.prompt || o.chat || !o.prompt_ids)) {
         fprintf(stderr, "quire generate: --random-weights has no vocabulary: give the prompt as --prompt-ids\n");
         return 2;
@@ -271,6 +277,7 @@ int cmd_generate(int argc, char **argv)
     qengine_opts_default(&eo);
     eo.device = device;
     eo.gpu_mem_util = o.gpu_mem_util;
+    eo.tensor_parallel = o.tensor_parallel;
     eo.n_threads = o.threads;
     eo.block_size = o.block_size;
     const qhparams *hp = &m->hp;

@@ -61,6 +61,7 @@ static const qopt serve_table[] = {
     { NULL, "--max-requests", "N", OPT_INT, F_(max_requests), "requests in flight at most; more get 429 (default 256)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
     { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use (default 0.9)" },
+    { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs (devices 0..N-1; NCCL sums between them; on the CPU, N groups of threads) (default 1)" },
     { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "KV cache budget in MiB (default: 256 on the CPU)" },
     { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "tokens per engine step (default 512)" },
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "sequences per engine step (default 64)" },
@@ -1112,6 +1113,11 @@ int cmd_serve(int argc, char **argv)
     }
     eo.n_threads = o->threads;
     eo.gpu_mem_util = o->gpu_mem_util;
+    if (o->tensor_parallel < 0 || o->tensor_parallel > 16) {
+        fprintf(stderr, "quire serve: --tensor-parallel must be 1 to 16\n");
+        return 2;
+    }
+    eo.tensor_parallel = o->tensor_parallel;
     if (o->kv_mem > 0) eo.kv_mem_mb = (size_t)o->kv_mem;
     if (o->max_batch_tokens > 0) eo.max_batch_tokens = o->max_batch_tokens;
     if (o->max_seqs > 0) eo.max_seqs = o->max_seqs;

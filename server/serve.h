@@ -28,6 +28,7 @@ typedef struct {
     int spec_always;        /* --spec-always: drafts in every step (no probe) */
     const char *draft;      /* --draft: the draft model's path (speculation by it) */
     int max_requests, help, no_persist, cache_disk_max;
+    int tensor_parallel;    /* --tensor-parallel: GPUs the model is split among */
     float gpu_mem_util, grace;
 } serve_opts;
 

@@ -334,7 +334,8 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         const qtensor *Wo[1] = { &L->wo };
         float *yo[1] = { be->xn };
         project(be, be->att, T, qd, 1, Wo, yo);
-        if (base->opts.allreduce) base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D);
+        if (base->opts.allreduce && (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL)))
+            return rc;
         for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
 
         for (int t = 0; t < T; t++)
@@ -346,11 +347,13 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         const qtensor *Wd[1] = { &L->w_down };
         float *yd[1] = { be->xn };
         project(be, be->g, T, hp->ffn_dim, 1, Wd, yd);
-        if (base->opts.allreduce) base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D);
+        if (base->opts.allreduce && (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL)))
+            return rc;
         for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
     }
 
-    if (b->n_logits > 0) {
+    /* A shard's pass other than rank 0's gives no logits (rank 0 gives them). */
+    if (b->n_logits > 0 && !(base->opts.allreduce && base->opts.tp_rank > 0)) {
         for (int r = 0; r < b->n_logits; r++)
             cpu_rmsnorm(be->xn + (size_t)r * D, be->x + (size_t)b->logits_idx[r] * D, w->out_norm.data,
                         w->out_norm.dtype, D, hp->norm_eps);

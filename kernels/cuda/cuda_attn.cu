@@ -30,6 +30,8 @@
 #include <math.h>
 #include <mma.h>
 
+#include <pthread.h>
+
 #include "cuda_kernels.cuh"
 
 using namespace nvcuda;
@@ -44,6 +46,30 @@ namespace cg = cooperative_groups;
 int qk_attn_cluster = 1;
 int qk_attn_prefetch = 0;
 int qk_cluster_pad = 48, qk_cluster_pad_small = 112;
+
+int qk_func_attrs(const void *fn, int smem, bool cluster)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static struct {
+        const void *fn;
+        int dev;
+    } done[256];
+    static int n_done;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return QERR_DEVICE;
+    pthread_mutex_lock(&mu);
+    bool seen = false;
+    for (int k = 0; k < n_done && !seen; k++) seen = done[k].fn == fn && done[k].dev == dev;
+    cudaError_t e = cudaSuccess;
+    if (!seen) {
+        if (cluster) e = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess && n_done < 256) done[n_done].fn = fn, done[n_done++].dev = dev;
+    }
+    pthread_mutex_unlock(&mu);
+    if (e != cudaSuccess) QLOGE("cuda: setting a kernel's shared memory (%d bytes): %s", smem, cudaGetErrorString(e));
+    return e == cudaSuccess ? 0 : QERR_DEVICE;
+}
 
 // n bytes (2, 4, 8 or a multiple of 16) at p into words w.
 template <int B> __device__ __forceinline__ void load_words(uint32_t *w, const void *p)
@@ -483,22 +509,8 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
     if (!kernel) return QERR_UNSUPPORTED;
     if (cl) {
         // Clusters of more than 8 blocks (Hopper allows 16) and more than
-        // 48 KB of shared memory are opt-in per kernel, once (the backend's
-        // thread is the only caller).
-        static const void *opted[64];
-        static int n_opted;
-        bool seen = false;
-        for (int k = 0; k < n_opted; k++) seen = seen || opted[k] == (const void *)kernel;
-        if (!seen) {
-            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-            if (e == cudaSuccess)
-                e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 << 10);
-            if (e != cudaSuccess) {
-                QLOGE("cuda: attn_decode clusters: %s", cudaGetErrorString(e));
-                return QERR_DEVICE;
-            }
-            if (n_opted < 64) opted[n_opted++] = (const void *)kernel;
-        }
+        // 48 KB of shared memory are opt-in per kernel.
+        if (qk_func_attrs((const void *)kernel, 160 << 10, true)) return QERR_DEVICE;
     }
     // A small grid's clusters are packed onto few SMs, which then share
     // their load bandwidth: unused shared memory keeps them apart.  On the
@@ -746,12 +758,8 @@ template <typename T, int HD>
 static int prefill_launch(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int4 *tiles,
                           int n_tiles, T *out)
 {
-    static bool attr_set = false; // per instantiation; the attribute is per function
     const size_t sh = pf_layout<HD>::bytes;
-    if (!attr_set) {
-        CK(cudaFuncSetAttribute(attn_prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-        attr_set = true;
-    }
+    if (qk_func_attrs((const void *)attn_prefill_kernel<T, HD>, (int)sh, false)) return QERR_DEVICE;
     qk_launch(attn_prefill_kernel<T, HD>, dim3(n_tiles, g->H), 128, sh, st, q, kc, vc, *g, tiles, out);
     CK_LAUNCH("attn_prefill");
     return 0;

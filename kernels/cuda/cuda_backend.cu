@@ -6,7 +6,9 @@
 // all f16), float with opts.exact (tests).  Projections read T and
 // accumulate and write float (cublasGemmEx, CUBLAS_COMPUTE_32F; pedantic
 // float32 in the exact mode).  The residual stream is float; the output
-// and FFN-down projections add into it directly (beta = 1).  Q, K, V are
+// and FFN-down projections add into it directly (beta = 1); on a shard of
+// the model (tensor parallelism) they give partial sums, which are
+// all-reduced in float32 (residual_proj).  Q, K, V are
 // one fused projection, gate and up another.  Each RMSNorm's weights are
 // folded into the projection after it at upload, so a norm is a scale per
 // token: a kernel of its own for big passes, applied by the projection
@@ -46,6 +48,7 @@ typedef struct {
 
 typedef struct {
     qbackend base;
+    int dev;                       // opts.device: made current at every entry
     int wt;                        // QDT_F32 / QDT_BF16 / QDT_F16: storage of weights, activations, KV
     size_t esz;
     cublasHandle_t blas;
@@ -349,6 +352,7 @@ static int ensure_masks(cuda_be *be, int n)
 static uint32_t *cuda_mask_rows(qbackend *base, int n_rows)
 {
     cuda_be *be = (cuda_be *)base;
+    if (cudaSetDevice(be->dev) != cudaSuccess) return NULL;
     return ensure_masks(be, n_rows) ? NULL : be->h_mask;
 }
 
@@ -628,6 +632,24 @@ template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const d
     return rc ? rc : qk_swiglu<T>(be->stream, h, be->gu, T_, F);
 }
 
+// A shard's pass other than rank 0's gives no logits (rank 0 gives them).
+static bool no_head(const cuda_be *be) { return be->base.opts.allreduce && be->base.opts.tp_rank > 0; }
+
+// x += the output or down projection of a (T_ tokens over K), and xn = x
+// in T where the norms are folded.  On a shard: rank 0 adds its partial
+// sum into x, the others write theirs alone, and the all-reduce of x adds
+// them all (the stream once): every rank then holds the same x.
+template <typename T> static int residual_proj(cuda_be *be, const void *a, const void *W, int T_, int K, T *xn, bool fold)
+{
+    const int D = be->base.w->hp.dim;
+    const qbackend_opts *o = &be->base.opts;
+    if (!o->allreduce) return gemm(be, be->x, a, W, T_, D, K, 1.0f, fold ? xn : NULL);
+    int rc = gemm(be, be->x, a, W, T_, D, K, o->tp_rank == 0 ? 1.0f : 0.0f);
+    if (!rc) rc = o->allreduce(o->allreduce_ctx, be->x, (size_t)T_ * D, be->stream);
+    if (!rc && fold) rc = qk_convert<T, float>(be->stream, xn, be->x, (size_t)T_ * D);
+    return rc;
+}
+
 template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
@@ -671,16 +693,16 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
                                                  be->part_cnt, att)))
             break;
         prof_mark(be, PF_DECODE, l);
-        if (!(sk & 8) && (rc = gemm(be, be->x, att, L->wo, T_, D, qd, 1.0f, fold ? xn : NULL))) break;
+        if (!(sk & 8) && (rc = residual_proj<T>(be, att, L->wo, T_, qd, xn, fold))) break;
         prof_mark(be, PF_WO, l);
         if (!fold && !(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, NULL, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM2, l);
         if (!(sk & 16) && (rc = gate_up<T>(be, h, xn, L, T_, l, fold))) break;
         prof_mark(be, PF_SWIGLU, l);
-        if (!(sk & 32) && (rc = gemm(be, be->x, h, L->wdown, T_, D, F, 1.0f, fold ? xn : NULL))) break;
+        if (!(sk & 32) && (rc = residual_proj<T>(be, h, L->wdown, T_, F, xn, fold))) break;
         prof_mark(be, PF_DOWN, l);
     }
-    if (!rc && mp->n_logits > 0 && !(be->skip & 64)) {
+    if (!rc && mp->n_logits > 0 && !(be->skip & 64) && !no_head(be)) {
         if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, mp->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
             (rc = gemm(be, be->logits, xn, be->output, mp->n_logits, hp->n_vocab, D, 0.0f)))
             return rc;
@@ -765,6 +787,7 @@ static int run_graph(cuda_be *be, const qbatch *b, const meta_plan *mp)
 static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
 {
     cuda_be *be = (cuda_be *)base;
+    CK(cudaSetDevice(be->dev));
     meta_plan mp;
     // A step where every token has a logit row and each sequence a few
     // tokens (decodes, and decodes with drafts to verify) runs as a graph
@@ -821,7 +844,7 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
                                    be->stream) != cudaSuccess)
             rc = QERR_DEVICE;
     }
-    if (!rc && b->n_logits > n_reduced &&
+    if (!rc && b->n_logits > n_reduced && !no_head(be) &&
         cudaMemcpyAsync(logits, be->logits, sizeof(float) * b->n_logits * base->w->hp.n_vocab, cudaMemcpyDeviceToHost,
                         be->stream) != cudaSuccess)
         rc = QERR_DEVICE;
@@ -857,6 +880,7 @@ static int cuda_copy_block(qbackend *base, int src, int dst)
     const int nb = base->opts.num_blocks;
     if (src < 0 || src >= nb || dst < 0 || dst >= nb) return QERR_RANGE;
     if (src == dst) return 0;
+    CK(cudaSetDevice(be->dev));
     const size_t n = be->block_elems * be->esz, layer = (size_t)be->nb_alloc * n;
     for (int c = 0; c < 2; c++) {
         char *cache = (char *)(c ? be->vc : be->kc);
@@ -873,6 +897,7 @@ static int cuda_rw_block(qbackend *base, int block, void *host, int write)
     cuda_be *be = (cuda_be *)base;
     const int nb = base->opts.num_blocks, L = base->w->hp.n_layers;
     if (block < 0 || block >= nb) return QERR_RANGE;
+    CK(cudaSetDevice(be->dev));
     const size_t n = be->block_elems * be->esz, layer = (size_t)be->nb_alloc * n;
     char *h = (char *)host;
     for (int c = 0; c < 2; c++) {
@@ -894,6 +919,7 @@ static int cuda_rw_blocks(qbackend *base, const int32_t *blocks, int n, void *ho
     const int nb = base->opts.num_blocks, L = base->w->hp.n_layers;
     for (int i = 0; i < n; i++)
         if (blocks[i] < 0 || blocks[i] >= nb) return QERR_RANGE;
+    CK(cudaSetDevice(be->dev));
     const size_t sz = be->block_elems * be->esz, layer = (size_t)be->nb_alloc * sz;
     char *h = (char *)host;
     for (int i = 0; i < n; i++)
@@ -916,9 +942,10 @@ static int cuda_write_blocks(qbackend *base, const int32_t *blocks, int n, const
 {
     return cuda_rw_blocks(base, blocks, n, (void *)host, 1);
 }
-static void *cuda_host_alloc(qbackend *, size_t bytes)
+static void *cuda_host_alloc(qbackend *base, size_t bytes)
 {
     void *p = NULL;
+    if (cudaSetDevice(((cuda_be *)base)->dev) != cudaSuccess) return NULL;
     return cudaMallocHost(&p, bytes ? bytes : 1) == cudaSuccess ? p : NULL;
 }
 static void cuda_host_free(qbackend *, void *p) { cudaFreeHost(p); }
@@ -933,6 +960,7 @@ static void cuda_destroy(qbackend *base)
 {
     cuda_be *be = (cuda_be *)base;
     if (!be) return;
+    cudaSetDevice(be->dev);
     prof_dump(be);
     for (int i = 0; i < PF_N && be->prof; i++) cudaEventDestroy(be->ev[i]);
     drop_graphs(be);
@@ -988,13 +1016,15 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
                                    size_t errlen)
 {
     *out = NULL;
-    if (opts->allreduce)
-        return qerr_set(err, errlen, QERR_UNSUPPORTED, "cuda backend: tensor parallelism (a shard) is not built yet");
     int n = 0;
     cudaError_t ce = cudaGetDeviceCount(&n);
     if (ce != cudaSuccess || n == 0)
         return qerr_set(err, errlen, QERR_DEVICE, "no CUDA device (%s)",
                         ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
+    if (opts->device < 0 || opts->device >= n)
+        return qerr_set(err, errlen, QERR_DEVICE, "cuda backend: no device %d (this machine has %d)", opts->device, n);
+    if ((ce = cudaSetDevice(opts->device)) != cudaSuccess)
+        return qerr_set(err, errlen, QERR_DEVICE, "cuda backend: device %d: %s", opts->device, cudaGetErrorString(ce));
     const qhparams *hp = &w->hp;
     if (opts->num_blocks < 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cuda backend: %d blocks of %d tokens", opts->num_blocks,
@@ -1014,13 +1044,14 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     be->base.ops = &cuda_ops;
     be->base.w = w;
     be->base.opts = *opts;
+    be->dev = opts->device;
     be->wt = pick_storage(w, opts->exact);
     be->esz = qdt_size(be->wt);
     be->block_elems = (size_t)hp->n_kv_heads * opts->block_size * hp->head_dim;
     int rc = 0;
     const char *what = "creating the stream and cuBLAS";
     cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || cudaStreamCreate(&be->stream) != cudaSuccess ||
+    if (cudaGetDeviceProperties(&prop, be->dev) != cudaSuccess || cudaStreamCreate(&be->stream) != cudaSuccess ||
         cublasCreate(&be->blas) != CUBLAS_STATUS_SUCCESS ||
         cublasSetStream(be->blas, be->stream) != CUBLAS_STATUS_SUCCESS)
         rc = QERR_DEVICE;
@@ -1128,8 +1159,9 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
         cuda_destroy(&be->base);
         return qerr_set(err, errlen, rc, "cuda backend: %s failed (%s)", what, qerr_str(rc));
     }
-    QLOGI("cuda: %s, %s weights, KV pool %d blocks of %d tokens (%.1f MiB)", prop.name, qdt_name(be->wt),
-          be->base.opts.num_blocks, opts->block_size, (double)per_block * be->base.opts.num_blocks / 1048576.0);
+    QLOGI("cuda: %s (device %d), %s weights, KV pool %d blocks of %d tokens (%.1f MiB)%s", prop.name, be->dev,
+          qdt_name(be->wt), be->base.opts.num_blocks, opts->block_size,
+          (double)per_block * be->base.opts.num_blocks / 1048576.0, opts->allreduce ? ", a shard of the model" : "");
     *out = &be->base;
     return 0;
 }

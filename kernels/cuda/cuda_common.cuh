@@ -59,7 +59,14 @@ extern int qk_attn_prefetch;
 // (cuda_attn.cu).
 extern int qk_cluster_pad, qk_cluster_pad_small;
 
-// The current device's SM count (132 if it cannot be read), cached.
+// Sets kernel fn's dynamic shared memory limit to smem bytes (and, with
+// cluster, allows non-portable cluster sizes) on the current device, once
+// per function and device (attributes are a device's), from any thread:
+// 0, or QERR_DEVICE (cuda_attn.cu).
+int qk_func_attrs(const void *fn, int smem, bool cluster);
+
+// The current device's SM count (132 if it cannot be read), cached: the
+// GPUs of one process are taken to be alike.
 static inline int qk_n_sm()
 {
     static int n_sm;

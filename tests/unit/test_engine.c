@@ -11,7 +11,8 @@
  * QUIRE_TEST_DEVICE picks the backend every engine here runs on: "cpu" (the
  * default) or "cuda" (exact mode: float32 weights and KV, so that greedy
  * outputs stay comparable); with "cuda" and no CUDA build or device the test
- * prints "skipped: ..." and passes. */
+ * prints "skipped: ..." and passes.  QUIRE_TEST_TP=n splits the model among
+ * n shards (tensor parallelism: n GPUs, or n groups of CPU threads). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@ static qmodel *g_model;
 static qmodel *g_draft; /* stories260K cut to 4 layers: the draft model */
 static qtok *g_tok;
 static int g_device = QDEVICE_CPU;
+static int g_tp; /* QUIRE_TEST_TP: the model split among this many shards */
 
 /* Engine options for the device under test. */
 static void test_opts(qengine_opts *o)
@@ -43,6 +45,7 @@ static void test_opts(qengine_opts *o)
     qengine_opts_default(o);
     o->device = g_device;
     o->exact = g_device == QDEVICE_CUDA;
+    o->tensor_parallel = g_tp;
 }
 
 typedef struct {
@@ -1364,7 +1367,15 @@ int main(void)
         return 0;
 #endif
     }
-    fprintf(stderr, "device: %s\n", qdevice_name(g_device));
+    const char *tp = getenv("QUIRE_TEST_TP");
+    g_tp = tp && *tp ? atoi(tp) : 0;
+#ifdef QUIRE_HAVE_CUDA
+    if (g_device == QDEVICE_CUDA && g_tp > 1 && cuda_device_count(err, sizeof err) < g_tp) {
+        printf("skipped: QUIRE_TEST_TP=%d but fewer CUDA devices\n", g_tp);
+        return 0;
+    }
+#endif
+    fprintf(stderr, "device: %s%s%s\n", qdevice_name(g_device), g_tp > 1 ? ", tensor parallel " : "", g_tp > 1 ? tp : "");
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", qt_root());
     if (qmodel_load(path, &g_model, err, sizeof err) || qtok_for_model(g_model, &g_tok, err, sizeof err)) {
         fprintf(stderr, "cannot load %s: %s\n", path, err);

@@ -7,16 +7,18 @@
  * the sum over the shards of their output projections of their heads'
  * attention is the model's, and the same for the MLP (gate/up rows, SwiGLU,
  * down columns, summed) - the all-reduce that makes n shards the model.
- * Bad splits are refused with messages.  And the whole forward: the CPU
- * backend on each of n shards, n threads in step through qtp_allreduce,
- * gives the model's logits (n = 1 bit for bit; n = 2 within float
- * rounding) and the same greedy tokens over a prefill and 12 decode steps. */
+ * Bad splits are refused with messages.  And the whole forward: the tensor
+ * parallel backend (engine/tp.c) on CPU shards, n threads in step through
+ * qtp_allreduce, gives the model's logits (n = 1 bit for bit; n = 2 within
+ * float rounding) and the same greedy tokens over a prefill and 12 decode
+ * steps, and its blocks' bytes are the model's. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "model.h"
@@ -154,103 +156,154 @@ static void test_qwen2_biases(void) { check_model("tests/fixtures/models/tiny-qw
 
 #define TP_PROMPT 40
 #define TP_STEPS 12
+#define TP_BLOCKS 8
 
-/* One shard's (or the model's) run: a prefill of TP_PROMPT tokens, then
- * TP_STEPS greedy decode steps; logits of the prompt's last token and of
- * each step to out ((1 + TP_STEPS) * V), the greedy tokens to toks. */
-typedef struct {
-    const qweights *w;
-    qtp_member *member; /* NULL: unsplit */
-    const int32_t *prompt;
-    float *out;
-    int32_t toks[TP_STEPS];
-    int rc;
-} tp_run;
-
-static void *tp_thread(void *arg)
+/* A prefill of TP_PROMPT tokens on be (blocks 0 .. 3), then TP_STEPS greedy
+ * decode steps; logits of the prompt's last token and of each step to out
+ * ((1 + TP_STEPS) * V), the greedy tokens to toks.  0 or the pass's error. */
+static int run_greedy(qbackend *be, const int32_t *prompt, float *out, int32_t *toks)
 {
-    tp_run *r = arg;
-    char err[256];
-    qbackend_opts o = { .n_threads = 1, .num_blocks = 8, .block_size = 16 };
-    if (r->member) o.allreduce = qtp_allreduce, o.allreduce_ctx = r->member;
-    qbackend *be = NULL;
-    if ((r->rc = cpu_backend_create(r->w, &o, &be, err, sizeof err))) {
-        fprintf(stderr, "  backend: %s\n", err);
-        return NULL;
-    }
-    const int V = r->w->hp.n_vocab;
-    int32_t table[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, li = TP_PROMPT - 1;
-    qbatch_seq sq = { 0, TP_PROMPT, 0, table, 8 };
-    qbatch b = { TP_PROMPT, r->prompt, 1, &sq, 1, &li, NULL, NULL, NULL, NULL, NULL };
-    r->rc = be->ops->forward(be, &b, r->out);
-    for (int step = 0; step < TP_STEPS && !r->rc; step++) {
-        const float *lg = r->out + (size_t)step * V;
-        int32_t best = 0;
-        for (int v = 1; v < V; v++)
-            if (lg[v] > lg[best]) best = v;
-        r->toks[step] = best;
+    const int V = be->w->hp.n_vocab;
+    int32_t table[TP_BLOCKS] = { 0, 1, 2, 3, 4, 5, 6, 7 }, li = TP_PROMPT - 1;
+    qbatch_seq sq = { 0, TP_PROMPT, 0, table, 4 };
+    qbatch b = { TP_PROMPT, prompt, 1, &sq, 1, &li, NULL, NULL, NULL, NULL, NULL };
+    int rc = be->ops->forward(be, &b, out);
+    for (int step = 0; step < TP_STEPS && !rc; step++) {
+        toks[step] = qrow_argmax(out + (size_t)step * V, V);
         int32_t zero = 0;
-        qbatch_seq sd = { 0, 1, TP_PROMPT + step, table, 8 };
-        qbatch bd = { 1, &r->toks[step], 1, &sd, 1, &zero, NULL, NULL, NULL, NULL, NULL };
-        r->rc = be->ops->forward(be, &bd, r->out + (size_t)(step + 1) * V);
+        qbatch_seq sd = { 0, 1, TP_PROMPT + step, table, 4 };
+        qbatch bd = { 1, &toks[step], 1, &sd, 1, &zero, NULL, NULL, NULL, NULL, NULL };
+        rc = be->ops->forward(be, &bd, out + (size_t)(step + 1) * V);
     }
-    qbackend_destroy(be);
-    return NULL;
+    return rc;
 }
 
+/* Relative error of got against ref (n floats), and how many are the same bits. */
+static double rel_err(const float *got, const float *ref, size_t n, size_t *same)
+{
+    double num = 0, den = 0;
+    *same = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]), den += (double)ref[i] * ref[i];
+        *same += memcmp(&got[i], &ref[i], sizeof(float)) == 0;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* qtp_backend_create on the CPU (threads summing through qtp_allreduce)
+ * against the unsplit CPU backend: the logits of a prefill and 12 greedy
+ * steps (1 shard bit for bit; 2 within float rounding, the same tokens);
+ * the blocks' bytes in the unsplit layout; blocks written back and copied
+ * decode as the originals. */
 static void test_forward_on_shards(void)
 {
     char path[1024], err[256];
     snprintf(path, sizeof path, "%s/tests/fixtures/models/tiny-llama3-random", qt_root());
     qmodel *m = NULL;
     REQUIRE(qmodel_load(path, &m, err, sizeof err) == 0);
-    const int V = m->hp.n_vocab, D = m->hp.dim;
+    const int V = m->hp.n_vocab;
     const size_t per = (size_t)(1 + TP_STEPS) * V;
-    int32_t prompt[TP_PROMPT];
+    int32_t prompt[TP_PROMPT], whole_toks[TP_STEPS], toks[TP_STEPS];
     for (int i = 0; i < TP_PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
-    tp_run whole = { &m->w, NULL, prompt, malloc(sizeof(float) * per), { 0 }, 0 };
-    REQUIRE(whole.out);
-    tp_thread(&whole);
-    REQUIRE(whole.rc == 0);
+    qbackend_opts o = { .n_threads = 2, .num_blocks = TP_BLOCKS, .block_size = 16 };
+    qbackend *whole = NULL;
+    REQUIRE(cpu_backend_create(&m->w, &o, &whole, err, sizeof err) == 0);
+    float *ref = malloc(sizeof(float) * per), *got = malloc(sizeof(float) * per);
+    const size_t bb = whole->ops->block_bytes(whole);
+    float *blk_ref = malloc(4 * bb), *blk = malloc(4 * bb);
+    REQUIRE(ref && got && blk_ref && blk);
+    REQUIRE(run_greedy(whole, prompt, ref, whole_toks) == 0);
+    const int32_t first4[4] = { 0, 1, 2, 3 }, last4[4] = { 4, 5, 6, 7 };
+    REQUIRE(qbackend_read_blocks(whole, first4, 4, blk_ref) == 0);
     for (int n = 1; n <= 2; n++) {
-        qshard s[2];
-        qtp_member mem[2];
-        tp_run runs[2];
-        pthread_t th[2];
-        /* A small piece (less than a pass's floats) so that the all-reduce goes in pieces too. */
-        qtp_group *g = qtp_group_new(n, (size_t)D * 3 + 5);
-        REQUIRE(g);
-        for (int r = 0; r < n; r++) {
-            REQUIRE(qshard_make(&m->w, r, n, &s[r], err, sizeof err) == 0);
-            mem[r] = (qtp_member){ g, r };
-            runs[r] = (tp_run){ &s[r].w, &mem[r], prompt, malloc(sizeof(float) * per), { 0 }, 0 };
-            REQUIRE(runs[r].out);
-        }
-        for (int r = 0; r < n; r++) REQUIRE(pthread_create(&th[r], NULL, tp_thread, &runs[r]) == 0);
-        for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-        double num = 0, den = 0;
-        size_t same_bits = 0, ranks_equal = 1;
-        for (size_t i = 0; i < per; i++) {
-            const double a = runs[0].out[i], b = whole.out[i];
-            num += (a - b) * (a - b), den += b * b;
-            same_bits += memcmp(&runs[0].out[i], &whole.out[i], sizeof(float)) == 0;
-            if (n == 2) ranks_equal &= memcmp(&runs[0].out[i], &runs[1].out[i], sizeof(float)) == 0;
-        }
-        const int same_tokens = !memcmp(runs[0].toks, whole.toks, sizeof whole.toks);
-        fprintf(stderr,
-                "  %d shard%s, CPU threads in step: logits relative error %.3g (%zu of %zu identical), greedy tokens %s, "
-                "ranks %s\n",
-                n, n > 1 ? "s" : "", sqrt(num / den), same_bits, per, same_tokens ? "the same" : "DIFFER",
-                ranks_equal ? "agree" : "DIFFER");
-        CHECK(runs[0].rc == 0 && (n < 2 || runs[1].rc == 0));
-        CHECK(same_tokens && ranks_equal);
-        CHECK(n == 1 ? same_bits == per : sqrt(num / den) < 1e-5);
-        for (int r = 0; r < n; r++) free(runs[r].out), qshard_free(&s[r]);
-        qtp_group_free(g);
+        qbackend *be = NULL;
+        REQUIRE(qtp_backend_create(&m->w, &o, n, 0, &be, err, sizeof err) == 0);
+        CHECK(strcmp(be->ops->name, "cpu") == 0 && be->opts.num_blocks == TP_BLOCKS);
+        CHECK(be->ops->block_bytes(be) == bb);
+        CHECK(run_greedy(be, prompt, got, toks) == 0);
+        size_t same = 0;
+        const double e = rel_err(got, ref, per, &same);
+        const int same_tokens = !memcmp(toks, whole_toks, sizeof toks);
+        fprintf(stderr, "  %d shard%s (CPU threads in step): logits relative error %.3g (%zu of %zu identical), "
+                "greedy tokens %s\n", n, n > 1 ? "s" : "", e, same, per, same_tokens ? "the same" : "DIFFER");
+        CHECK(same_tokens);
+        CHECK(n == 1 ? same == per : e < 1e-5);
+        /* The blocks' bytes: the unsplit model's layout (each layer's K and
+         * V, the shards' heads in rank order); the first 3 are full (52
+         * tokens were run), the fourth's last slots never written. */
+        CHECK(qbackend_read_blocks(be, first4, 4, blk) == 0);
+        const double eb = rel_err(blk, blk_ref, 3 * bb / sizeof(float), &same);
+        fprintf(stderr, "  %d shard%s: K/V of the prompt's blocks against the unsplit model's: relative error %.3g\n",
+                n, n > 1 ? "s" : "", eb);
+        CHECK(n == 1 ? same == 3 * bb / sizeof(float) : eb < 1e-5);
+        /* Written to blocks 4-7 (one of them through copy_block), they decode alike. */
+        CHECK(qbackend_write_blocks(be, last4, 3, blk) == 0);
+        CHECK(be->ops->write_block(be, 3, (const char *)blk + 3 * bb) == 0);
+        CHECK(be->ops->copy_block(be, 3, 7) == 0);
+        float *a = malloc(sizeof(float) * V), *c = malloc(sizeof(float) * V);
+        REQUIRE(a && c);
+        const int32_t tok = 5, zero = 0;
+        int32_t t_old[4] = { 0, 1, 2, 3 }, t_new[4] = { 4, 5, 6, 7 };
+        qbatch_seq s_old = { 0, 1, TP_PROMPT, t_old, 4 }, s_new = { 0, 1, TP_PROMPT, t_new, 4 };
+        qbatch b_old = { 1, &tok, 1, &s_old, 1, &zero, NULL, NULL, NULL, NULL, NULL }, b_new = b_old;
+        b_new.seqs = &s_new;
+        CHECK(be->ops->forward(be, &b_old, a) == 0 && be->ops->forward(be, &b_new, c) == 0);
+        CHECK(memcmp(a, c, sizeof(float) * V) == 0);
+        /* Bad calls fail alike on every rank, and the backend goes on. */
+        CHECK(be->ops->copy_block(be, 0, TP_BLOCKS) == QERR_RANGE);
+        int32_t bad_tok = V;
+        qbatch b_bad = b_old;
+        b_bad.tokens = &bad_tok;
+        CHECK(be->ops->forward(be, &b_bad, a) == QERR_RANGE);
+        CHECK(be->ops->forward(be, &b_old, c) == 0 && memcmp(a, c, sizeof(float) * V) == 0);
+        free(a), free(c);
+        qbackend_destroy(be);
     }
+    qbackend *be = NULL;
+    CHECK(qtp_backend_create(&m->w, &o, 3, 0, &be, err, sizeof err) == QERR_INVAL && be == NULL);
+    CHECK(strstr(err, "divide by 3") != NULL);
+    CHECK(qtp_backend_create(&m->w, &o, 0, 0, &be, err, sizeof err) == QERR_INVAL && be == NULL);
+#ifndef QUIRE_HAVE_CUDA
+    CHECK(qtp_backend_create(&m->w, &o, 2, 1, &be, err, sizeof err) == QERR_UNSUPPORTED && be == NULL);
+#endif
     CHECK(qtp_group_new(0, 16) == NULL && qtp_group_new(2, 0) == NULL);
-    free(whole.out);
+    qbackend_destroy(whole);
+    free(ref), free(got), free(blk_ref), free(blk);
     qmodel_destroy(m);
+}
+
+/* A member waiting in qtp_allreduce for one that never comes is woken by
+ * qtp_group_abort, with an error; later calls fail at once. */
+typedef struct {
+    qtp_member mem;
+    float buf[4];
+    int rc;
+} waiter;
+
+static void *wait_sum(void *arg)
+{
+    waiter *w = arg;
+    w->rc = qtp_allreduce(&w->mem, w->buf, 4, NULL);
+    return NULL;
+}
+
+static void test_allreduce_abort(void)
+{
+    qtp_group *g = qtp_group_new(2, 3); /* pieces of 3 floats: 4 go in two */
+    REQUIRE(g);
+    waiter a = { { g, 0 }, { 1, 2, 3, 4 }, -1 }, b = { { g, 1 }, { 10, 20, 30, 40 }, -1 };
+    pthread_t ta, tb;
+    REQUIRE(pthread_create(&ta, NULL, wait_sum, &a) == 0 && pthread_create(&tb, NULL, wait_sum, &b) == 0);
+    pthread_join(ta, NULL), pthread_join(tb, NULL);
+    CHECK(a.rc == 0 && b.rc == 0 && a.buf[0] == 11 && a.buf[3] == 44 && !memcmp(a.buf, b.buf, sizeof a.buf));
+    REQUIRE(pthread_create(&ta, NULL, wait_sum, &a) == 0);
+    struct timespec ts = { 0, 50 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    qtp_group_abort(g);
+    pthread_join(ta, NULL);
+    CHECK(a.rc == QERR_DEVICE);
+    CHECK(qtp_allreduce(&b.mem, b.buf, 4, NULL) == QERR_DEVICE);
+    qtp_group_free(g);
 }
 
 int main(void)
@@ -258,5 +311,6 @@ int main(void)
     QT_RUN(test_llama3);
     QT_RUN(test_qwen2_biases);
     QT_RUN(test_forward_on_shards);
+    QT_RUN(test_allreduce_abort);
     QT_MAIN_END();
 }

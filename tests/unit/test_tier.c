@@ -5,8 +5,10 @@
  * output is the same as a cold run's; another model (or the same shapes
  * with other weights) never matches; a damaged block is never loaded; a
  * request cancelled while its prefix is being read leaves nothing behind.
- * QUIRE_TEST_DEVICE=cuda runs the engines on the CUDA backend (exact mode);
- * without a device or a CUDA build it prints "skipped". */
+ * Blocks written by a run on 2 CPU shards (tensor parallelism) load into
+ * a run on the whole model and back.  QUIRE_TEST_DEVICE=cuda runs the
+ * engines on the CUDA backend (exact mode); without a device or a CUDA
+ * build it prints "skipped". */
 #define _GNU_SOURCE
 #include <sqlite3.h>
 #include <stdio.h>
@@ -35,6 +37,7 @@ static const char *path(const char *name)
 
 static int32_t g_prompt[NP];
 static int g_device = QDEVICE_CPU;
+static int g_tp; /* the engines' tensor_parallel */
 
 /* A small Llama of random weights (seed picks them). */
 static qmodel *model(uint64_t seed)
@@ -63,6 +66,7 @@ static qengine *engine(const qmodel *m, qstore *s)
     o.exact = g_device == QDEVICE_CUDA;
     o.n_threads = 2;
     o.num_blocks = 64;
+    o.tensor_parallel = g_tp;
     o.store = s;
     qengine *e = NULL;
     char err[256];
@@ -191,6 +195,37 @@ static void test_restart_loads_from_disk(void)
     CHECK_EQ_INT((int)ss.blocks_corrupt, 0);
 }
 
+/* Blocks stored by a run on 2 shards (tensor parallelism) load into a run
+ * on the whole model and back: their bytes have one layout. */
+static void test_other_split_loads(void)
+{
+    qmodel *m = model(9);
+    REQUIRE(m);
+    qengine *e = engine(m, NULL);
+    REQUIRE(e);
+    result cold, r;
+    REQUIRE(generate(e, NP, &cold, -1) == 0);
+    qengine_destroy(e);
+    qmodel_destroy(m);
+    const int reused = (NP - 1) / 16 * 16;
+    for (int run = 0; run < 3; run++) {
+        g_tp = run == 1 ? 1 : 2; /* written on 2 shards, read on 1, then on 2 */
+        rig g;
+        REQUIRE(rig_start(&g, 9));
+        REQUIRE(generate(g.e, NP, &r, -1) == 0);
+        qengine_stats st;
+        qengine_stats_get(g.e, &st);
+        fprintf(stderr, "  run %d on %d shard%s: %d prompt tokens from disk, output %s\n", run, g_tp,
+                g_tp > 1 ? "s" : "", (int)st.disk_tokens_loaded,
+                !memcmp(r.out, cold.out, sizeof r.out) ? "as the cold run's" : "DIFFERS");
+        CHECK(r.n_out == GEN && !memcmp(r.out, cold.out, sizeof r.out));
+        CHECK_EQ_INT((int)st.disk_tokens_loaded, run ? reused : 0);
+        clean(g.e);
+        rig_stop(&g, NULL);
+    }
+    g_tp = 0;
+}
+
 static void test_other_weights_never_match(void)
 {
     rig g;
@@ -282,6 +317,7 @@ int main(void)
     }
     QT_RUN(test_load_policy);
     QT_RUN(test_restart_loads_from_disk);
+    if (g_device == QDEVICE_CPU) QT_RUN(test_other_split_loads);
     QT_RUN(test_other_weights_never_match);
     QT_RUN(test_damaged_block_not_loaded);
     QT_RUN(test_cancel_while_loading);
