@@ -3,13 +3,22 @@
  * run: batch-1 decode time per token vs the floor (weight bytes / copy
  * bandwidth), decode throughput at batch 1 to 256, and prefill of one long
  * prompt vs the bf16 GEMM roofline.  Timings are host clocks around whole
- * forward passes (each ends with a stream synchronisation and the logits
- * copied to the host, into pinned memory as the engine's are), after a
+ * forward passes (each ends with a stream synchronisation and its output
+ * - tokens, or logits into pinned memory - copied to the host), after a
  * warm-up.
+ *
+ * --tp 1,2 runs each configuration on one GPU and split between two
+ * (tensor parallelism: qtp_backend_create, NCCL), and adds a table of the
+ * speedup and scaling efficiency (speedup / GPUs).
+ *
+ * Decode steps reduce their rows to tokens on the device, as the engine's
+ * greedy and drawn rows are; --logits copies every logit back instead (the
+ * tables before 2026-11-30 were measured so).
  *
  * usage: bench_gpu [--config PATH]... [--batches 1,8,64,256] [--prompt 128]
  *                  [--gen 128] [--prefill 2048] [--mem-util 0.85] [--gemv N]
- * Prints a markdown table per configuration. */
+ *                  [--tp 1,2] [--logits]
+ * Prints a markdown table per configuration (and split). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +26,7 @@
 #include "backend.h"
 #include "cuda_info.h"
 #include "model.h"
+#include "shard.h"
 #include "util.h"
 
 typedef struct {
@@ -26,6 +36,8 @@ typedef struct {
     int prompt, gen, prefill;
     float mem_util;
     int gemv; /* > 0: only the projection-kernel table for this many tokens */
+    int tps[4], n_tps; /* GPUs the model is split among, each in turn */
+    int logits;        /* decode copies every logit back (default: tokens reduced on the device) */
 } bopts;
 
 static uint64_t rng = 0x1234;
@@ -49,8 +61,10 @@ static double weight_bytes(const qweights *w, double *matmul_params)
 }
 
 /* Decode B sequences: prefill their prompts (several per pass), then time
- * gen steps of B tokens.  Returns seconds per step, or < 0. */
-static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int max_tokens)
+ * gen steps of B tokens.  rows: each step's rows reduced to a token on the
+ * device (QROW_ARGMAX, as the engine has its draws made), else every
+ * logit copied back.  Returns seconds per step, or < 0. */
+static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int max_tokens, int rows)
 {
     const int bs = be->opts.block_size, per = (prompt + gen + 2 + bs - 1) / bs; /* + 2 warm-up steps */
     if ((long)B * per > be->opts.num_blocks) return -2;
@@ -58,10 +72,13 @@ static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int ma
             *li = malloc(sizeof(int32_t) * (size_t)B);
     qbatch_seq *sq = malloc(sizeof *sq * (size_t)B);
     float *lg = qbackend_host_alloc(be, sizeof(float) * (size_t)B * V);
-    if (!tables || !tok || !li || !sq || !lg) {
-        free(tables), free(tok), free(li), free(sq), qbackend_host_free(be, lg);
+    uint8_t *modes = malloc((size_t)B);
+    int32_t *rt = malloc(sizeof(int32_t) * (size_t)B);
+    if (!tables || !tok || !li || !sq || !lg || !modes || !rt) {
+        free(tables), free(tok), free(li), free(sq), qbackend_host_free(be, lg), free(modes), free(rt);
         return -1;
     }
+    memset(modes, QROW_ARGMAX, (size_t)B);
     for (int i = 0; i < B * per; i++) tables[i] = i;
     int rc = 0;
     /* Prefill: as many whole prompts per pass as fit max_tokens. */
@@ -87,11 +104,11 @@ static double run_decode(qbackend *be, int V, int B, int prompt, int gen, int ma
             tok[s] = rand_tok(V);
             li[s] = s;
         }
-        qbatch b = { B, tok, B, sq, B, li, NULL, NULL, NULL, NULL, NULL };
+        qbatch b = { B, tok, B, sq, B, li, rows ? modes : NULL, rows ? rt : NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
     }
     double dt = q_now() - t0;
-    free(tables), free(tok), free(li), free(sq);
+    free(tables), free(tok), free(li), free(sq), free(modes), free(rt);
     qbackend_host_free(be, lg);
     return rc ? -1 : dt / gen;
 }
@@ -149,6 +166,10 @@ int main(int argc, char **argv)
     o.n_batches = parse_list("1,8,32,64,128,256", o.batches, 16);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--logits")) {
+            o.logits = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "bench_gpu: %s needs a value\n", a);
             return 2;
@@ -160,6 +181,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--prefill")) o.prefill = atoi(v);
         else if (!strcmp(a, "--mem-util")) o.mem_util = (float)atof(v);
         else if (!strcmp(a, "--gemv")) o.gemv = atoi(v);
+        else if (!strcmp(a, "--tp")) o.n_tps = parse_list(v, o.tps, 4);
         else {
             fprintf(stderr, "bench_gpu: unknown option %s\n", a);
             return 2;
@@ -167,6 +189,12 @@ int main(int argc, char **argv)
         i++;
     }
     if (!o.n_configs) o.configs[o.n_configs++] = "bench/configs/bench-1b-v32k.json";
+    if (!o.n_tps) o.tps[o.n_tps++] = 1;
+    for (int i = 0; i < o.n_tps; i++)
+        if (o.tps[i] < 1 || o.tps[i] > CUDA_TP_MAX) {
+            fprintf(stderr, "bench_gpu: --tp %d: 1 to %d\n", o.tps[i], CUDA_TP_MAX);
+            return 2;
+        }
     char err[512], name[256] = "?";
     if (cuda_device_count(err, sizeof err) <= 0) {
         fprintf(stderr, "bench_gpu: no CUDA device (%s)\n", err);
@@ -194,50 +222,83 @@ int main(int argc, char **argv)
         if (max_tokens < o.prompt) max_tokens = o.prompt; /* a prompt is prefilled in one pass */
         qbackend_opts bo = { .num_blocks = 0, .block_size = 16, .gpu_mem_util = o.mem_util, .random_weights = 1,
                              .seed = 7, .max_tokens = max_tokens };
-        qbackend *be = NULL;
-        double t0 = q_now();
-        if (cuda_backend_create(&m->w, &bo, &be, err, sizeof err)) {
-            fprintf(stderr, "bench_gpu: %s: %s\n", o.configs[c], err);
-            return 1;
-        }
         const int V = m->hp.n_vocab;
         double mm_params, wbytes = weight_bytes(&m->w, &mm_params);
         const qhparams *hp = &m->hp;
-        printf("### %s: %.2fB parameters, bf16 weights %.2f GB (made on the device in %.1f s), KV pool %d blocks\n\n",
-               o.configs[c], wbytes / 2e9, wbytes / 1e9, q_now() - t0, be->opts.num_blocks);
-        printf("| workload | quire | floor or roofline | quire / limit |\n|---|---|---|---|\n");
-        const double floor_s = wbytes / (copy_tbs * 1e12);
-        for (int i = 0; i < o.n_batches; i++) {
-            const int B = o.batches[i];
-            double s = run_decode(be, V, B, o.prompt, o.gen, max_tokens);
-            if (s < 0) {
-                printf("| decode, batch %d (tok/s) | %s | | |\n", B, s < -1.5 ? "pool too small" : "failed");
-                continue;
+        double step_s[4][16] = { { 0 } }; /* seconds a decode step, per split and batch */
+        for (int t = 0; t < o.n_tps; t++) {
+            const int tp = o.tps[t];
+            qbackend *be = NULL;
+            double t0 = q_now();
+            if (tp > 1 ? qtp_backend_create(&m->w, &bo, tp, 1, &be, err, sizeof err)
+                       : cuda_backend_create(&m->w, &bo, &be, err, sizeof err)) {
+                fprintf(stderr, "bench_gpu: %s on %d GPU%s: %s\n", o.configs[c], tp, tp > 1 ? "s" : "", err);
+                return 1;
             }
-            if (B == 1)
-                printf("| decode, batch 1: ms per token | %.3f | %.3f (weights / copy bandwidth) | %.0f%% of the floor's speed |\n",
-                       s * 1e3, floor_s * 1e3, 100.0 * floor_s / s);
-            printf("| decode, batch %d, context %d-%d (tok/s, sum) | %.0f | %s | |\n", B, o.prompt, o.prompt + o.gen,
-                   B / s, B == 1 ? "" : "");
+            printf("### %s on %d GPU%s: %.2fB parameters, bf16 weights %.2f GB (made on the device%s in %.1f s), KV "
+                   "pool %d blocks\n\n",
+                   o.configs[c], tp, tp > 1 ? "s (tensor parallel)" : "", wbytes / 2e9, wbytes / 1e9, tp > 1 ? "s" : "",
+                   q_now() - t0, be->opts.num_blocks);
+            printf("| workload | quire | floor or roofline | quire / limit |\n|---|---|---|---|\n");
+            /* The floor: the weights at the copy bandwidth; split, the
+             * layers' share of each GPU, and the output projection (rank
+             * 0 gives the logits). */
+            const double floor_s = (wbytes - 2.0 * (mm_params - (double)V * hp->dim) * (1.0 - 1.0 / tp)) / (copy_tbs * 1e12);
+            for (int i = 0; i < o.n_batches; i++) {
+                const int B = o.batches[i];
+                double s = run_decode(be, V, B, o.prompt, o.gen, max_tokens, !o.logits);
+                step_s[t][i] = s;
+                if (s < 0) {
+                    printf("| decode, batch %d (tok/s) | %s | | |\n", B, s < -1.5 ? "pool too small" : "failed");
+                    continue;
+                }
+                if (B == 1)
+                    printf("| decode, batch 1: ms per token | %.3f | %.3f (weights / copy bandwidth%s) | %.0f%% of the "
+                           "floor's speed |\n",
+                           s * 1e3, floor_s * 1e3, tp > 1 ? ": each GPU its layers' share and the head" : "",
+                           100.0 * floor_s / s);
+                printf("| decode, batch %d, context %d-%d (tok/s, sum) | %.0f | | |\n", B, o.prompt, o.prompt + o.gen,
+                       B / s);
+                fflush(stdout);
+            }
+            double ps = o.prefill > 0 ? run_prefill(be, V, o.prefill) : 0;
+            if (o.prefill <= 0) {
+                /* --prefill 0: decode only */
+            } else if (ps > 0) {
+                const double n = o.prefill;
+                /* projections of every token, the output projection of the last */
+                double flops = 2.0 * (mm_params - (double)V * hp->dim) * n + 2.0 * V * hp->dim;
+                double attn = 4.0 * hp->n_layers * hp->n_heads * (double)hp->head_dim * (n * (n + 1) / 2);
+                double roof = (flops + attn) / (tflops * 1e12 * tp);
+                printf("| prefill, %d-token prompt (tok/s) | %.0f | %.0f (GEMM roofline%s) | %.0f%% |\n", o.prefill,
+                       n / ps, n / roof, tp > 1 ? " of all the GPUs" : "", 100.0 * roof / ps);
+            } else {
+                printf("| prefill, %d-token prompt | failed | | |\n", o.prefill);
+            }
+            printf("\n");
             fflush(stdout);
+            qbackend_destroy(be);
         }
-        double ps = o.prefill > 0 ? run_prefill(be, V, o.prefill) : 0;
-        if (o.prefill <= 0) {
-            /* --prefill 0: decode only */
-        } else if (ps > 0) {
-            const double n = o.prefill;
-            /* projections of every token, the output projection of the last */
-            double flops = 2.0 * (mm_params - (double)V * hp->dim) * n + 2.0 * V * hp->dim;
-            double attn = 4.0 * hp->n_layers * hp->n_heads * (double)hp->head_dim * (n * (n + 1) / 2);
-            double roof = (flops + attn) / (tflops * 1e12);
-            printf("| prefill, %d-token prompt (tok/s) | %.0f | %.0f (GEMM roofline) | %.0f%% |\n", o.prefill, n / ps,
-                   n / roof, 100.0 * roof / ps);
-        } else {
-            printf("| prefill, %d-token prompt | failed | | |\n", o.prefill);
+        /* Scaling: each split against the first (one GPU, as a rule). */
+        for (int t = 1; t < o.n_tps; t++) {
+            const int tp = o.tps[t], t1 = o.tps[0];
+            printf("#### %s: %d GPUs against %d (tensor parallelism)\n\n", o.configs[c], tp, t1);
+            printf("| workload | %d GPU%s | %d GPUs | speedup | scaling efficiency (speedup x %d / %d) |\n"
+                   "|---|---|---|---|---|\n",
+                   t1, t1 > 1 ? "s" : "", tp, t1, tp);
+            for (int i = 0; i < o.n_batches; i++) {
+                const double a = step_s[0][i], b = step_s[t][i];
+                if (a <= 0 || b <= 0) continue;
+                const int B = o.batches[i];
+                if (B == 1)
+                    printf("| decode, batch 1: ms per token | %.3f | %.3f | %.2fx | %.0f%% |\n", a * 1e3, b * 1e3, a / b,
+                           100.0 * (a / b) * t1 / tp);
+                printf("| decode, batch %d (tok/s, sum) | %.0f | %.0f | %.2fx | %.0f%% |\n", B, B / a, B / b, a / b,
+                       100.0 * (a / b) * t1 / tp);
+            }
+            printf("\n");
         }
-        printf("\n");
         fflush(stdout);
-        qbackend_destroy(be);
         qmodel_destroy(m);
     }
     return 0;

@@ -107,7 +107,7 @@ typedef struct {
     // QUIRE_CUDA_SKIP=mask leaves steps out, for timing what each costs in
     // place (the output is then meaningless): 1 norms, 2 Q/K/V, 4 RoPE and
     // attention, 8 output projection, 16 gate/up (and SwiGLU), 32 down,
-    // 64 the final norm and the logits.
+    // 64 the final norm and the logits, 128 a shard's all-reduces.
     int skip;
     // Decode steps run as CUDA graphs (QUIRE_CUDA_GRAPHS=0: launched one by
     // one), one per (tokens, splits, split length); scratch reallocation
@@ -645,7 +645,7 @@ template <typename T> static int residual_proj(cuda_be *be, const void *a, const
     const qbackend_opts *o = &be->base.opts;
     if (!o->allreduce) return gemm(be, be->x, a, W, T_, D, K, 1.0f, fold ? xn : NULL);
     int rc = gemm(be, be->x, a, W, T_, D, K, o->tp_rank == 0 ? 1.0f : 0.0f);
-    if (!rc) rc = o->allreduce(o->allreduce_ctx, be->x, (size_t)T_ * D, be->stream);
+    if (!rc && !(be->skip & 128)) rc = o->allreduce(o->allreduce_ctx, be->x, (size_t)T_ * D, be->stream);
     if (!rc && fold) rc = qk_convert<T, float>(be->stream, xn, be->x, (size_t)T_ * D);
     return rc;
 }

@@ -75,13 +75,30 @@ typedef struct {
 struct cuda_tp {
     int n;
     int aborted;
+    cuda_tp *next_idle;
     ncclComm_t comm[CUDA_TP_MAX];
     tp_member member[CUDA_TP_MAX];
 };
 
+// Groups whose backend is gone, kept for the next one of the same size:
+// making communicators takes about half a second, and a process that
+// makes engines one after another (tests, benchmarks) would pay it each
+// time.  A group serves one backend at a time (two backends' sums on one
+// group could pair with each other's).
+static cuda_tp *idle_groups;
+
 extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
 {
     *out = NULL;
+    pthread_mutex_lock(&nc_mu);
+    for (cuda_tp **p = &idle_groups; *p; p = &(*p)->next_idle)
+        if ((*p)->n == n) {
+            *out = *p;
+            *p = (*p)->next_idle;
+            break;
+        }
+    pthread_mutex_unlock(&nc_mu);
+    if (*out) return 0;
     int count = 0;
     if (n < 1 || n > CUDA_TP_MAX)
         return qerr_set(err, errlen, QERR_INVAL, "tensor parallelism: %d GPUs (1 to %d)", n, CUDA_TP_MAX);
@@ -163,8 +180,13 @@ extern "C" void cuda_tp_abort(void *group)
 extern "C" void cuda_tp_destroy(cuda_tp *g)
 {
     if (!g) return;
-    if (!g->aborted)
-        for (int r = 0; r < g->n; r++) nc.destroy(g->comm[r]);
+    if (!g->aborted) { // kept for the next backend (an aborted one cannot serve again)
+        pthread_mutex_lock(&nc_mu);
+        g->next_idle = idle_groups;
+        idle_groups = g;
+        pthread_mutex_unlock(&nc_mu);
+        return;
+    }
     free(g);
 }
 

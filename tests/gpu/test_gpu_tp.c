@@ -1,0 +1,294 @@
+/* test_gpu_tp.c - tensor parallelism on GPUs: the model split between
+ * devices 0 and 1 (qtp_backend_create: NCCL's all-reduce, captured in the
+ * decode steps' CUDA graphs) against the single-GPU CUDA backend:
+ *   - exact mode (float32): logits of every position, prefilled in chunks
+ *     of 64, 7 and 1, within 1e-5 relative;
+ *   - bf16: within bf16 tolerance (3e-2 relative, the bound the GPU meets
+ *     against the CPU);
+ *   - greedy: 8 sequences decoded together for 24 steps: in exact mode
+ *     the tokens (reduced on the device: rank 0's) are one GPU's; in bf16
+ *     the same until a near-tie within bf16 tolerance tips (greedy_match);
+ *   - the same on a random model of the Llama-3.2-1B body (4 layers);
+ *   - blocks read in the unsplit layout (within tolerance of one GPU's),
+ *     written back and copied, decode alike; bad calls fail and the
+ *     backend goes on.
+ * Skipped, with a message, with fewer than 2 devices or no CUDA build. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "gpu_test.h"
+#include "model.h"
+#include "qerr.h"
+#include "qtest.h"
+#include "shard.h"
+#ifdef QUIRE_HAVE_CUDA
+#include "qmodels.h"
+#endif
+
+#ifdef QUIRE_HAVE_CUDA
+/* One GPU (n 1) or n GPUs in step. */
+static qbackend *make(qmodel *m, int n, int exact, int nb)
+{
+    char err[512];
+    qbackend_opts o = { .num_blocks = nb, .block_size = 16, .exact = exact };
+    qbackend *be = NULL;
+    const int rc = n > 1 ? qtp_backend_create(&m->w, &o, n, 1, &be, err, sizeof err)
+                         : cuda_backend_create(&m->w, &o, &be, err, sizeof err);
+    if (rc) fprintf(stderr, "  backend (%d GPUs): %s\n", n, err);
+    return be;
+}
+
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(b[i]) || isnan(a[i])) return INFINITY;
+        num += (a[i] - b[i]) * (double)(a[i] - b[i]);
+        den += (double)a[i] * a[i];
+    }
+    return sqrt(num / den);
+}
+
+static void random_ids(int32_t *ids, int n, int V, uint64_t x)
+{
+    for (int i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[i] = (int32_t)((x >> 33) % (uint64_t)V);
+    }
+}
+
+/* Logits of a 200-token sequence on 2 GPUs against 1, in three chunkings. */
+static void logits_match(qmodel *m, const char *name, int exact, double tol)
+{
+    const int V = m->hp.n_vocab, n = 200;
+    int32_t ids[200];
+    random_ids(ids, n, V, 7);
+    qbackend *one = make(m, 1, exact, 16), *two = make(m, 2, exact, 16);
+    REQUIRE(one && two);
+    float *a = logits_all(one, ids, n, V, 64);
+    const int chunks[3] = { 64, 7, 1 };
+    for (int k = 0; k < 3; k++) {
+        float *b = logits_all(two, ids, n, V, chunks[k]);
+        REQUIRE(a && b);
+        const double e = rel_err(a, b, (size_t)n * V);
+        fprintf(stderr, "  %-40s %s, 2 GPUs against 1: logits relative error %.3g (chunks of %d)\n", name,
+                exact ? "f32 " : "bf16", e, chunks[k]);
+        CHECK(e < tol);
+        free(b);
+    }
+    free(a);
+    qbackend_destroy(one);
+    qbackend_destroy(two);
+}
+
+/* Greedy decoding of NS sequences together, the argmax reduced on the
+ * device (row_mode), each sequence its own scattered blocks. */
+enum { NS = 8, NG = 24, NP = 40, PER = 8 };
+static int greedy(qbackend *be, const int32_t prompts[NS][NP], int32_t out[NS][NG])
+{
+    int32_t tables[NS * PER], tok[NS], li[NS], rt[NS];
+    uint8_t modes[NS];
+    for (int i = 0; i < NS * PER; i++) tables[i] = (i * 37) % (NS * PER);
+    qbatch_seq sq[NS];
+    int rc = 0;
+    for (int s = 0; s < NS && !rc; s++) {
+        qbatch_seq q = { 0, NP - 1, 0, tables + s * PER, PER };
+        qbatch b = { NP - 1, prompts[s], 1, &q, 0, NULL, NULL, NULL, NULL, NULL, NULL };
+        rc = be->ops->forward(be, &b, NULL);
+    }
+    for (int s = 0; s < NS; s++) tok[s] = prompts[s][NP - 1], li[s] = s, modes[s] = QROW_ARGMAX;
+    for (int g = 0; g < NG && !rc; g++) {
+        for (int s = 0; s < NS; s++) sq[s] = (qbatch_seq){ s, 1, NP - 1 + g, tables + s * PER, PER };
+        qbatch b = { NS, tok, NS, sq, NS, li, modes, rt, NULL, NULL, NULL };
+        rc = be->ops->forward(be, &b, NULL);
+        for (int s = 0; s < NS && !rc; s++) out[s][g] = tok[s] = rt[s];
+    }
+    return rc;
+}
+
+/* f32: the greedy tokens of 8 sequences decoded together (reduced on the
+ * device: rank 0's) are one GPU's.  bf16: the two decode in lockstep, each
+ * its own tokens, logits copied back; a sequence's tokens are the same
+ * until the two part, and where they part, the two choices were within the
+ * bf16 tolerance of each other in one GPU's logits (a near-tie that the
+ * float rounding of the split sums tips): gap / RMS of the row < 6e-2,
+ * twice the logits' tolerance. */
+static void greedy_match(qmodel *m, const char *name, int exact)
+{
+    int32_t prompts[NS][NP], a[NS][NG], b[NS][NG];
+    for (int s = 0; s < NS; s++) random_ids(prompts[s], NP, m->hp.n_vocab, 100 + (uint64_t)s);
+    qbackend *one = make(m, 1, exact, NS * PER), *two = make(m, 2, exact, NS * PER);
+    REQUIRE(one && two);
+    if (exact) {
+        CHECK(greedy(one, prompts, a) == 0);
+        CHECK(greedy(two, prompts, b) == 0);
+        int same = 0;
+        for (int s = 0; s < NS; s++)
+            for (int g = 0; g < NG; g++) same += a[s][g] == b[s][g];
+        fprintf(stderr, "  %-40s f32 , 2 GPUs against 1: greedy %d of %d tokens the same (%d sequences together)\n",
+                name, same, NS * NG, NS);
+        CHECK(same == NS * NG);
+    } else {
+        const int V = m->hp.n_vocab;
+        float *la = malloc(sizeof(float) * NS * V), *lb = malloc(sizeof(float) * NS * V);
+        int32_t tables[NS * PER], ta[NS], tb[NS], li[NS], parted[NS];
+        REQUIRE(la && lb);
+        for (int i = 0; i < NS * PER; i++) tables[i] = (i * 37) % (NS * PER);
+        for (int s = 0; s < NS; s++) {
+            qbatch_seq q = { 0, NP - 1, 0, tables + s * PER, PER };
+            qbatch pb = { NP - 1, prompts[s], 1, &q, 0, NULL, NULL, NULL, NULL, NULL, NULL };
+            CHECK(one->ops->forward(one, &pb, NULL) == 0 && two->ops->forward(two, &pb, NULL) == 0);
+            ta[s] = tb[s] = prompts[s][NP - 1], li[s] = s, parted[s] = -1;
+        }
+        int same = 0;
+        double worst = 0;
+        for (int g = 0; g < NG; g++) {
+            qbatch_seq sq[NS];
+            for (int s = 0; s < NS; s++) sq[s] = (qbatch_seq){ s, 1, NP - 1 + g, tables + s * PER, PER };
+            qbatch ba = { NS, ta, NS, sq, NS, li, NULL, NULL, NULL, NULL, NULL }, bb = ba;
+            bb.tokens = tb;
+            REQUIRE(one->ops->forward(one, &ba, la) == 0 && two->ops->forward(two, &bb, lb) == 0);
+            for (int s = 0; s < NS; s++) {
+                const float *ra = la + (size_t)s * V, *rb = lb + (size_t)s * V;
+                ta[s] = qrow_argmax(ra, V), tb[s] = qrow_argmax(rb, V);
+                if (parted[s] >= 0) continue;
+                if (ta[s] == tb[s]) {
+                    same++;
+                    continue;
+                }
+                parted[s] = g;
+                double ms = 0;
+                for (int v = 0; v < V; v++) ms += (double)ra[v] * ra[v];
+                const double gap = (ra[ta[s]] - ra[tb[s]]) / sqrt(ms / V);
+                if (gap > worst) worst = gap;
+            }
+        }
+        int n_parted = 0;
+        for (int s = 0; s < NS; s++) n_parted += parted[s] >= 0;
+        fprintf(stderr,
+                "  %-40s bf16, 2 GPUs against 1: greedy %d of %d tokens the same before the sequences part; %d of %d "
+                "part, at gaps up to %.3g of the logits' RMS\n",
+                name, same, NS * NG, n_parted, NS, worst);
+        CHECK(worst < 6e-2);
+        free(la), free(lb);
+    }
+    qbackend_destroy(one);
+    qbackend_destroy(two);
+}
+
+static void test_fixture_models(void)
+{
+    for (int c = 0; c < N_CASES; c++) {
+        qmodel *m = load(cases[c].path);
+        REQUIRE(m);
+        logits_match(m, cases[c].path, 1, 1e-5);
+        logits_match(m, cases[c].path, 0, 3e-2);
+        greedy_match(m, cases[c].path, 1);
+        greedy_match(m, cases[c].path, 0);
+        qmodel_destroy(m);
+    }
+}
+
+/* Llama-3.2-1B's shapes cut to 4 layers, random weights made on the host
+ * (the same values for both backends). */
+static qmodel *random_1b(void)
+{
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/tests/fixtures/configs/llama-3.2-1b.json", qt_root());
+    json_error_t je;
+    json_t *cfg = json_load_file(path, 0, &je);
+    if (!cfg) return NULL;
+    json_object_set_new(cfg, "num_hidden_layers", json_integer(4));
+    char tmp[] = "/tmp/quire-tp-cfg-XXXXXX";
+    const int fd = mkstemp(tmp);
+    if (fd < 0 || json_dumpfd(cfg, fd, 0)) {
+        json_decref(cfg);
+        return NULL;
+    }
+    close(fd);
+    json_decref(cfg);
+    qmodel *m = NULL;
+    if (qmodel_random(tmp, 1, 5, &m, err, sizeof err)) fprintf(stderr, "  random model: %s\n", err);
+    unlink(tmp);
+    return m;
+}
+
+static void test_random_1b(void)
+{
+    qmodel *m = random_1b();
+    REQUIRE(m);
+    logits_match(m, "random Llama-3.2-1B body, 4 layers", 0, 3e-2);
+    greedy_match(m, "random Llama-3.2-1B body, 4 layers", 0);
+    qmodel_destroy(m);
+}
+
+/* Blocks: the unsplit layout; written back and copied, they decode alike;
+ * bad calls fail and the backend goes on. */
+static void test_blocks(void)
+{
+    qmodel *m = load("tests/fixtures/models/tiny-llama3-random");
+    REQUIRE(m);
+    const int V = m->hp.n_vocab, n = 48;
+    int32_t ids[48];
+    random_ids(ids, n, V, 3);
+    qbackend *one = make(m, 1, 1, 8), *two = make(m, 2, 1, 8);
+    REQUIRE(one && two);
+    CHECK(strcmp(two->ops->name, "cuda") == 0 && two->opts.num_blocks == 8);
+    const size_t bb = one->ops->block_bytes(one);
+    CHECK(two->ops->block_bytes(two) == bb);
+    float *a = logits_all(one, ids, n, V, 48), *b = logits_all(two, ids, n, V, 48);
+    REQUIRE(a && b);
+    /* logits_all's table: blocks 2, 1, 0. */
+    const int32_t blocks[3] = { 0, 1, 2 }, dst[3] = { 5, 4, 3 };
+    float *ka = malloc(3 * bb), *kb = malloc(3 * bb);
+    REQUIRE(ka && kb);
+    CHECK(qbackend_read_blocks(one, blocks, 3, ka) == 0 && qbackend_read_blocks(two, blocks, 3, kb) == 0);
+    const double e = rel_err(ka, kb, 3 * bb / sizeof(float));
+    fprintf(stderr, "  K/V of 48 tokens, 2 GPUs against 1 (f32): relative error %.3g\n", e);
+    CHECK(e < 1e-5);
+    /* Blocks 0-2 to 5, 4 (written) and 7 (written to 3, copied): the same next step. */
+    CHECK(qbackend_write_blocks(two, dst, 2, kb) == 0);
+    CHECK(two->ops->write_block(two, 3, (const char *)kb + 2 * bb) == 0 && two->ops->copy_block(two, 3, 7) == 0);
+    const int32_t tok = 11, zero = 0;
+    int32_t t_old[4] = { 2, 1, 0, 6 }, t_new[4] = { 7, 4, 5, 6 };
+    float *x = malloc(sizeof(float) * V), *y = malloc(sizeof(float) * V);
+    REQUIRE(x && y);
+    qbatch_seq s_old = { 0, 1, n, t_old, 4 }, s_new = { 0, 1, n, t_new, 4 };
+    qbatch b_old = { 1, &tok, 1, &s_old, 1, &zero, NULL, NULL, NULL, NULL, NULL }, b_new = b_old;
+    b_new.seqs = &s_new;
+    CHECK(two->ops->forward(two, &b_old, x) == 0 && two->ops->forward(two, &b_new, y) == 0);
+    CHECK(memcmp(x, y, sizeof(float) * V) == 0);
+    CHECK(two->ops->copy_block(two, 0, 8) == QERR_RANGE);
+    const int32_t bad = V;
+    qbatch b_bad = b_old;
+    b_bad.tokens = &bad;
+    CHECK(two->ops->forward(two, &b_bad, y) == QERR_RANGE);
+    CHECK(two->ops->forward(two, &b_old, y) == 0 && memcmp(x, y, sizeof(float) * V) == 0);
+    free(a), free(b), free(ka), free(kb), free(x), free(y);
+    qbackend_destroy(one);
+    qbackend_destroy(two);
+    qmodel_destroy(m);
+}
+#endif
+
+int main(void)
+{
+    if (!qt_gpu_present()) return 0;
+#ifdef QUIRE_HAVE_CUDA
+    char err[256];
+    if (cuda_device_count(err, sizeof err) < 2) {
+        printf("skipped: tensor parallelism needs 2 CUDA devices\n0 passed, 0 failed\n");
+        return 0;
+    }
+    QT_RUN(test_blocks);
+    QT_RUN(test_fixture_models);
+    QT_RUN(test_random_1b);
+#endif
+    QT_MAIN_END();
+}
