@@ -232,14 +232,16 @@ typedef struct {
     size_t reserve_bytes;
     size_t extra_block_bytes;
     /* Tensor parallelism: the backend holds one shard of the model
-     * (engine/shard.h) and calls allreduce(allreduce_ctx, buf, n, stream) on
-     * the n floats of each layer's output and down projections, its partial
-     * sums; allreduce leaves in buf their sum over every shard, the same bits
-     * on each.  The CPU backend's buf is host memory and stream NULL (the
-     * sum is done on return); the CUDA backend's buf is device memory and
-     * stream its cudaStream_t (the sum is enqueued there).  0, or a QERR_*
-     * code that fails the pass.  NULL: the whole model. */
-    int (*allreduce)(void *ctx, float *buf, size_t n, void *stream);
+     * (engine/shard.h) and calls allreduce(allreduce_ctx, buf, n, stream,
+     * copy, copy_dt) on the n floats of each layer's output and down
+     * projections, its partial sums; allreduce leaves in buf their sum over
+     * every shard, the same bits on each, and in copy (NULL: none; CUDA
+     * only) the sum converted to copy_dt (bf16 or f16).  The CPU backend's
+     * buf is host memory and stream NULL (the sum is done on return); the
+     * CUDA backend's buf is device memory and stream its cudaStream_t (the
+     * sum is enqueued there).  0, or a QERR_* code that fails the pass.
+     * NULL: the whole model. */
+    int (*allreduce)(void *ctx, float *buf, size_t n, void *stream, void *copy, int copy_dt);
     void *allreduce_ctx;
     /* With allreduce: the shard's rank.  The passes of ranks other than 0
      * give no logits (rank 0's pass gives them): their logits, row tokens
@@ -331,7 +333,7 @@ int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 typedef struct cuda_tp cuda_tp;
 int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen);
 void *cuda_tp_member(cuda_tp *g, int rank);
-int cuda_tp_allreduce(void *member, float *buf, size_t n, void *stream);
+int cuda_tp_allreduce(void *member, float *buf, size_t n, void *stream, void *copy, int copy_dt);
 /* Ends every pending and later all-reduce of the group with an error (a
  * rank failed: the others would wait for it forever). */
 void cuda_tp_abort(void *g);

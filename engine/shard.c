@@ -168,9 +168,10 @@ static int barrier(qtp_group *g)
     return rc;
 }
 
-int qtp_allreduce(void *member, float *buf, size_t n, void *stream)
+int qtp_allreduce(void *member, float *buf, size_t n, void *stream, void *copy, int copy_dt)
 {
-    (void)stream;
+    (void)stream, (void)copy_dt;
+    if (copy) return QERR_UNSUPPORTED; /* the CPU backend keeps no copy */
     qtp_member *m = member;
     qtp_group *g = m->g;
     float *s = g->sums + (size_t)m->rank * g->cap;

@@ -44,7 +44,7 @@ typedef struct {
  * pieces): NULL when out of memory or n, cap < 1. */
 qtp_group *qtp_group_new(int n, size_t cap);
 void qtp_group_free(qtp_group *g);
-int qtp_allreduce(void *member, float *buf, size_t n, void *stream);
+int qtp_allreduce(void *member, float *buf, size_t n, void *stream, void *copy, int copy_dt);
 /* Wakes every member waiting in qtp_allreduce, and fails every later call,
  * with QERR_DEVICE: for a group one of whose members failed (its pass will
  * never reach the sum the others wait in). */

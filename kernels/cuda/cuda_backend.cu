@@ -645,8 +645,9 @@ template <typename T> static int residual_proj(cuda_be *be, const void *a, const
     const qbackend_opts *o = &be->base.opts;
     if (!o->allreduce) return gemm(be, be->x, a, W, T_, D, K, 1.0f, fold ? xn : NULL);
     int rc = gemm(be, be->x, a, W, T_, D, K, o->tp_rank == 0 ? 1.0f : 0.0f);
-    if (!rc && !(be->skip & 128)) rc = o->allreduce(o->allreduce_ctx, be->x, (size_t)T_ * D, be->stream);
-    if (!rc && fold) rc = qk_convert<T, float>(be->stream, xn, be->x, (size_t)T_ * D);
+    if (!rc && !(be->skip & 128))
+        rc = o->allreduce(o->allreduce_ctx, be->x, (size_t)T_ * D, be->stream, fold ? xn : NULL, qdt_of<T>());
+    else if (!rc && fold) rc = qk_convert<T, float>(be->stream, xn, be->x, (size_t)T_ * D);
     return rc;
 }
 

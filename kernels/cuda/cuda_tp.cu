@@ -10,6 +10,28 @@
 // otherwise: on shared hosts a program using it can take the GPUs out of
 // service, and one process's two-to-eight-GPU all-reduces of a few hundred
 // KB do not need it.
+//
+// Sums of up to AR_CAP floats (a decode step's, up to 256 tokens of a
+// 4096-wide model) take a kernel of quire's own where the GPUs reach each
+// other's memory (peer access, NVLink): each rank copies its partial sums
+// into an exchange buffer of its own, tells every other rank so through a
+// flag in that rank's memory, waits for theirs, and adds all the ranks'
+// buffers in rank order - one kernel, against NCCL's 8-17 us a sum at these
+// sizes on the H200 pair (bench/RESULTS.md).  Two channels, each with its
+// own buffers, flags and counts: one of 32 blocks for short sums, one of
+// 128 for long ones (from AR_WIDE floats).  A channel's kernel always runs
+// on its grid; block b of every rank handles the same slice, and its flags
+// carry the count of the channel's sums so far (a counter per block in
+// each rank's memory, the same on every rank, since every rank makes every
+// sum): the value is read on the device, so a sum captured in a CUDA graph
+// stays right when replayed.  The exchange buffers alternate with the
+// count's parity: a rank writes the buffer that its peers last read two of
+// the channel's sums ago, and it only gets there after each peer has
+// entered the sum in between, which they do after finishing the one before
+// (one stream: kernels run in order).  A
+// block that waits over 10 s for a peer, or whose group is aborted, gives
+// up and marks the group stopped (a host-visible flag): every later sum of
+// the group fails.  QUIRE_TP_P2P=0 sends every sum through NCCL.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -72,13 +94,134 @@ typedef struct {
     int rank;
 } tp_member;
 
+#define AR_CHANNELS 2
+#define AR_MAX_BLOCKS 128
+#define AR_THREADS 512
+#define AR_CAP ((size_t)1 << 20)  // floats
+#define AR_WIDE ((size_t)1 << 16) // floats from which a sum takes the wide channel
+static const int ar_grid[AR_CHANNELS] = { 32, AR_MAX_BLOCKS };
+
+typedef struct {
+    float *x[CUDA_TP_MAX][2];    // each rank's exchange buffers (AR_CAP floats), by parity
+    unsigned *flag[CUDA_TP_MAX]; // each rank's flags: [block][the rank that set it]
+} ar_peers;
+
 struct cuda_tp {
     int n;
     int aborted;
     cuda_tp *next_idle;
     ncclComm_t comm[CUDA_TP_MAX];
     tp_member member[CUDA_TP_MAX];
+    int p2p;                     // quire's own sums (peer access on)
+    ar_peers peers[AR_CHANNELS];
+    unsigned *count[AR_CHANNELS][CUDA_TP_MAX]; // each rank's [AR_MAX_BLOCKS] sums so far, on its device
+    volatile int *stop;          // host memory the devices see: set on abort or a timeout
 };
+
+__device__ __forceinline__ void st_release_sys(unsigned *p, unsigned v)
+{
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_sys(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint64_t global_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// The sum of the nr ranks' buf (n floats, n % 4 == 0) into every rank's
+// buf, and its copy in C (NULL: none); see the top of the file.
+template <typename C>
+__global__ void __launch_bounds__(AR_THREADS)
+    allreduce_kernel(float *buf, int n, int rank, int nr, ar_peers P, unsigned *count, C *copy, volatile int *stop)
+{
+    const int b = blockIdx.x, t = threadIdx.x;
+    const unsigned sum_no = count[b] + 1;
+    const int par = sum_no & 1;
+    const int n4 = n / 4, per = (n4 + gridDim.x - 1) / gridDim.x, lo = b * per, hi = min(n4, lo + per);
+    float4 *mine = (float4 *)P.x[rank][par];
+    const float4 *in = (const float4 *)buf;
+    for (int i = lo + t; i < hi; i += AR_THREADS) mine[i] = in[i];
+    __syncthreads();
+    if (t < nr && t != rank) {
+        st_release_sys(P.flag[t] + b * CUDA_TP_MAX + rank, sum_no);
+        const unsigned *f = P.flag[rank] + b * CUDA_TP_MAX + t;
+        const uint64_t t0 = global_ns();
+        for (unsigned k = 1; (int)(ld_acquire_sys(f) - sum_no) < 0; k++)
+            if (!(k & 1023) && (*stop || global_ns() - t0 > 10000000000ull)) {
+                *stop = 1;
+                break;
+            }
+    }
+    __syncthreads();
+    for (int i = lo + t; i < hi; i += AR_THREADS) {
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int p = 0; p < nr; p++) {
+            const float4 v = p == rank ? mine[i] : __ldcv((const float4 *)P.x[p][par] + i);
+            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        ((float4 *)buf)[i] = s;
+        if (copy) {
+            C *c = copy + 4 * (size_t)i;
+            c[0] = fromf<C>(s.x), c[1] = fromf<C>(s.y), c[2] = fromf<C>(s.z), c[3] = fromf<C>(s.w);
+        }
+    }
+    if (t == 0) count[b] = sum_no;
+}
+
+// Peer access between every pair, the exchange buffers, flags and counts:
+// 0, or nonzero (then the sums go through NCCL).
+static int p2p_setup(cuda_tp *g)
+{
+    const int n = g->n;
+    for (int r = 0; r < n; r++)
+        for (int p = 0; p < n; p++) {
+            int ok = 0;
+            if (p != r && (cudaDeviceCanAccessPeer(&ok, r, p) != cudaSuccess || !ok)) return 1;
+        }
+    for (int r = 0; r < n; r++) {
+        if (cudaSetDevice(r) != cudaSuccess) return 1;
+        for (int p = 0; p < n; p++) {
+            if (p == r) continue;
+            const cudaError_t e = cudaDeviceEnablePeerAccess(p, 0);
+            if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+            else if (e != cudaSuccess) return 1;
+        }
+        const size_t flags = (size_t)AR_MAX_BLOCKS * CUDA_TP_MAX * sizeof(unsigned);
+        for (int c = 0; c < AR_CHANNELS; c++) {
+            ar_peers *P = &g->peers[c];
+            if (cudaMalloc((void **)&P->x[r][0], 2 * AR_CAP * sizeof(float)) != cudaSuccess ||
+                cudaMalloc((void **)&P->flag[r], flags) != cudaSuccess ||
+                cudaMalloc((void **)&g->count[c][r], AR_MAX_BLOCKS * sizeof(unsigned)) != cudaSuccess ||
+                cudaMemset(P->flag[r], 0, flags) != cudaSuccess ||
+                cudaMemset(g->count[c][r], 0, AR_MAX_BLOCKS * sizeof(unsigned)) != cudaSuccess)
+                return 1;
+            P->x[r][1] = P->x[r][0] + AR_CAP;
+        }
+        if (cudaDeviceSynchronize() != cudaSuccess) return 1;
+    }
+    return 0;
+}
+
+static void p2p_free(cuda_tp *g)
+{
+    for (int r = 0; r < g->n; r++) {
+        cudaSetDevice(r);
+        for (int c = 0; c < AR_CHANNELS; c++) {
+            cudaFree(g->peers[c].x[r][0]);
+            cudaFree(g->peers[c].flag[r]);
+            cudaFree(g->count[c][r]);
+        }
+    }
+    cudaSetDevice(0);
+    if (g->stop) cudaFreeHost((void *)g->stop);
+}
 
 // Groups whose backend is gone, kept for the next one of the same size:
 // making communicators takes about half a second, and a process that
@@ -117,6 +260,18 @@ extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
         return qerr_set(err, errlen, QERR_DEVICE, "tensor parallelism: ncclCommInitAll over %d GPUs: %s", n,
                         nc.error_string(nr));
     }
+    // The flag that stops quire's own sums: host memory every device sees.
+    int *stop = NULL;
+    if (cudaHostAlloc((void **)&stop, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+        for (int r = 0; r < n; r++) nc.destroy(g->comm[r]);
+        free(g);
+        return qerr_set(err, errlen, QERR_DEVICE, "tensor parallelism: pinned memory for a flag");
+    }
+    *stop = 0;
+    g->stop = stop;
+    const char *pe = getenv("QUIRE_TP_P2P");
+    g->p2p = !(pe && *pe == '0') && n > 1 && !p2p_setup(g);
+    cudaGetLastError();
     // One all-reduce now, outside any graph capture: NCCL connects its
     // ranks at the first one.
     float *buf[CUDA_TP_MAX] = { 0 };
@@ -144,13 +299,15 @@ extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
     cudaSetDevice(0);
     if (rc) {
         for (int r = 0; r < n; r++) nc.abort(g->comm[r]);
+        p2p_free(g);
         free(g);
         return qerr_set(err, errlen, QERR_DEVICE, "tensor parallelism: the first all-reduce over %d GPUs failed (%s)", n,
                         nr != ncclSuccess ? nc.error_string(nr) : "a CUDA call");
     }
     int ver = 0;
     nc.get_version(&ver);
-    QLOGI("tensor parallelism: NCCL %d.%d.%d over %d GPUs", ver / 10000, ver / 100 % 100, ver % 100, n);
+    QLOGI("tensor parallelism: NCCL %d.%d.%d over %d GPUs; sums of up to %zu floats by %s", ver / 10000,
+          ver / 100 % 100, ver % 100, n, AR_CAP, g->p2p ? "peer access (NVLink or PCIe)" : "NCCL too (no peer access)");
     *out = g;
     return 0;
 }
@@ -160,33 +317,59 @@ extern "C" void *cuda_tp_member(cuda_tp *g, int rank)
     return g && rank >= 0 && rank < g->n ? &g->member[rank] : NULL;
 }
 
-extern "C" int cuda_tp_allreduce(void *member, float *buf, size_t n, void *stream)
+extern "C" int cuda_tp_allreduce(void *member, float *buf, size_t n, void *stream, void *copy, int copy_dt)
 {
     tp_member *m = (tp_member *)member;
-    if (__atomic_load_n(&m->g->aborted, __ATOMIC_ACQUIRE)) return QERR_DEVICE;
-    const ncclResult_t nr = nc.all_reduce(buf, buf, n, ncclFloat32, ncclSum, m->g->comm[m->rank], (cudaStream_t)stream);
-    if (nr == ncclSuccess) return 0;
-    QLOGE("cuda: all-reduce of %zu floats on rank %d: %s", n, m->rank, nc.error_string(nr));
-    return QERR_DEVICE;
+    cuda_tp *g = m->g;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE) || *g->stop) return QERR_DEVICE;
+    if (copy && copy_dt != QDT_BF16 && copy_dt != QDT_F16) return QERR_INVAL;
+    if (g->p2p && n <= AR_CAP && n % 4 == 0) {
+        const int c = n >= AR_WIDE, grid = ar_grid[c], r = m->rank;
+        unsigned *cnt = g->count[c][r];
+        if (!copy)
+            allreduce_kernel<float><<<grid, AR_THREADS, 0, st>>>(buf, (int)n, r, g->n, g->peers[c], cnt, (float *)NULL,
+                                                                 g->stop);
+        else if (copy_dt == QDT_BF16)
+            allreduce_kernel<bf16><<<grid, AR_THREADS, 0, st>>>(buf, (int)n, r, g->n, g->peers[c], cnt, (bf16 *)copy,
+                                                                g->stop);
+        else
+            allreduce_kernel<__half><<<grid, AR_THREADS, 0, st>>>(buf, (int)n, r, g->n, g->peers[c], cnt,
+                                                                  (__half *)copy, g->stop);
+        CK_LAUNCH("allreduce");
+        return 0;
+    }
+    const ncclResult_t nr = nc.all_reduce(buf, buf, n, ncclFloat32, ncclSum, g->comm[m->rank], st);
+    if (nr != ncclSuccess) {
+        QLOGE("cuda: all-reduce of %zu floats on rank %d: %s", n, m->rank, nc.error_string(nr));
+        return QERR_DEVICE;
+    }
+    if (!copy) return 0;
+    return copy_dt == QDT_BF16 ? qk_convert<bf16, float>(st, (bf16 *)copy, buf, n)
+                               : qk_convert<__half, float>(st, (__half *)copy, buf, n);
 }
 
 extern "C" void cuda_tp_abort(void *group)
 {
     cuda_tp *g = (cuda_tp *)group;
     if (__atomic_exchange_n(&g->aborted, 1, __ATOMIC_ACQ_REL)) return;
+    *g->stop = 1; // quire's own sums give up
     for (int r = 0; r < g->n; r++) nc.abort(g->comm[r]);
 }
 
 extern "C" void cuda_tp_destroy(cuda_tp *g)
 {
     if (!g) return;
-    if (!g->aborted) { // kept for the next backend (an aborted one cannot serve again)
+    if (!g->aborted && !*g->stop) { // kept for the next backend (a stopped one cannot serve again)
         pthread_mutex_lock(&nc_mu);
         g->next_idle = idle_groups;
         idle_groups = g;
         pthread_mutex_unlock(&nc_mu);
         return;
     }
+    if (!g->aborted)
+        for (int r = 0; r < g->n; r++) nc.destroy(g->comm[r]);
+    p2p_free(g);
     free(g);
 }
 
@@ -199,7 +382,7 @@ extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
                     "tensor parallelism over %d GPUs: quire was built without NCCL's header (nccl.h)", n);
 }
 extern "C" void *cuda_tp_member(cuda_tp *, int) { return NULL; }
-extern "C" int cuda_tp_allreduce(void *, float *, size_t, void *) { return QERR_UNSUPPORTED; }
+extern "C" int cuda_tp_allreduce(void *, float *, size_t, void *, void *, int) { return QERR_UNSUPPORTED; }
 extern "C" void cuda_tp_abort(void *) {}
 extern "C" void cuda_tp_destroy(cuda_tp *) {}
 

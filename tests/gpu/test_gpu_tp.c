@@ -11,11 +11,16 @@
  *   - the same on a random model of the Llama-3.2-1B body (4 layers);
  *   - blocks read in the unsplit layout (within tolerance of one GPU's),
  *     written back and copied, decode alike; bad calls fail and the
- *     backend goes on.
+ *     backend goes on;
+ *   - the all-reduce itself (quire's peer-access kernel and NCCL): exact
+ *     float sums in rank order and their bf16 copies, for sizes on both
+ *     paths; a sum whose peer never comes ends when the group is aborted.
+ * QUIRE_TP_P2P=0 runs it all through NCCL alone.
  * Skipped, with a message, with fewer than 2 devices or no CUDA build. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +33,8 @@
 #include "qtest.h"
 #include "shard.h"
 #ifdef QUIRE_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "qmodels.h"
 #endif
 
@@ -275,6 +282,99 @@ static void test_blocks(void)
     qbackend_destroy(two);
     qmodel_destroy(m);
 }
+/* ---- the all-reduce itself -------------------------------------------------------------- */
+
+typedef struct {
+    cuda_tp *g;
+    int rank, n_calls;
+    size_t n;
+    float *d;        /* on the rank's device */
+    void *copy;      /* bf16 copy, or NULL */
+    int rc;
+} ar_job;
+
+static void *ar_thread(void *arg)
+{
+    ar_job *j = arg;
+    cudaSetDevice(j->rank);
+    for (int k = 0; k < j->n_calls && !j->rc; k++)
+        j->rc = cuda_tp_allreduce(cuda_tp_member(j->g, j->rank), j->d, j->n, NULL, j->copy, QDT_BF16);
+    if (!j->rc && cudaDeviceSynchronize() != cudaSuccess) j->rc = QERR_DEVICE;
+    return NULL;
+}
+
+/* Sums of 2 ranks' buffers, one thread a rank: quire's own kernel (sizes a
+ * multiple of 4 up to 2^20 floats; its narrow channel below 2^16, its
+ * wide one from there) and NCCL (longer, or odd sizes), each
+ * the float sum in rank order on both ranks, the bf16 copy its rounding;
+ * called 3 times in a row (each time the sum of the last: 2^k times the
+ * first). */
+static void test_allreduce(void)
+{
+    char err[256];
+    cuda_tp *g = NULL;
+    REQUIRE(cuda_tp_create(2, &g, err, sizeof err) == 0);
+    const size_t sizes[] = { 4, 4096, 3 * 4096 + 4, 65532, 65536, (size_t)1 << 20, ((size_t)1 << 20) + 4, 1001 };
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        const size_t n = sizes[k];
+        float *h[2], *want = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+        uint16_t *gotc = malloc(n * 2);
+        ar_job j[2];
+        pthread_t th[2];
+        REQUIRE(want && got && gotc);
+        for (int r = 0; r < 2; r++) {
+            h[r] = malloc(n * sizeof(float));
+            REQUIRE(h[r]);
+            for (size_t i = 0; i < n; i++) h[r][i] = (float)((i * 2654435761u + (size_t)r * 977) % 1000) / 7.0f - 70.0f;
+            j[r] = (ar_job){ g, r, 3, n, NULL, NULL, 0 };
+            REQUIRE(cudaSetDevice(r) == cudaSuccess && cudaMalloc((void **)&j[r].d, n * 4) == cudaSuccess &&
+                    cudaMalloc(&j[r].copy, n * 2) == cudaSuccess &&
+                    cudaMemcpy(j[r].d, h[r], n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        }
+        for (size_t i = 0; i < n; i++) {
+            float s = 0.0f + h[0][i];
+            s += h[1][i];
+            want[i] = s * 4; /* the next two sums double it, exactly */
+        }
+        for (int r = 0; r < 2; r++) REQUIRE(pthread_create(&th[r], NULL, ar_thread, &j[r]) == 0);
+        for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+        int same = 1, copies = 1;
+        for (int r = 0; r < 2; r++) {
+            CHECK(j[r].rc == 0);
+            cudaSetDevice(r);
+            REQUIRE(cudaMemcpy(got, j[r].d, n * 4, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                    cudaMemcpy(gotc, j[r].copy, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+            same &= !memcmp(got, want, n * 4);
+            for (size_t i = 0; i < n; i++) {
+                uint32_t u;
+                memcpy(&u, &want[i], 4);
+                const uint16_t b = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); /* round to nearest even */
+                copies &= gotc[i] == b;
+            }
+            cudaFree(j[r].d), cudaFree(j[r].copy);
+            free(h[r]);
+        }
+        fprintf(stderr, "  all-reduce of %zu floats, 3 in a row: sums %s, bf16 copies %s\n", n,
+                same ? "exact on both ranks" : "WRONG", copies ? "exact" : "WRONG");
+        CHECK(same && copies);
+        free(want), free(got), free(gotc);
+    }
+    /* A rank whose peer never comes: the group is aborted, the waiting sum
+     * ends, and every later one fails. */
+    float *d = NULL;
+    REQUIRE(cudaSetDevice(0) == cudaSuccess && cudaMalloc((void **)&d, 4096 * 4) == cudaSuccess);
+    cudaStream_t st;
+    REQUIRE(cudaStreamCreate(&st) == cudaSuccess);
+    CHECK(cuda_tp_allreduce(cuda_tp_member(g, 0), d, 4096, st, NULL, 0) == 0);
+    usleep(100 * 1000);
+    CHECK(cudaStreamQuery(st) == cudaErrorNotReady); /* waiting for rank 1 */
+    cuda_tp_abort(g);
+    CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+    CHECK(cuda_tp_allreduce(cuda_tp_member(g, 0), d, 4096, st, NULL, 0) == QERR_DEVICE);
+    cudaStreamDestroy(st);
+    cudaFree(d);
+    cuda_tp_destroy(g);
+}
 #endif
 
 int main(void)
@@ -287,6 +387,7 @@ int main(void)
         return 0;
     }
     QT_RUN(test_blocks);
+    QT_RUN(test_allreduce);
     QT_RUN(test_fixture_models);
     QT_RUN(test_random_1b);
 #endif

@@ -283,7 +283,7 @@ typedef struct {
 static void *wait_sum(void *arg)
 {
     waiter *w = arg;
-    w->rc = qtp_allreduce(&w->mem, w->buf, 4, NULL);
+    w->rc = qtp_allreduce(&w->mem, w->buf, 4, NULL, NULL, 0);
     return NULL;
 }
 
@@ -302,7 +302,7 @@ static void test_allreduce_abort(void)
     qtp_group_abort(g);
     pthread_join(ta, NULL);
     CHECK(a.rc == QERR_DEVICE);
-    CHECK(qtp_allreduce(&b.mem, b.buf, 4, NULL) == QERR_DEVICE);
+    CHECK(qtp_allreduce(&b.mem, b.buf, 4, NULL, NULL, 0) == QERR_DEVICE);
     qtp_group_free(g);
 }
 
