@@ -205,7 +205,9 @@ typedef struct {
     int num_blocks;     /* KV blocks in the pool.  CUDA: 0 sizes the pool from
                          * the device memory left after the weights and scratch
                          * (gpu_mem_util); the backend writes the number it
-                         * chose back into its own opts. */
+                         * chose back into its own opts, where its owner may
+                         * lower it (tensor parallelism's ranks agree on the
+                         * smallest pool): ids from there on are refused. */
     int block_size;     /* tokens per block */
     /* CUDA: keep weights, activations and KV in float32 (exactness tests);
      * otherwise weights are bf16 (f16 checkpoints stay f16) with float32
@@ -337,6 +339,13 @@ int cuda_tp_allreduce(void *member, float *buf, size_t n, void *stream, void *co
 /* Ends every pending and later all-reduce of the group with an error (a
  * rank failed: the others would wait for it forever). */
 void cuda_tp_abort(void *g);
+/* 1 while the group can sum: not aborted, and none of its sums gave up
+ * waiting for a peer (those leave what they had; the pass is not the
+ * model's). */
+int cuda_tp_ok(void *g);
+/* Whether sums of up to 2^20 floats take quire's peer-access kernel (else
+ * NCCL takes them all). */
+int cuda_tp_peer_sums(const cuda_tp *g);
 void cuda_tp_destroy(cuda_tp *g);
 #endif
 

@@ -156,6 +156,10 @@ void qtp_group_abort(void *group)
 static int barrier(qtp_group *g)
 {
     pthread_mutex_lock(&g->mu);
+    if (g->aborted) { /* never counted: a later call cannot pass with stale buffers */
+        pthread_mutex_unlock(&g->mu);
+        return QERR_DEVICE;
+    }
     const unsigned gen = g->gen;
     if (++g->waiting == g->n) {
         g->waiting = 0;

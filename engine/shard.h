@@ -51,8 +51,9 @@ int qtp_allreduce(void *member, float *buf, size_t n, void *stream, void *copy, 
 void qtp_group_abort(void *group);
 
 /* A backend of n shards in step (tp.c): shard r runs on a backend of its
- * own, with CUDA (cuda 1) on device r, the sums by NCCL; on the CPU (cuda
- * 0; the cores shared among them) the sums by qtp_allreduce among threads.
+ * own, with CUDA (cuda 1) on device r, the sums by cuda_tp_allreduce (a
+ * peer-access kernel of quire's own, or NCCL); on the CPU (cuda 0; the
+ * cores shared among them) the sums by qtp_allreduce among threads.
  * It is a backend like any other: its passes give the whole model's
  * logits, its pool is the smallest of the ranks' (opts as for one backend;
  * reserve_bytes and extra_block_bytes concern device 0, where a draft

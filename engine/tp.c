@@ -1,9 +1,9 @@
 /* tp.c - tensor parallelism: a backend of n shards in step (shard.h).
  *
  * Shard r of the model (qshard_make) runs on a backend of its own: a CUDA
- * backend on device r, the shards' partial sums added by NCCL
- * (cuda_tp_allreduce), or a CPU backend, the sums added among threads
- * (qtp_allreduce).  Rank 0 runs on the caller's thread, every other rank on
+ * backend on device r, the shards' partial sums added by cuda_tp_allreduce
+ * (a peer-access kernel of quire's own, or NCCL), or a CPU backend, the
+ * sums added among threads (qtp_allreduce).  Rank 0 runs on the caller's thread, every other rank on
  * a thread of its own; each call (a pass, a block copy, blocks to or from
  * the host) is handed to all ranks and returns when all are done.
  *
@@ -18,9 +18,13 @@
  * backend, and blocks stored by a run on n GPUs load on any other n.
  *
  * A rank that fails a pass while the others wait in an all-reduce for it
- * would leave them waiting forever: if they have not finished 2 s after a
- * failure, the group is aborted (its sums fail) and the backend refuses
- * every later call.
+ * would leave them waiting forever: the failed rank's thread (the caller's
+ * for rank 0) waits up to 2 s for the others to finish, then aborts the
+ * group (its sums fail at once); a call during which the group was aborted,
+ * or found stopped (cuda_tp_ok), fails, and so does every later one.
+ *
+ * A test hook: QUIRE_TP_FAIL=r,k (read at creation) makes rank r fail its
+ * k-th pass without running it, as a rank that fails before its first sum.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -65,16 +69,39 @@ struct tp_be {
     cuda_tp *ctp;          /* CUDA */
 #endif
     void (*abort)(void *);
+    int (*ok)(void *);     /* the group can still sum (NULL: always) */
     void *abort_ctx;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     unsigned job;          /* calls handed out so far */
     rank_fn fn;
     void *arg;
-    int pending;           /* ranks 1 .. n-1 still running the call */
+    int pending;           /* ranks 1 .. n-1 still in the call (their watch included) */
+    int running;           /* ranks still running its function, rank 0 included */
     int rc[TP_MAX];
     int quit, broken;
+    int fail_rank, fail_at; /* QUIRE_TP_FAIL */
+    int n_passes[TP_MAX];
 };
+
+/* A rank's call failed (t->mu held): wait up to 2 s for the others; if any
+ * still runs, it waits for this rank's sums, which will never come: abort
+ * the group. */
+static void watch_failure(tp_be *t)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 2;
+    int w = 0;
+    while (t->running > 0 && !t->broken && w != ETIMEDOUT) w = pthread_cond_timedwait(&t->done, &t->mu, &ts);
+    if (t->running > 0 && !t->broken && t->abort) {
+        QLOGE("tensor parallelism: a rank failed and the others still wait for its sums: aborting the group");
+        t->broken = 1;
+        pthread_mutex_unlock(&t->mu);
+        t->abort(t->abort_ctx);
+        pthread_mutex_lock(&t->mu);
+    }
+}
 
 static void *rank_thread(void *arg)
 {
@@ -92,21 +119,24 @@ static void *rank_thread(void *arg)
         const int rc = fn(t, rk->rank, a);
         pthread_mutex_lock(&t->mu);
         t->rc[rk->rank] = rc;
-        t->pending--;
-        pthread_cond_signal(&t->done);
+        t->running--;
+        pthread_cond_broadcast(&t->done);
+        if (rc) watch_failure(t);
+        t->pending--; /* only now: the next call may not start while this one's watch runs */
+        pthread_cond_broadcast(&t->done);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
 }
 
 /* Runs fn on every rank (rank 0 here) and waits for all: 0, or the first
- * rank's error in rank order. */
+ * rank's error in rank order; QERR_DEVICE when the group was aborted. */
 static int run_all(tp_be *t, rank_fn fn, void *arg)
 {
     if (t->broken) return QERR_DEVICE;
     pthread_mutex_lock(&t->mu);
     t->fn = fn, t->arg = arg;
-    t->pending = t->n - 1;
+    t->pending = t->n - 1, t->running = t->n;
     memset(t->rc, 0, sizeof t->rc);
     t->job++;
     pthread_cond_broadcast(&t->go);
@@ -114,28 +144,17 @@ static int run_all(tp_be *t, rank_fn fn, void *arg)
     const int rc0 = fn(t, 0, arg);
     pthread_mutex_lock(&t->mu);
     t->rc[0] = rc0;
-    while (t->pending > 0) {
-        int failed = 0;
-        for (int r = 0; r < t->n; r++) failed |= t->rc[r] != 0;
-        if (!failed || t->broken) {
-            pthread_cond_wait(&t->done, &t->mu);
-            continue;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 2;
-        int w = 0;
-        while (t->pending > 0 && w != ETIMEDOUT) w = pthread_cond_timedwait(&t->done, &t->mu, &ts);
-        if (t->pending > 0 && t->abort) { /* the others wait for the failed rank's sums */
-            QLOGE("tensor parallelism: a rank failed and the others still wait: aborting the group");
-            t->broken = 1;
-            pthread_mutex_unlock(&t->mu);
-            t->abort(t->abort_ctx);
-            pthread_mutex_lock(&t->mu);
-        }
-    }
+    t->running--;
+    pthread_cond_broadcast(&t->done);
+    if (rc0) watch_failure(t);
+    while (t->pending > 0) pthread_cond_wait(&t->done, &t->mu);
     int rc = 0;
     for (int r = 0; r < t->n && !rc; r++) rc = t->rc[r];
+    if (!t->broken && t->ok && !t->ok(t->abort_ctx)) {
+        QLOGE("tensor parallelism: the group's sums stopped (a rank waited too long for another)");
+        t->broken = 1;
+    }
+    if (t->broken && !rc) rc = QERR_DEVICE; /* what the aborted sums left is not the model's */
     pthread_mutex_unlock(&t->mu);
     return rc;
 }
@@ -151,6 +170,7 @@ static int rank_forward(tp_be *t, int r, void *arg)
 {
     const fwd_job *j = arg;
     qbackend *be = t->r[r].be;
+    if (r == t->fail_rank && ++t->n_passes[r] == t->fail_at) return QERR_DEVICE; /* the test hook */
     if (r == 0) return be->ops->forward(be, j->b, j->logits);
     qbatch b = *j->b; /* the layers only: rank 0 gives the rest */
     b.row_mode = NULL, b.row_token = NULL, b.row_sample = NULL, b.row_logprobs = NULL, b.masks = NULL;
@@ -314,7 +334,8 @@ static int rank_make(tp_be *t, int r, void *arg)
         if (!rc) {
             for (int l = 0; l < rk->shard.w.hp.n_layers; l++) {
                 qlayer *L = &rk->shard.layers[l];
-                qtensor *ts[] = { &L->wq, &L->wk, &L->wv, &L->bq, &L->bk, &L->bv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+                qtensor *ts[] = { &L->wq, &L->wk, &L->wv, &L->bq,     &L->bk,
+                                  &L->bv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
                 for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) ts[i]->data = NULL;
             }
             free(rk->shard.mem);
@@ -342,7 +363,8 @@ int qtp_backend_create(const qweights *w, const qbackend_opts *opts, int n, int 
                        size_t errlen)
 {
     *out = NULL;
-    if (n < 1 || n > TP_MAX) return qerr_set(err, errlen, QERR_INVAL, "tensor parallelism over %d (1 to %d)", n, TP_MAX);
+    if (n < 1 || n > TP_MAX)
+        return qerr_set(err, errlen, QERR_INVAL, "tensor parallelism over %d (1 to %d)", n, TP_MAX);
     if (w->hp.n_heads % n || w->hp.n_kv_heads % n || w->hp.ffn_dim % n)
         return qerr_set(err, errlen, QERR_INVAL,
                         "tensor parallelism over %d: the model's %d attention heads, %d KV heads and MLP width %d "
@@ -357,7 +379,8 @@ int qtp_backend_create(const qweights *w, const qbackend_opts *opts, int n, int 
     int rc = 0;
     if (cuda) {
 #ifdef QUIRE_HAVE_CUDA
-        if (!(rc = cuda_tp_create(n, &t->ctp, err, errlen))) t->abort = cuda_tp_abort, t->abort_ctx = t->ctp;
+        if (!(rc = cuda_tp_create(n, &t->ctp, err, errlen)))
+            t->abort = cuda_tp_abort, t->ok = cuda_tp_ok, t->abort_ctx = t->ctp;
 #else
         rc = qerr_set(err, errlen, QERR_UNSUPPORTED, "tensor parallelism on CUDA: quire was built without CUDA");
 #endif
@@ -370,6 +393,9 @@ int qtp_backend_create(const qweights *w, const qbackend_opts *opts, int n, int 
         else t->abort = qtp_group_abort, t->abort_ctx = t->group;
     }
     for (int r = 0; r < n; r++) t->r[r].t = t, t->r[r].rank = r;
+    const char *fail = getenv("QUIRE_TP_FAIL");
+    t->fail_rank = -1;
+    if (fail && sscanf(fail, "%d,%d", &t->fail_rank, &t->fail_at) != 2) t->fail_rank = -1;
     for (int r = 1; r < n && !rc; r++) {
         if (pthread_create(&t->r[r].th, NULL, rank_thread, &t->r[r]))
             rc = qerr_set(err, errlen, QERR_NOMEM, "tensor parallelism: cannot start a thread");
@@ -389,13 +415,18 @@ int qtp_backend_create(const qweights *w, const qbackend_opts *opts, int n, int 
         tp_destroy(&t->base);
         return rc;
     }
-    /* One pool: the block ids every rank has. */
+    /* One pool: the block ids every rank has.  Ranks that sized theirs
+     * larger (CUDA, from their device's free memory; device 0 leaves room
+     * for a draft model) refuse the ids beyond it too, as rank 0 does, so
+     * that a bad id fails every rank alike (backend.h). */
     qbackend *b0 = t->r[0].be;
     t->base.opts = b0->opts;
     for (int r = 0; r < n; r++) {
-        if (t->r[r].be->opts.num_blocks < t->base.opts.num_blocks) t->base.opts.num_blocks = t->r[r].be->opts.num_blocks;
+        const int nb = t->r[r].be->opts.num_blocks;
+        if (nb < t->base.opts.num_blocks) t->base.opts.num_blocks = nb;
         t->bb += t->r[r].bb;
     }
+    for (int r = 0; r < n && cuda; r++) t->r[r].be->opts.num_blocks = t->base.opts.num_blocks;
     t->base.opts.allreduce = NULL, t->base.opts.allreduce_ctx = NULL, t->base.opts.tp_rank = 0;
     t->base.opts.n_threads = opts->n_threads;
     t->ops = (qbackend_ops){

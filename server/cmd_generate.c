@@ -69,7 +69,7 @@ static const qopt gen_table[] = {
     { NULL, "--weight-seed", "S", OPT_U64, F_(weight_seed), "--random-weights: seed of the weights (default 0)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto: cuda when a device is visible)" },
     { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use, 0 < F <= 1 (default 0.9)" },
-    { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs (devices 0..N-1; on the CPU, N groups of threads) (default 1)" },
+    { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs, devices 0..N-1 (on the CPU: N groups of threads) (default 1)" },
     { "-p", "--prompt", "TEXT", OPT_STR, F_(prompt), "prompt text, tokenized with the model's tokenizer (BOS as it says)" },
     { NULL, "--chat", NULL, OPT_FLAG, F_(chat), "-p is a user message: apply the model's chat template (ChatML if none)" },
     { NULL, "--system", "TEXT", OPT_STR, F_(system), "with --chat: a system message before the user's" },

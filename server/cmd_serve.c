@@ -61,7 +61,7 @@ static const qopt serve_table[] = {
     { NULL, "--max-requests", "N", OPT_INT, F_(max_requests), "requests in flight at most; more get 429 (default 256)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
     { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use (default 0.9)" },
-    { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs (devices 0..N-1; NCCL sums between them; on the CPU, N groups of threads) (default 1)" },
+    { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs, devices 0..N-1 (on the CPU: N groups of threads) (default 1)" },
     { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "KV cache budget in MiB (default: 256 on the CPU)" },
     { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "tokens per engine step (default 512)" },
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "sequences per engine step (default 64)" },
@@ -338,7 +338,10 @@ static int load(void)
     S.lim.gvocab = gv;
     S.lim.gcache = S.gcache;
     pthread_mutex_unlock(&S.mu);
-    fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
+    if (S.eo.tensor_parallel > 1)
+        fprintf(stderr, "quire serve: %s ready on %s, split among %d (tensor parallel)\n", S.name,
+                qengine_backend_name(e), S.eo.tensor_parallel);
+    else fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
     return 0;
 }
 

@@ -8,7 +8,7 @@
  * warm-up.
  *
  * --tp 1,2 runs each configuration on one GPU and split between two
- * (tensor parallelism: qtp_backend_create, NCCL), and adds a table of the
+ * (tensor parallelism: qtp_backend_create), and adds a table of the
  * speedup and scaling efficiency (speedup / GPUs).
  *
  * Decode steps reduce their rows to tokens on the device, as the engine's
@@ -243,7 +243,8 @@ int main(int argc, char **argv)
             /* The floor: the weights at the copy bandwidth; split, the
              * layers' share of each GPU, and the output projection (rank
              * 0 gives the logits). */
-            const double floor_s = (wbytes - 2.0 * (mm_params - (double)V * hp->dim) * (1.0 - 1.0 / tp)) / (copy_tbs * 1e12);
+            const double split_bytes = 2.0 * (mm_params - (double)V * hp->dim) * (1.0 - 1.0 / tp);
+            const double floor_s = (wbytes - split_bytes) / (copy_tbs * 1e12);
             for (int i = 0; i < o.n_batches; i++) {
                 const int B = o.batches[i];
                 double s = run_decode(be, V, B, o.prompt, o.gen, max_tokens, !o.logits);
@@ -291,8 +292,8 @@ int main(int argc, char **argv)
                 if (a <= 0 || b <= 0) continue;
                 const int B = o.batches[i];
                 if (B == 1)
-                    printf("| decode, batch 1: ms per token | %.3f | %.3f | %.2fx | %.0f%% |\n", a * 1e3, b * 1e3, a / b,
-                           100.0 * (a / b) * t1 / tp);
+                    printf("| decode, batch 1: ms per token | %.3f | %.3f | %.2fx | %.0f%% |\n", a * 1e3, b * 1e3,
+                           a / b, 100.0 * (a / b) * t1 / tp);
                 printf("| decode, batch %d (tok/s, sum) | %.0f | %.0f | %.2fx | %.0f%% |\n", B, B / a, B / b, a / b,
                        100.0 * (a / b) * t1 / tp);
             }

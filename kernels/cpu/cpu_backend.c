@@ -334,7 +334,8 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         const qtensor *Wo[1] = { &L->wo };
         float *yo[1] = { be->xn };
         project(be, be->att, T, qd, 1, Wo, yo);
-        if (base->opts.allreduce && (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL, NULL, 0)))
+        if (base->opts.allreduce &&
+            (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL, NULL, 0)))
             return rc;
         for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
 
@@ -347,7 +348,8 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         const qtensor *Wd[1] = { &L->w_down };
         float *yd[1] = { be->xn };
         project(be, be->g, T, hp->ffn_dim, 1, Wd, yd);
-        if (base->opts.allreduce && (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL, NULL, 0)))
+        if (base->opts.allreduce &&
+            (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL, NULL, 0)))
             return rc;
         for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
     }

@@ -639,7 +639,8 @@ static bool no_head(const cuda_be *be) { return be->base.opts.allreduce && be->b
 // in T where the norms are folded.  On a shard: rank 0 adds its partial
 // sum into x, the others write theirs alone, and the all-reduce of x adds
 // them all (the stream once): every rank then holds the same x.
-template <typename T> static int residual_proj(cuda_be *be, const void *a, const void *W, int T_, int K, T *xn, bool fold)
+template <typename T>
+static int residual_proj(cuda_be *be, const void *a, const void *W, int T_, int K, T *xn, bool fold)
 {
     const int D = be->base.w->hp.dim;
     const qbackend_opts *o = &be->base.opts;
@@ -798,7 +799,7 @@ static int cuda_forward(qbackend *base, const qbatch *b, float *logits)
     const int use_graph = be->graphs && graph_step && !be->prof;
     int rc = plan_batch(be, b, use_graph, use_graph ? decode_bucket(b->n_tokens) - b->n_tokens : 0, &mp);
     if (rc) return rc;
-    if ((rc = ensure_tokens(be, mp.T)) || (rc = ensure_logits(be, mp.n_logits)) ||
+    if ((rc = ensure_tokens(be, mp.T)) || (rc = ensure_logits(be, no_head(be) ? 0 : mp.n_logits)) ||
         (rc = ensure_part(be, (size_t)mp.n_dec * base->w->hp.n_heads * (mp.n_split > 1 ? mp.n_split : 0))))
         return rc;
     CK(cudaMemcpyAsync(be->d_meta, be->h_meta, 4 * mp.total, cudaMemcpyHostToDevice, be->stream));

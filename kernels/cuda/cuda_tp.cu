@@ -3,8 +3,9 @@
 //
 // NCCL is loaded with dlopen when a group is first made, not linked: quire
 // starts on machines without it, and a one-GPU run never loads it.  Its
-// header gives the functions' types (the build needs nccl.h, which the CUDA
-// toolkit's packages carry; without it a group is refused).
+// header gives the functions' types (the build needs nccl.h, from NCCL's
+// development package or a CUDA toolkit that bundles it; without it a
+// group is refused).
 //
 // NVLink multicast (NVLS) is left off unless the caller's environment says
 // otherwise: on shared hosts a program using it can take the GPUs out of
@@ -28,10 +29,20 @@
 // count's parity: a rank writes the buffer that its peers last read two of
 // the channel's sums ago, and it only gets there after each peer has
 // entered the sum in between, which they do after finishing the one before
-// (one stream: kernels run in order).  A
-// block that waits over 10 s for a peer, or whose group is aborted, gives
-// up and marks the group stopped (a host-visible flag): every later sum of
-// the group fails.  QUIRE_TP_P2P=0 sends every sum through NCCL.
+// (one stream: kernels run in order).  A block that waits over 10 s for a
+// peer, or whose group is aborted, gives up and marks the group stopped (a
+// host-visible flag): cuda_tp_ok then says so, the backend that owns the
+// group fails the pass and every later one (engine/tp.c), and no later sum
+// is enqueued.  QUIRE_TP_P2P=0 sends every sum through NCCL.
+//
+// An aborted group's communicators are revoked where NCCL has
+// ncclCommRevoke (their operations end, later calls fail, nothing is freed
+// under a thread about to use them or a graph that captured them) and freed
+// when the group is destroyed, after its backends dropped their graphs.
+// Without it they are aborted on a thread of their own: ncclCommAbort ends
+// the operations at once but then waits until every graph that captured one
+// is destroyed, which the backends do only when they are destroyed; the
+// group's destruction, after theirs, joins that thread.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -52,6 +63,7 @@ typedef struct {
     decltype(&ncclAllReduce) all_reduce;
     decltype(&ncclGroupStart) group_start;
     decltype(&ncclGroupEnd) group_end;
+    decltype(&ncclCommRevoke) revoke; // NULL before NCCL 2.28
 } nccl_api;
 
 static nccl_api nc;
@@ -67,20 +79,29 @@ static int nccl_load(void)
         const char *env = getenv("QUIRE_NCCL_LIB");
         const char *names[] = { env && *env ? env : "libnccl.so.2", "libnccl.so" };
         void *h = NULL;
-        for (size_t i = 0; i < (env && *env ? 1 : 2) && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        size_t used = 0;
+        for (size_t i = 0; i < (env && *env ? 1 : 2) && !h; i++)
+            if ((h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL))) used = i;
         if (!h) {
             snprintf(nc_why, sizeof nc_why, "cannot load NCCL (%s; QUIRE_NCCL_LIB names the library)", dlerror());
         } else {
             struct {
                 void **fn;
                 const char *name;
-            } syms[] = { { (void **)&nc.get_version, "ncclGetVersion" },   { (void **)&nc.error_string, "ncclGetErrorString" },
-                         { (void **)&nc.init_all, "ncclCommInitAll" },     { (void **)&nc.destroy, "ncclCommDestroy" },
-                         { (void **)&nc.abort, "ncclCommAbort" },          { (void **)&nc.all_reduce, "ncclAllReduce" },
-                         { (void **)&nc.group_start, "ncclGroupStart" },   { (void **)&nc.group_end, "ncclGroupEnd" } };
+            } syms[] = { { (void **)&nc.get_version, "ncclGetVersion" },
+                         { (void **)&nc.error_string, "ncclGetErrorString" },
+                         { (void **)&nc.init_all, "ncclCommInitAll" },
+                         { (void **)&nc.destroy, "ncclCommDestroy" },
+                         { (void **)&nc.abort, "ncclCommAbort" },
+                         { (void **)&nc.all_reduce, "ncclAllReduce" },
+                         { (void **)&nc.group_start, "ncclGroupStart" },
+                         { (void **)&nc.group_end, "ncclGroupEnd" } };
             for (size_t i = 0; i < sizeof syms / sizeof syms[0] && !nc_why[0]; i++)
                 if (!(*syms[i].fn = dlsym(h, syms[i].name)))
-                    snprintf(nc_why, sizeof nc_why, "NCCL (%s) lacks %s", names[0], syms[i].name);
+                    snprintf(nc_why, sizeof nc_why, "NCCL (%s) lacks %s", names[used], syms[i].name);
+            nc.revoke = (decltype(&ncclCommRevoke))dlsym(h, "ncclCommRevoke");
+            if (nc_why[0]) dlclose(h);
+            else setenv("NCCL_NVLS_ENABLE", "0", 0); // see the top of the file; before any communicator
         }
         nc_loaded = nc_why[0] ? -1 : 1;
     }
@@ -109,6 +130,10 @@ typedef struct {
 struct cuda_tp {
     int n;
     int aborted;
+    int comms_freed;             // aborted by an NCCL without ncclCommRevoke
+    int aborting;                // ... on abort_th, joined when the group is freed
+    pthread_t abort_th;
+    int want_p2p;                // QUIRE_TP_P2P when it was made (the idle cache matches it)
     cuda_tp *next_idle;
     ncclComm_t comm[CUDA_TP_MAX];
     tp_member member[CUDA_TP_MAX];
@@ -209,7 +234,8 @@ static int p2p_setup(cuda_tp *g)
     return 0;
 }
 
-static void p2p_free(cuda_tp *g)
+// The exchange buffers, flags and counts (cudaFree(NULL) is a no-op).
+static void p2p_free_buffers(cuda_tp *g)
 {
     for (int r = 0; r < g->n; r++) {
         cudaSetDevice(r);
@@ -217,10 +243,28 @@ static void p2p_free(cuda_tp *g)
             cudaFree(g->peers[c].x[r][0]);
             cudaFree(g->peers[c].flag[r]);
             cudaFree(g->count[c][r]);
+            g->peers[c].x[r][0] = g->peers[c].x[r][1] = NULL;
+            g->peers[c].flag[r] = NULL;
+            g->count[c][r] = NULL;
         }
     }
     cudaSetDevice(0);
+}
+
+// Frees g: its communicators (a collective over them: one group call), its
+// buffers and flag.
+static void group_free(cuda_tp *g)
+{
+    if (!g->comms_freed) {
+        if (g->aborted) QLOGI("tensor parallelism: freeing an aborted group's communicators");
+        nc.group_start();
+        for (int r = 0; r < g->n; r++) g->aborted ? nc.abort(g->comm[r]) : nc.destroy(g->comm[r]);
+        nc.group_end();
+    }
+    if (g->aborting) pthread_join(g->abort_th, NULL); // the backends' graphs are gone: it ends
+    p2p_free_buffers(g);
     if (g->stop) cudaFreeHost((void *)g->stop);
+    free(g);
 }
 
 // Groups whose backend is gone, kept for the next one of the same size:
@@ -233,9 +277,11 @@ static cuda_tp *idle_groups;
 extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
 {
     *out = NULL;
+    const char *pe = getenv("QUIRE_TP_P2P");
+    const int want_p2p = !(pe && *pe == '0');
     pthread_mutex_lock(&nc_mu);
     for (cuda_tp **p = &idle_groups; *p; p = &(*p)->next_idle)
-        if ((*p)->n == n) {
+        if ((*p)->n == n && (*p)->want_p2p == want_p2p) {
             *out = *p;
             *p = (*p)->next_idle;
             break;
@@ -248,7 +294,6 @@ extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
     if (cudaGetDeviceCount(&count) != cudaSuccess || count < n)
         return qerr_set(err, errlen, QERR_DEVICE, "tensor parallelism over %d GPUs: this machine has %d", n, count);
     if (nccl_load()) return qerr_set(err, errlen, QERR_UNSUPPORTED, "tensor parallelism: %s", nc_why);
-    setenv("NCCL_NVLS_ENABLE", "0", 0); // see the top of the file
     cuda_tp *g = (cuda_tp *)calloc(1, sizeof *g);
     if (!g) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
     g->n = n;
@@ -263,14 +308,14 @@ extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
     // The flag that stops quire's own sums: host memory every device sees.
     int *stop = NULL;
     if (cudaHostAlloc((void **)&stop, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
-        for (int r = 0; r < n; r++) nc.destroy(g->comm[r]);
-        free(g);
+        group_free(g);
         return qerr_set(err, errlen, QERR_DEVICE, "tensor parallelism: pinned memory for a flag");
     }
     *stop = 0;
     g->stop = stop;
-    const char *pe = getenv("QUIRE_TP_P2P");
-    g->p2p = !(pe && *pe == '0') && n > 1 && !p2p_setup(g);
+    g->want_p2p = want_p2p;
+    g->p2p = want_p2p && n > 1 && !p2p_setup(g);
+    if (!g->p2p) p2p_free_buffers(g); // what a failed setup left
     cudaGetLastError();
     // One all-reduce now, outside any graph capture: NCCL connects its
     // ranks at the first one.
@@ -298,11 +343,10 @@ extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
     }
     cudaSetDevice(0);
     if (rc) {
-        for (int r = 0; r < n; r++) nc.abort(g->comm[r]);
-        p2p_free(g);
-        free(g);
-        return qerr_set(err, errlen, QERR_DEVICE, "tensor parallelism: the first all-reduce over %d GPUs failed (%s)", n,
-                        nr != ncclSuccess ? nc.error_string(nr) : "a CUDA call");
+        g->aborted = 1;
+        group_free(g);
+        return qerr_set(err, errlen, QERR_DEVICE, "tensor parallelism: the first all-reduce over %d GPUs failed (%s)",
+                        n, nr != ncclSuccess ? nc.error_string(nr) : "a CUDA call");
     }
     int ver = 0;
     nc.get_version(&ver);
@@ -349,13 +393,52 @@ extern "C" int cuda_tp_allreduce(void *member, float *buf, size_t n, void *strea
                                : qk_convert<__half, float>(st, (__half *)copy, buf, n);
 }
 
+typedef struct {
+    int n;
+    ncclComm_t comm[CUDA_TP_MAX];
+} comm_set;
+
+static void *abort_comms(void *arg)
+{
+    comm_set *c = (comm_set *)arg;
+    nc.group_start();
+    for (int r = 0; r < c->n; r++) nc.abort(c->comm[r]);
+    nc.group_end();
+    free(c);
+    return NULL;
+}
+
 extern "C" void cuda_tp_abort(void *group)
 {
     cuda_tp *g = (cuda_tp *)group;
     if (__atomic_exchange_n(&g->aborted, 1, __ATOMIC_ACQ_REL)) return;
     *g->stop = 1; // quire's own sums give up
-    for (int r = 0; r < g->n; r++) nc.abort(g->comm[r]);
+    if (nc.revoke) {
+        for (int r = 0; r < g->n; r++) nc.revoke(g->comm[r], 0);
+        return;
+    }
+    // See the top of the file: the abort may wait for graphs to go.
+    comm_set *c = (comm_set *)malloc(sizeof *c);
+    g->comms_freed = 1;
+    if (!c) { // no memory for the thread's copy: here, then
+        nc.group_start();
+        for (int r = 0; r < g->n; r++) nc.abort(g->comm[r]);
+        nc.group_end();
+        return;
+    }
+    c->n = g->n;
+    memcpy(c->comm, g->comm, sizeof c->comm);
+    g->aborting = !pthread_create(&g->abort_th, NULL, abort_comms, c);
+    if (!g->aborting) abort_comms(c);
 }
+
+extern "C" int cuda_tp_ok(void *group)
+{
+    const cuda_tp *g = (const cuda_tp *)group;
+    return !__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE) && !*g->stop;
+}
+
+extern "C" int cuda_tp_peer_sums(const cuda_tp *g) { return g && g->p2p; }
 
 extern "C" void cuda_tp_destroy(cuda_tp *g)
 {
@@ -367,10 +450,8 @@ extern "C" void cuda_tp_destroy(cuda_tp *g)
         pthread_mutex_unlock(&nc_mu);
         return;
     }
-    if (!g->aborted)
-        for (int r = 0; r < g->n; r++) nc.destroy(g->comm[r]);
-    p2p_free(g);
-    free(g);
+    g->aborted = 1; // a stopped group's sums may have left NCCL's in flight too
+    group_free(g);
 }
 
 #else // no nccl.h at build time
@@ -384,6 +465,8 @@ extern "C" int cuda_tp_create(int n, cuda_tp **out, char *err, size_t errlen)
 extern "C" void *cuda_tp_member(cuda_tp *, int) { return NULL; }
 extern "C" int cuda_tp_allreduce(void *, float *, size_t, void *, void *, int) { return QERR_UNSUPPORTED; }
 extern "C" void cuda_tp_abort(void *) {}
+extern "C" int cuda_tp_ok(void *) { return 0; }
+extern "C" int cuda_tp_peer_sums(const cuda_tp *) { return 0; }
 extern "C" void cuda_tp_destroy(cuda_tp *) {}
 
 #endif

@@ -1,6 +1,7 @@
 /* test_gpu_tp.c - tensor parallelism on GPUs: the model split between
- * devices 0 and 1 (qtp_backend_create: NCCL's all-reduce, captured in the
- * decode steps' CUDA graphs) against the single-GPU CUDA backend:
+ * devices 0 and 1 (qtp_backend_create: the all-reduce by quire's
+ * peer-access kernel or NCCL, captured in the decode steps' CUDA graphs)
+ * against the single-GPU CUDA backend:
  *   - exact mode (float32): logits of every position, prefilled in chunks
  *     of 64, 7 and 1, within 1e-5 relative;
  *   - bf16: within bf16 tolerance (3e-2 relative, the bound the GPU meets
@@ -13,8 +14,9 @@
  *     written back and copied, decode alike; bad calls fail and the
  *     backend goes on;
  *   - the all-reduce itself (quire's peer-access kernel and NCCL): exact
- *     float sums in rank order and their bf16 copies, for sizes on both
- *     paths; a sum whose peer never comes ends when the group is aborted.
+ *     float sums, the same on both ranks, and their bf16 copies, for sizes
+ *     on both paths; a sum whose peer never comes ends when the group is
+ *     aborted; a rank failing a pass fails it, and the backend, in seconds.
  * QUIRE_TP_P2P=0 runs it all through NCCL alone.
  * Skipped, with a message, with fewer than 2 devices or no CUDA build. */
 #define _GNU_SOURCE
@@ -32,6 +34,7 @@
 #include "qerr.h"
 #include "qtest.h"
 #include "shard.h"
+#include "util.h"
 #ifdef QUIRE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -282,6 +285,35 @@ static void test_blocks(void)
     qbackend_destroy(two);
     qmodel_destroy(m);
 }
+/* A rank that fails a pass before its first sum (QUIRE_TP_FAIL=r,k) leaves
+ * the other waiting in it: the group is aborted, the pass fails within
+ * seconds, every later call fails, and the backend is destroyed - also with
+ * the decode steps' graphs captured before (holding NCCL's sums under
+ * QUIRE_TP_P2P=0). */
+static void test_rank_failure(void)
+{
+    qmodel *m = load("tests/fixtures/models/tiny-llama3-random");
+    REQUIRE(m);
+    int32_t prompts[NS][NP], out[NS][NG];
+    for (int s = 0; s < NS; s++) random_ids(prompts[s], NP, m->hp.n_vocab, 40 + (uint64_t)s);
+    for (int r = 1; r >= 0; r--) {
+        char fail[16];
+        snprintf(fail, sizeof fail, "%d,%d", r, NS + 6); /* the prefills, then the 6th decode step */
+        setenv("QUIRE_TP_FAIL", fail, 1);
+        qbackend *two = make(m, 2, 0, NS * PER);
+        unsetenv("QUIRE_TP_FAIL");
+        REQUIRE(two);
+        const double t0 = q_now();
+        const int rc = greedy(two, prompts, out);
+        const double secs = q_now() - t0;
+        fprintf(stderr, "  rank %d fails a decode step: the pass ends with %s after %.1f s\n", r, qerr_str(rc), secs);
+        CHECK(rc == QERR_DEVICE && secs < 15);
+        CHECK(greedy(two, prompts, out) == QERR_DEVICE);
+        qbackend_destroy(two);
+    }
+    qmodel_destroy(m);
+}
+
 /* ---- the all-reduce itself -------------------------------------------------------------- */
 
 typedef struct {
@@ -305,8 +337,8 @@ static void *ar_thread(void *arg)
 
 /* Sums of 2 ranks' buffers, one thread a rank: quire's own kernel (sizes a
  * multiple of 4 up to 2^20 floats; its narrow channel below 2^16, its
- * wide one from there) and NCCL (longer, or odd sizes), each
- * the float sum in rank order on both ranks, the bf16 copy its rounding;
+ * wide one from there) and NCCL (longer, or odd sizes), each the float sum,
+ * the same bits on both ranks, the bf16 copy its rounding;
  * called 3 times in a row (each time the sum of the last: 2^k times the
  * first). */
 static void test_allreduce(void)
@@ -314,6 +346,9 @@ static void test_allreduce(void)
     char err[256];
     cuda_tp *g = NULL;
     REQUIRE(cuda_tp_create(2, &g, err, sizeof err) == 0);
+    const char *pe = getenv("QUIRE_TP_P2P");
+    fprintf(stderr, "  sums up to 2^20 floats by %s\n", cuda_tp_peer_sums(g) ? "quire's peer-access kernel" : "NCCL");
+    CHECK(cuda_tp_peer_sums(g) == !(pe && *pe == '0')); /* the H200 pair reaches each other's memory */
     const size_t sizes[] = { 4, 4096, 3 * 4096 + 4, 65532, 65536, (size_t)1 << 20, ((size_t)1 << 20) + 4, 1001 };
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         const size_t n = sizes[k];
@@ -386,10 +421,16 @@ int main(void)
         printf("skipped: tensor parallelism needs 2 CUDA devices\n0 passed, 0 failed\n");
         return 0;
     }
+    const char *only = getenv("QUIRE_TP_TEST_FAILURE"); /* 1: the failure test alone */
+    if (only && *only == '1') {
+        QT_RUN(test_rank_failure);
+        QT_MAIN_END();
+    }
     QT_RUN(test_blocks);
     QT_RUN(test_allreduce);
     QT_RUN(test_fixture_models);
     QT_RUN(test_random_1b);
+    QT_RUN(test_rank_failure);
 #endif
     QT_MAIN_END();
 }

@@ -1375,7 +1375,8 @@ int main(void)
         return 0;
     }
 #endif
-    fprintf(stderr, "device: %s%s%s\n", qdevice_name(g_device), g_tp > 1 ? ", tensor parallel " : "", g_tp > 1 ? tp : "");
+    fprintf(stderr, "device: %s%s%s\n", qdevice_name(g_device), g_tp > 1 ? ", tensor parallel " : "",
+            g_tp > 1 ? tp : "");
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", qt_root());
     if (qmodel_load(path, &g_model, err, sizeof err) || qtok_for_model(g_model, &g_tok, err, sizeof err)) {
         fprintf(stderr, "cannot load %s: %s\n", path, err);

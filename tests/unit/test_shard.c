@@ -12,6 +12,7 @@
  * qtp_allreduce, gives the model's logits (n = 1 bit for bit; n = 2 within
  * float rounding) and the same greedy tokens over a prefill and 12 decode
  * steps, and its blocks' bytes are the model's. */
+#define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -306,11 +307,51 @@ static void test_allreduce_abort(void)
     qtp_group_free(g);
 }
 
+/* A rank that fails a pass before its first sum (QUIRE_TP_FAIL=r,k, the
+ * test hook) leaves the others waiting in it: the group is aborted, the
+ * pass fails within seconds, and so does every later call - for rank 1
+ * failing while rank 0 (the caller's thread) waits, and the other way. */
+static void test_rank_failure(void)
+{
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/tests/fixtures/models/tiny-llama3-random", qt_root());
+    qmodel *m = NULL;
+    REQUIRE(qmodel_load(path, &m, err, sizeof err) == 0);
+    const int V = m->hp.n_vocab;
+    float *out = malloc(sizeof(float) * (size_t)(1 + TP_STEPS) * V);
+    int32_t prompt[TP_PROMPT], toks[TP_STEPS];
+    for (int i = 0; i < TP_PROMPT; i++) prompt[i] = (int32_t)((i * 31 + 5) % V);
+    REQUIRE(out);
+    for (int r = 1; r >= 0; r--) {
+        char fail[16];
+        snprintf(fail, sizeof fail, "%d,4", r);
+        setenv("QUIRE_TP_FAIL", fail, 1);
+        qbackend_opts o = { .n_threads = 2, .num_blocks = TP_BLOCKS, .block_size = 16 };
+        qbackend *be = NULL;
+        REQUIRE(qtp_backend_create(&m->w, &o, 2, 0, &be, err, sizeof err) == 0);
+        unsetenv("QUIRE_TP_FAIL");
+        const double t0 = q_now();
+        const int rc = run_greedy(be, prompt, out, toks); /* the prefill and 2 steps, then the 4th pass fails */
+        const double secs = q_now() - t0;
+        fprintf(stderr, "  rank %d fails its 4th pass: the pass ends with %s after %.1f s\n", r, qerr_str(rc), secs);
+        CHECK(rc == QERR_DEVICE && secs < 10);
+        int32_t zero = 0, tok = 1, table[4] = { 0, 1, 2, 3 };
+        qbatch_seq sq = { 0, 1, 0, table, 4 };
+        qbatch b = { 1, &tok, 1, &sq, 1, &zero, NULL, NULL, NULL, NULL, NULL };
+        CHECK(be->ops->forward(be, &b, out) == QERR_DEVICE); /* broken for good */
+        CHECK(be->ops->copy_block(be, 0, 1) == QERR_DEVICE);
+        qbackend_destroy(be);
+    }
+    free(out);
+    qmodel_destroy(m);
+}
+
 int main(void)
 {
     QT_RUN(test_llama3);
     QT_RUN(test_qwen2_biases);
     QT_RUN(test_forward_on_shards);
     QT_RUN(test_allreduce_abort);
+    QT_RUN(test_rank_failure);
     QT_MAIN_END();
 }
