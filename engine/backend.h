@@ -285,6 +285,10 @@ typedef struct {
      * 32) words; a qrow_masks row that points there is read in place (no
      * copy).  NULL when out of memory. */
     uint32_t *(*mask_rows)(qbackend *be, int n_rows);
+    /* Optional (NULL: never): 1 once the backend can run no more passes
+     * (tensor parallelism: a rank failed while the others waited for it,
+     * and the group was stopped); every later call fails. */
+    int (*broken)(const qbackend *be);
 } qbackend_ops;
 
 /* A backend that runs some passes as captured graphs (CUDA) does so for

@@ -587,6 +587,11 @@ static int n_live(const qengine *e)
     return e->waiting.n + e->running.n + e->swapped.n;
 }
 
+int qengine_broken(const qengine *e)
+{
+    return e->be->ops->broken && e->be->ops->broken(e->be);
+}
+
 int qengine_step(qengine *e)
 {
     drain_inbox(e);

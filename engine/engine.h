@@ -280,6 +280,11 @@ int qengine_cancel(qengine *e, uint64_t id);
  * after it (0: idle), or a QERR_* code when the backend failed (requests in
  * the failed step finish with QFINISH_ERROR). */
 int qengine_step(qengine *e);
+
+/* 1 once the engine's backend can run no more passes (backend.h's broken:
+ * a tensor-parallel group stopped after a GPU failed); its requests then
+ * end with QFINISH_ERROR, and so would every new one.  Engine thread. */
+int qengine_broken(const qengine *e);
 /* Thread-safe.  Moves the oldest event into *ev: 1, or 0 when none. */
 int qengine_poll(qengine *e, qevent *ev);
 /* Engine thread (between steps). */

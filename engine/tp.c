@@ -277,6 +277,15 @@ static uint32_t *tp_mask_rows(qbackend *base, int n_rows)
     return be->ops->mask_rows ? be->ops->mask_rows(be, n_rows) : NULL;
 }
 
+static int tp_broken(const qbackend *base)
+{
+    tp_be *t = (tp_be *)base;
+    pthread_mutex_lock(&t->mu);
+    const int b = t->broken;
+    pthread_mutex_unlock(&t->mu);
+    return b;
+}
+
 static void tp_destroy(qbackend *base)
 {
     tp_be *t = (tp_be *)base;
@@ -443,6 +452,7 @@ int qtp_backend_create(const qweights *w, const qbackend_opts *opts, int n, int 
         .host_free = tp_host_free,
         .caps = b0->ops->caps,
         .mask_rows = b0->ops->mask_rows ? tp_mask_rows : NULL,
+        .broken = tp_broken,
     };
     t->base.ops = &t->ops;
     t->base.w = w;

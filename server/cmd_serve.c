@@ -306,6 +306,15 @@ static int ready(void)
     return r;
 }
 
+/* The backend stopped for good (qengine_broken). */
+static int broken(void)
+{
+    pthread_mutex_lock(&S.mu);
+    const int b = S.broken;
+    pthread_mutex_unlock(&S.mu);
+    return b;
+}
+
 /* Loads the model and creates the engine (on the engine thread, while the
  * port already answers /health with 503): 0, or 1 after saying why. */
 static int load(void)
@@ -364,6 +373,7 @@ static void *engine_main(void *arg)
         if (quit) break;
         const int rc = qengine_step(S.eng);
         if (rc < 0) QLOGE("serve: engine step failed: %s", qerr_str(rc));
+        const int down = rc < 0 && qengine_broken(S.eng);
         qevent ev;
         int any = 0;
         pthread_mutex_lock(&S.mu);
@@ -384,6 +394,11 @@ static void *engine_main(void *arg)
         }
         qengine_stats_get(S.eng, &S.stats);
         S.have_stats = 1;
+        if (down && !S.broken) {
+            S.broken = 1;
+            QLOGE("serve: the backend can run no more passes (a GPU of the tensor-parallel group failed); /health "
+                  "says so and new requests are refused: restart the server");
+        }
         pthread_mutex_unlock(&S.mu);
         if (any) lws_cancel_service(S.ctx);
     }
@@ -533,8 +548,12 @@ static void handle_get(struct lws *wsi, pss *p, const char *uri)
     if (sess_http(wsi, p, "GET", uri, NULL, 0)) return;
     if (!strcmp(uri, "/health")) {
         p->endpoint = "health";
-        const int up = ready();
-        serve_reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
+        const int up = ready(), down = broken();
+        if (down)
+            serve_reply_json(wsi, p, 503,
+                             json_pack("{s:s, s:s}", "status", "error", "message",
+                                       "the backend can run no more passes (a GPU failed): restart the server"));
+        else serve_reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
     } else if (!strcmp(uri, "/v1/models")) {
         p->endpoint = "models";
         if (serve_authorized(wsi) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
@@ -572,6 +591,10 @@ sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind
                    const char *session, qoai_error *e)
 {
     if (!ready()) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
+    if (broken())
+        return qoai_fail(e, 503, "server_error", NULL,
+                         "the backend can run no more passes (a GPU failed); restart the server"),
+               NULL;
     sreq *r = calloc(1, sizeof *r);
     if (!r) return qoai_fail(e, 500, "server_error", NULL, "out of memory"), NULL;
     if (qoai_parse(body, len, kind, &S.lim, S.model, S.tok, &r->req, e)) {

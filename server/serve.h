@@ -111,6 +111,7 @@ typedef struct {
     sjob *sjobs;        /* jobs in the store for the lws thread */
     qengine_opts eo;
     int ready;          /* the model is loaded and the engine runs (under mu) */
+    int broken;         /* the backend can run no more passes (qengine_broken; under mu) */
     int load_failed;
 } serve_state;
 

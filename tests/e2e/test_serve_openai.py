@@ -29,7 +29,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, quire, *extra, db=None, port=None, model=MODEL):
+    def __init__(self, quire, *extra, db=None, port=None, model=MODEL, env=None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A database of its own (a fresh one unless db names one), so that
@@ -40,7 +40,7 @@ class Server:
             extra = (*extra, "--db", self.db)
         self.proc = subprocess.Popen(
             [quire, "serve", "-m", model, "--port", str(self.port), "--kv-mem", "64", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
@@ -321,5 +321,35 @@ def test_429_message(quire):
         assert err["type"] == "rate_limit_error" and "limit of 1 requests in flight" in err["message"]
         c.close()
         c2.close()
+    finally:
+        assert s.stop() == 0
+
+
+def test_tensor_parallel(quire):
+    """--tensor-parallel 2 on the CPU (the model split in two, as on two
+    GPUs): the same greedy text as quire generate on the whole model.  Then
+    a split whose rank 1 fails a decode step (QUIRE_TP_FAIL, the test hook):
+    that request ends within seconds (finish_reason "abort") instead of
+    hanging,
+    /health says 503 with the reason, new requests are refused with 503,
+    and the server still stops cleanly."""
+    s = Server(quire, "--device", "cpu", "--tensor-parallel", "2", "--no-persist")
+    try:
+        status, body = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})
+        assert status == 200, body
+        assert json.loads(body)["choices"][0]["text"] == generate(quire, "Once upon a time", 40)
+    finally:
+        assert s.stop() == 0
+    s = Server(quire, "--device", "cpu", "--tensor-parallel", "2", "--no-persist", env={"QUIRE_TP_FAIL": "1,3"})
+    try:
+        t0 = time.time()
+        status, body = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})
+        # The request's tokens so far, ended as aborted (vLLM's finish reason for an engine error).
+        assert status == 200 and time.time() - t0 < 20, (status, body)
+        assert json.loads(body)["choices"][0]["finish_reason"] == "abort", body
+        status, body = s.get("/health")
+        assert status == 503 and json.loads(body)["status"] == "error", body
+        status, body = s.post("/v1/completions", {"prompt": "Once", "max_tokens": 4})
+        assert status == 503 and "restart the server" in json.loads(body)["error"]["message"], body
     finally:
         assert s.stop() == 0
