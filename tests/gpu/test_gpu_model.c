@@ -43,17 +43,6 @@ static qbackend *make(qmodel *m, int cuda, int exact, int nb)
     return be;
 }
 
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(b[i])) return INFINITY;
-        num += (a[i] - b[i]) * (double)(a[i] - b[i]);
-        den += (double)a[i] * a[i];
-    }
-    return sqrt(num / den);
-}
-
 static void compare_with_cpu(int exact, double tolerance)
 {
     for (int c = 0; c < N_CASES; c++) {
@@ -73,7 +62,7 @@ static void compare_with_cpu(int exact, double tolerance)
         for (int k = 0; k < 3; k++) {
             float *b = logits_all(gpu, ids, n, V, chunks[k]);
             REQUIRE(a && b);
-            double e = rel_err(a, b, (size_t)n * V);
+            double e = logits_rel_err(a, b, (size_t)n * V);
             fprintf(stderr, "  %-42s %s: relative error %.3g (chunks of %d)\n", cases[c].path, exact ? "f32" : "bf16", e,
                     chunks[k]);
             CHECK(e < tolerance);
@@ -252,7 +241,7 @@ static void test_graphs_and_gemv(void)
         float *la = decode_logits(a, NS, NG, V), *lb = decode_logits(b, NS, NG, V), *lc = decode_logits(c, NS, NG, V);
         REQUIRE(la && lb && lc);
         const size_t n = (size_t)NG * NS * V;
-        double e = rel_err(lc, lb, n);
+        double e = logits_rel_err(lc, lb, n);
         fprintf(stderr,
                 "  %d sequences: graphs vs direct launches: %s; projection kernels vs cuBLAS: relative error %.3g\n",
                 NS, memcmp(la, lb, n * sizeof(float)) ? "DIFFER" : "identical", e);
@@ -271,7 +260,7 @@ static void test_graphs_and_gemv(void)
         REQUIRE(d && g);
         float *ld = decode_logits(d, 11, 20, V), *lg = decode_logits(g, 11, 20, V);
         REQUIRE(ld && lg);
-        double e2 = rel_err(ld, lg, (size_t)20 * 11 * V);
+        double e2 = logits_rel_err(ld, lg, (size_t)20 * 11 * V);
         fprintf(stderr, "  11 sequences (graph of 16, padded) vs direct launches, %s: relative error %.3g\n",
                 exact ? "f32" : "bf16", e2);
         CHECK(e2 < (exact ? 1e-5 : 2e-2));
@@ -523,7 +512,7 @@ static void test_random_1b_matches_cpu(void)
     for (int k = 0; k < 2; k++) {
         float *b = logits_all(gpu, ids, n, V, chunks[k]);
         REQUIRE(a && b);
-        double e = rel_err(a, b, (size_t)n * V);
+        double e = logits_rel_err(a, b, (size_t)n * V);
         fprintf(stderr, "  random Llama-3.2-1B body, bf16 on the GPU vs the CPU: relative error %.3g (chunks of %d)\n", e,
                 chunks[k]);
         CHECK(e < 3e-2);

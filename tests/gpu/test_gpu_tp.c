@@ -54,17 +54,6 @@ static qbackend *make(qmodel *m, int n, int exact, int nb)
     return be;
 }
 
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(b[i]) || isnan(a[i])) return INFINITY;
-        num += (a[i] - b[i]) * (double)(a[i] - b[i]);
-        den += (double)a[i] * a[i];
-    }
-    return sqrt(num / den);
-}
-
 static void random_ids(int32_t *ids, int n, int V, uint64_t x)
 {
     for (int i = 0; i < n; i++) {
@@ -86,7 +75,7 @@ static void logits_match(qmodel *m, const char *name, int exact, double tol)
     for (int k = 0; k < 3; k++) {
         float *b = logits_all(two, ids, n, V, chunks[k]);
         REQUIRE(a && b);
-        const double e = rel_err(a, b, (size_t)n * V);
+        const double e = logits_rel_err(a, b, (size_t)n * V);
         fprintf(stderr, "  %-40s %s, 2 GPUs against 1: logits relative error %.3g (chunks of %d)\n", name,
                 exact ? "f32 " : "bf16", e, chunks[k]);
         CHECK(e < tol);
@@ -259,7 +248,7 @@ static void test_blocks(void)
     float *ka = malloc(3 * bb), *kb = malloc(3 * bb);
     REQUIRE(ka && kb);
     CHECK(qbackend_read_blocks(one, blocks, 3, ka) == 0 && qbackend_read_blocks(two, blocks, 3, kb) == 0);
-    const double e = rel_err(ka, kb, 3 * bb / sizeof(float));
+    const double e = logits_rel_err(ka, kb, 3 * bb / sizeof(float));
     fprintf(stderr, "  K/V of 48 tokens, 2 GPUs against 1 (f32): relative error %.3g\n", e);
     CHECK(e < 1e-5);
     /* Blocks 0-2 to 5, 4 (written) and 7 (written to 3, copied): the same next step. */

@@ -35,6 +35,19 @@ static inline qmodel *load(const char *rel)
     return m;
 }
 
+/* Relative error (L2) of b against a, n floats; infinity where either
+ * holds a NaN (a pass that failed to write its rows). */
+static inline double logits_rel_err(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        num += (a[i] - b[i]) * (double)(a[i] - b[i]);
+        den += (double)a[i] * a[i];
+    }
+    return sqrt(num / den);
+}
+
 /* Logits of every position of one sequence of n tokens from position 0,
  * prefilled in chunks of `chunk`, its blocks in reverse order (the backend
  * needs (n + 15) / 16 blocks of 16): (n, V) floats, poisoned with NaN
