@@ -911,7 +911,17 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
 {
     pss *p = user;
     switch (reason) {
+    case LWS_CALLBACK_CLOSED_HTTP:
+    case LWS_CALLBACK_CLOSED:
+        /* lws drops a connection before its headers are whole (too large,
+         * garbage, TLS, idle) without ever making its state. */
+        sess_closed(wsi);
+        if (!p) return 0;
+        if (p->ws) ws_closed(wsi, p);
+        else drop_request(p), reset(p);
+        return 0;
     case LWS_CALLBACK_HTTP: {
+        if (!p) return -1;
         const char *uri = in;
         reset(p);
         if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
@@ -945,6 +955,7 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         return 0;
     }
     case LWS_CALLBACK_HTTP_BODY:
+        if (!p) return -1;
         if (p->too_big || p->st != ST_NEW) return 0;
         if (p->body_len + len > (size_t)S.o.max_body_kb * 1024) {
             p->too_big = 1;
@@ -961,6 +972,7 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         }
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (!p) return -1;
         if (p->st != ST_NEW) return 0;
         if (p->too_big) {
             char kb[16];
@@ -976,6 +988,7 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         handle_post(wsi, p);
         return 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (!p) return -1;
         if (p->st == ST_WAIT) {
             /* A whole reply: written once the engine has finished. */
             pthread_mutex_lock(&S.mu);
@@ -995,11 +1008,6 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
             p->st = ST_HEADERS;
         }
         return on_writable(wsi, p);
-    case LWS_CALLBACK_CLOSED_HTTP:
-        sess_closed(wsi);
-        drop_request(p);
-        reset(p);
-        return 0;
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
         char uri[64];
         if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/v1/ws")) return 1;
@@ -1010,11 +1018,13 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         return serve_authorized(wsi) >= 0 ? 0 : 1;
     }
     case LWS_CALLBACK_ESTABLISHED:
+        if (!p) return -1;
         memset(p, 0, sizeof *p);
         p->ws = 1;
         p->key = serve_authorized(wsi); /* checked at the upgrade: which key */
         return 0;
     case LWS_CALLBACK_RECEIVE:
+        if (!p) return -1;
         if (!p->msg_too_big && p->msg_len + len > (size_t)S.o.max_body_kb * 1024) p->msg_too_big = 1;
         if (!p->msg_too_big) {
             char *b = realloc(p->msg, p->msg_len + len + 1);
@@ -1035,11 +1045,8 @@ static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user
         }
         return 0;
     case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (!p) return -1;
         return ws_writable(wsi, p);
-    case LWS_CALLBACK_CLOSED:
-        sess_closed(wsi);
-        ws_closed(wsi, p);
-        return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         if (lws_get_protocol(wsi) && strcmp(lws_get_protocol(wsi)->name, "http"))
             return 0; /* sent to each protocol: once is enough */
