@@ -32,6 +32,136 @@ static int code(int rc)
                                                       : QERR_IO;
 }
 
+#define DAMAGED "; move it aside or restore a backup"
+
+/* PRAGMA quick_check over the whole file (every page of every b-tree is
+ * read: linear in the file's size): 0, or QERR_FORMAT with sqlite's first
+ * complaint. */
+static int check_pages(sqlite3 *d, const char *path, char *err, size_t errlen)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(d, "PRAGMA quick_check(10)", -1, &st, NULL);
+    int bad = 0;
+    char first[200] = "";
+    if (rc == SQLITE_OK) {
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *t = (const char *)sqlite3_column_text(st, 0);
+            if (t && !strcmp(t, "ok")) continue;
+            if (bad++) continue;
+            /* One line: without sqlite's "*** in database main ***" head. */
+            static const char head[] = "*** in database main ***\n";
+            if (t && !strncmp(t, head, sizeof head - 1)) t += sizeof head - 1;
+            snprintf(first, sizeof first, "%s", t ? t : "?");
+            for (char *c = first; *c; c++)
+                if (*c == '\n' || *c == '\r') *c = ' ';
+        }
+    }
+    if (rc != SQLITE_DONE && !bad) {
+        const int c = rc & 0xff;
+        if (c != SQLITE_CORRUPT && c != SQLITE_NOTADB) { /* locked, out of memory, an I/O error: no verdict */
+            qerr_set(err, errlen, code(rc), "cannot check the database %s: %s", path, sqlite3_errmsg(d));
+            sqlite3_finalize(st);
+            return code(rc);
+        }
+        snprintf(first, sizeof first, "%s", sqlite3_errmsg(d)); /* a page the check itself cannot read */
+        bad = 1;
+    }
+    sqlite3_finalize(st);
+    if (!bad) return 0;
+    return qerr_set(err, errlen, QERR_FORMAT, "%s: the database is damaged (quick_check: %s%s)" DAMAGED, path, first,
+                    bad > 1 ? ", and more" : "");
+}
+
+/* The column names of table in db, in order, joined by ',' into out
+ * (cap > 0): 0, or -1 when sqlite fails. */
+static int columns(sqlite3 *db, const char *table, char *out, size_t cap)
+{
+    sqlite3_stmt *st = NULL;
+    size_t len = 0;
+    out[0] = 0;
+    if (sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info(?1) ORDER BY cid", -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *c = (const char *)sqlite3_column_text(st, 0);
+        const int w = snprintf(out + len, cap - len, "%s%s", len ? "," : "", c ? c : "");
+        if (w < 0 || (size_t)w >= cap - len) break; /* cut: compared cut, on both sides */
+        len += (size_t)w;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* Checks that d holds what the first `level` migrations make: every table,
+ * index, view and trigger they leave (by type and name), each table with
+ * the same columns in the same order.  The reference is those migrations
+ * run on an empty in-memory database, so the check cannot drift from
+ * migrations/; objects added by hand are let be.  0, QERR_FORMAT (one is
+ * missing or different), or QERR_INTERNAL/QERR_NOMEM (the reference could
+ * not be built). */
+static int check_schema(sqlite3 *d, const char *path, const char *const *sql, int level, char *err, size_t errlen)
+{
+    if (level < 1) return 0;
+    sqlite3 *ref = NULL;
+    char *msg = NULL;
+    int rc = sqlite3_open_v2(":memory:", &ref, SQLITE_OPEN_READWRITE | SQLITE_OPEN_MEMORY, NULL);
+    if (rc != SQLITE_OK) {
+        sqlite3_close(ref);
+        return qerr_set(err, errlen, QERR_NOMEM, "cannot check the database %s: no memory for its reference schema",
+                        path);
+    }
+    for (int i = 0; i < level && rc == SQLITE_OK; i++) rc = sqlite3_exec(ref, sql[i], NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        qerr_set(err, errlen, QERR_INTERNAL, "cannot check the database %s: its migrations fail on an empty one (%s)",
+                 path, msg ? msg : sqlite3_errmsg(ref));
+        sqlite3_free(msg);
+        sqlite3_close(ref);
+        return QERR_INTERNAL;
+    }
+    sqlite3_stmt *want = NULL, *have = NULL;
+    rc = 0;
+    if (sqlite3_prepare_v2(ref, "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
+                                "ORDER BY type DESC, name",
+                           -1, &want, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d, "SELECT 1 FROM main.sqlite_master WHERE type = ?1 AND name = ?2", -1, &have, NULL) !=
+            SQLITE_OK) {
+        rc = qerr_set(err, errlen, code(sqlite3_errcode(want ? d : ref)), "cannot read the schema of %s: %s", path,
+                      sqlite3_errmsg(want ? d : ref));
+    }
+    int step = SQLITE_DONE;
+    while (!rc && (step = sqlite3_step(want)) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(want, 0);
+        const char *name = (const char *)sqlite3_column_text(want, 1);
+        if (!type || !name) continue;
+        sqlite3_reset(have);
+        sqlite3_bind_text(have, 1, type, -1, SQLITE_STATIC);
+        sqlite3_bind_text(have, 2, name, -1, SQLITE_STATIC);
+        const int h = sqlite3_step(have);
+        if (h == SQLITE_DONE) {
+            rc = qerr_set(err, errlen, QERR_FORMAT, "%s: the database is damaged (the %s '%s' is missing)" DAMAGED,
+                          path, type, name);
+        } else if (h != SQLITE_ROW) {
+            rc = qerr_set(err, errlen, code(h), "cannot read the schema of %s: %s", path, sqlite3_errmsg(d));
+        } else if (!strcmp(type, "table")) {
+            char a[512], b[512];
+            if (columns(ref, name, a, sizeof a) || columns(d, name, b, sizeof b))
+                rc = qerr_set(err, errlen, code(sqlite3_errcode(d)), "cannot read the schema of %s: %s", path,
+                              sqlite3_errmsg(d));
+            else if (strcmp(a, b))
+                rc = qerr_set(err, errlen, QERR_FORMAT,
+                              "%s: the database is damaged (the table '%s' has the columns (%s), not (%s))" DAMAGED,
+                              path, name, b, a);
+        }
+    }
+    if (!rc && step != SQLITE_DONE)
+        rc = qerr_set(err, errlen, QERR_INTERNAL, "cannot check the database %s: %s", path, sqlite3_errmsg(ref));
+    sqlite3_finalize(want);
+    sqlite3_finalize(have);
+    sqlite3_close(ref);
+    return rc;
+}
+
 int qstore_open(const char *path, const char *const *sql, int n, sqlite3 **db, char *err, size_t errlen)
 {
     *db = NULL;
@@ -58,6 +188,12 @@ int qstore_open(const char *path, const char *const *sql, int n, sqlite3 **db, c
                  level, n);
         sqlite3_close(d);
         return QERR_UNSUPPORTED;
+    }
+    /* A damaged file, or one whose tables are not what its level's
+     * migrations made, is refused before anything is written to it. */
+    if ((rc = check_pages(d, path, err, errlen)) || (rc = check_schema(d, path, sql, level, err, errlen))) {
+        sqlite3_close(d);
+        return rc;
     }
     if (sqlite3_exec(d, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=67108864;", NULL, NULL,
                      &msg) != SQLITE_OK) {
@@ -213,6 +349,10 @@ int qstore_start(const char *path, const qstore_opts *o, qstore **out, char *err
     if (o) s->o = *o;
     if (!s->o.queue_max) s->o.queue_max = (size_t)256 << 20;
     int rc = qstore_open(path, qstore_migrations, qstore_n_migrations, &s->db, err, errlen);
+    int mended = 0;
+    if (!rc && (rc = qstore_repair_turns(s, path, &mended, err, errlen)) == 0 && mended)
+        QLOGW("store: %d session%s had a turn cut by a stop before its reply; each got an empty reply marked partial",
+              mended, mended == 1 ? "" : "s");
     if (!rc && (rc = qstore_tier_init(s))) qerr_set(err, errlen, rc, "cannot read the database %s: %s", path,
                                                    sqlite3_errmsg(s->db));
     if (rc) {

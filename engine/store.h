@@ -7,7 +7,9 @@
  * applied.  Opening applies the missing ones in order, each in its own
  * transaction (a migration that fails leaves the database at the level
  * before it), and refuses a database of a higher level than the program
- * knows, and a file that is not a database.  The journal is WAL. */
+ * knows, a file that is not a database, and a damaged one: a page that
+ * PRAGMA quick_check finds bad, or a table, index or column that its
+ * level's migrations made missing.  The journal is WAL. */
 #ifndef QUIRE_STORE_H
 #define QUIRE_STORE_H
 
@@ -24,10 +26,12 @@ extern const int qstore_n_migrations;
 /* Opens (creating) the database at path and brings it to the level of the
  * n migrations sql[] (qstore_migrations / qstore_n_migrations for the
  * program's own): 0 with *db open (sqlite3_close it), or a QERR_* code with
- * a message: QERR_IO (cannot open or write), QERR_FORMAT (not a database,
- * or corrupt), QERR_UNSUPPORTED (a newer database than these migrations
- * know), QERR_INTERNAL (a migration failed; the database is left at the
- * level before it). */
+ * a message naming path: QERR_IO (cannot open or write), QERR_FORMAT (not
+ * a database, damaged pages, or tables not what the migrations made: "PATH:
+ * the database is damaged (...); move it aside or restore a backup"),
+ * QERR_UNSUPPORTED (a newer database than these migrations know),
+ * QERR_INTERNAL (a migration failed; the database is left at the level
+ * before it).  Reads the whole file once (quick_check). */
 int qstore_open(const char *path, const char *const *sql, int n, sqlite3 **db, char *err, size_t errlen);
 
 /* The database's level (PRAGMA user_version), or -1 on error. */
@@ -62,8 +66,10 @@ typedef struct {
     size_t queued_bytes;        /* block writes waiting */
 } qstore_stats;
 
-/* Opens path (qstore_open with the program's migrations) and starts the
- * store thread: 0 and *out, or qstore_open's codes with a message. */
+/* Opens path (qstore_open with the program's migrations), gives every turn
+ * cut short by a stop (a session whose last message is not an assistant's)
+ * an empty reply marked partial, and starts the store thread: 0 and *out,
+ * or qstore_open's codes with a message. */
 int qstore_start(const char *path, const qstore_opts *o, qstore **out, char *err, size_t errlen);
 /* Runs every queued job, stops the thread, closes the database.  NULL is a
  * no-op. */

@@ -34,6 +34,13 @@ void qstore_key_del(qstore *s, uint64_t k);
 /* Runs j on the store thread (store_jobs.c): fills j->rc, j->err,
  * j->result. */
 void qstore_run(qstore *s, qstore_job *j);
+/* Gives each session whose last message is not an assistant's - its turn
+ * was stored, then the process stopped before the reply was - an empty
+ * assistant reply marked partial (what a request cancelled before its first
+ * token stores), so that its roles alternate again.  Run at start, before
+ * any turn can be in flight.  One transaction; a second run adds nothing.
+ * 0 with *added the replies added, or a QERR_* code with a message. */
+int qstore_repair_turns(qstore *s, const char *path, int *added, char *err, size_t errlen);
 /* Reads the tier's size and the LRU clock at start (store_jobs.c): 0 or a
  * QERR_* code. */
 int qstore_tier_init(qstore *s);

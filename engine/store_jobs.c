@@ -339,6 +339,33 @@ static void run_reply(qstore *s, qstore_job *j)
     end(s, j);
 }
 
+int qstore_repair_turns(qstore *s, const char *path, int *added, char *err, size_t errlen)
+{
+    *added = 0;
+    /* A session's tail is its highest seq (the primary key's order). */
+    static const char sql[] =
+        "INSERT INTO messages (session_id, seq, role, content, status, created) "
+        "SELECT m.session_id, m.seq + 1, 'assistant', '', 'partial', m.created "
+        "FROM (SELECT session_id, max(seq) AS seq FROM messages GROUP BY session_id) t "
+        "JOIN messages m ON m.session_id = t.session_id AND m.seq = t.seq WHERE m.role <> 'assistant'";
+    int rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    const int n = rc == SQLITE_OK ? sqlite3_changes(s->db) : 0;
+    if (rc == SQLITE_OK) rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        const int c = sqlite3_extended_errcode(s->db) & 0xff;
+        const int code = c == SQLITE_CORRUPT || c == SQLITE_NOTADB ? QERR_FORMAT
+                         : c == SQLITE_NOMEM                       ? QERR_NOMEM
+                                                                   : QERR_IO;
+        qerr_set(err, errlen, code, "cannot mend the turns cut short in the database %s: %s", path,
+                 sqlite3_errmsg(s->db));
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return code;
+    }
+    *added = n;
+    return 0;
+}
+
 /* ---- the persistent tier ---------------------------------------------------------- */
 
 /* The checksum of a block: 64 bits of qhash over its token bytes and K/V. */

@@ -4,7 +4,8 @@
  * blocks (write, look a chain up, another fingerprint never matches, a
  * damaged block is never loaded, LRU eviction under disk_max, the queue's
  * bound, everything still there after a restart, a database of level 1
- * migrated). */
+ * migrated), a turn cut short by a stop mended at the next start (an empty
+ * partial reply), and damaged databases refused by qstore_start. */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -211,13 +212,124 @@ static void test_sessions(void)
     qstore_stop(s);
     CHECK_EQ_INT(count(path("sessions.db"), "SELECT count(*) FROM messages"), 2);
 
-    /* After a restart the rest is there. */
+    /* After a restart the rest is there; b's turn, never answered, has an
+     * empty partial reply. */
     REQUIRE(qstore_start(path("sessions.db"), NULL, &s, err, sizeof err) == 0);
     j = run(s, job(QSTORE_GET, b, "alice"));
     CHECK_EQ_INT(j->rc, 0);
-    CHECK_EQ_INT((int)json_array_size(json_object_get(j->result, "messages")), 1);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(j->result, "messages")), 2);
     qstore_job_free(j);
     qstore_stop(s);
+}
+
+/* ---- turns cut short, damaged databases ------------------------------------------------ */
+
+/* "role/status/content" of each message of session id, joined by " | ". */
+static void roles(qstore *s, const char *id, char *out, size_t cap)
+{
+    qstore_job *j = run(s, job(QSTORE_GET, id, ""));
+    size_t len = 0, i;
+    json_t *m;
+    out[0] = 0;
+    json_array_foreach(json_object_get(j->result, "messages"), i, m) {
+        const int w = snprintf(out + len, cap - len, "%s%s/%s/%s", i ? " | " : "",
+                               json_string_value(json_object_get(m, "role")),
+                               json_string_value(json_object_get(m, "status")),
+                               json_string_value(json_object_get(m, "content")));
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+    if (j->rc) snprintf(out, cap, "error %d", j->rc);
+    qstore_job_free(j);
+}
+
+/* Runs sql on the database at db_path (no store open): 0 or sqlite's code. */
+static int exec_on(const char *db_path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open(db_path, &db);
+    if (rc == SQLITE_OK) rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    sqlite3_close(db);
+    return rc;
+}
+
+/* Stores a turn of session id with no reply, then adds a trigger that
+ * refuses partial replies: 0 or an error. */
+static int turn_cut_then_block(const char *db_path, const char *id)
+{
+    char err[256], file[256];
+    snprintf(file, sizeof file, "%s", db_path);
+    qstore *s = NULL;
+    if (qstore_start(file, NULL, &s, err, sizeof err)) return -1;
+    const int rc = turn(s, id, "", "q4", NULL, NULL);
+    qstore_stop(s);
+    return rc ? rc
+              : exec_on(file, "CREATE TRIGGER no_partial BEFORE INSERT ON messages WHEN NEW.status = 'partial' "
+                              "BEGIN SELECT RAISE(ABORT, 'no replies today'); END;");
+}
+
+/* A turn stored, then the process gone before its reply (kill -9): at the
+ * next start the session gets an empty reply marked partial, as a request
+ * cancelled before its first token, so its roles alternate; a second start
+ * adds nothing; answered sessions are untouched. */
+static void test_cut_turn_repaired(void)
+{
+    char err[256], a[QSTORE_ID_MAX], b[QSTORE_ID_MAX], c[QSTORE_ID_MAX], d[QSTORE_ID_MAX], got[512];
+    qstore *s = NULL;
+    REQUIRE(qstore_start(path("cut.db"), NULL, &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(turn(s, NULL, "", "q1", a, NULL), 0);
+    CHECK_EQ_INT(reply(s, a, "a1", 0), 0);
+    CHECK_EQ_INT(turn(s, a, "", "q2", NULL, NULL), 0); /* cut */
+    CHECK_EQ_INT(turn(s, NULL, "", "only", b, NULL), 0); /* cut on its first turn */
+    CHECK_EQ_INT(turn(s, NULL, "", "fine", c, NULL), 0);
+    CHECK_EQ_INT(reply(s, c, "answered", 0), 0);
+    /* A turn of a tool's result, cut: its reply is missing just the same. */
+    qstore_job *j = job(QSTORE_TURN, NULL, "");
+    j->msgs = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "user", "content", "weather?", "role", "tool", "content",
+                        "sunny");
+    run(s, j);
+    CHECK_EQ_INT(j->rc, 0);
+    snprintf(d, sizeof d, "%s", j->id);
+    qstore_job_free(j);
+    qstore_stop(s); /* as good as a kill -9 here: every job committed */
+    CHECK_EQ_INT(count(path("cut.db"), "SELECT count(*) FROM messages"), 8);
+
+    for (int pass = 0; pass < 2; pass++) {
+        REQUIRE(qstore_start(path("cut.db"), NULL, &s, err, sizeof err) == 0);
+        roles(s, a, got, sizeof got);
+        CHECK(!strcmp(got, "user/done/q1 | assistant/done/a1 | user/done/q2 | assistant/partial/"));
+        roles(s, b, got, sizeof got);
+        CHECK(!strcmp(got, "user/done/only | assistant/partial/"));
+        roles(s, c, got, sizeof got);
+        CHECK(!strcmp(got, "user/done/fine | assistant/done/answered"));
+        roles(s, d, got, sizeof got);
+        CHECK(!strcmp(got, "user/done/weather? | tool/done/sunny | assistant/partial/"));
+        qstore_stats st;
+        qstore_stats_get(s, &st);
+        CHECK_EQ_INT((int)st.messages_written, 0);
+        qstore_stop(s);
+        CHECK_EQ_INT(count(path("cut.db"), "SELECT count(*) FROM messages"), 11); /* 3 added, once */
+    }
+    /* The conversation goes on after the mended reply. */
+    REQUIRE(qstore_start(path("cut.db"), NULL, &s, err, sizeof err) == 0);
+    CHECK_EQ_INT(turn(s, a, "", "q3", NULL, NULL), 0);
+    CHECK_EQ_INT(reply(s, a, "a3", 0), 0);
+    roles(s, a, got, sizeof got);
+    CHECK(!strcmp(got, "user/done/q1 | assistant/done/a1 | user/done/q2 | assistant/partial/ | user/done/q3 | "
+                       "assistant/done/a3"));
+    qstore_stop(s);
+
+    /* A mend that fails (here a trigger added by hand refuses it) stops the
+     * start with a message, and leaves the database as it was. */
+    CHECK_EQ_INT(turn_cut_then_block(path("cut.db"), a), 0);
+    s = NULL;
+    err[0] = 0;
+    CHECK(qstore_start(path("cut.db"), NULL, &s, err, sizeof err) < 0);
+    CHECK(s == NULL);
+    CHECK_STR_CONTAINS(err, "cannot mend the turns cut short in the database");
+    CHECK_STR_CONTAINS(err, "no replies today");
+    CHECK_EQ_INT(count(path("cut.db"), "SELECT count(*) FROM messages"), 14);
+    CHECK_EQ_INT(count(path("cut.db"), "SELECT count(*) FROM messages WHERE status = 'partial'"), 3);
 }
 
 /* ---- the persistent tier ------------------------------------------------------------- */
@@ -418,6 +530,75 @@ static void test_level1_upgrade(void)
     CHECK_EQ_INT(count(path("old.db"), "SELECT count(*) FROM block_data"), 0);
 }
 
+/* The program's database: a page of the messages table overwritten with
+ * garbage after many turns, the messages table dropped, or an index of it
+ * gone: qstore_start refuses each with a message naming the file; a
+ * healthy one starts. */
+static void test_damaged_refused(void)
+{
+    char err[256], file[256];
+    snprintf(file, sizeof file, "%s", path("damaged.db"));
+    qstore *s = NULL;
+    REQUIRE(qstore_start(file, NULL, &s, err, sizeof err) == 0);
+    char long_text[300];
+    memset(long_text, 'w', sizeof long_text - 1);
+    long_text[sizeof long_text - 1] = 0;
+    for (int k = 0; k < 8; k++) {
+        char id[QSTORE_ID_MAX] = "";
+        for (int i = 0; i < 12; i++) {
+            CHECK_EQ_INT(turn(s, id[0] ? id : NULL, "", long_text, id, NULL), 0);
+            CHECK_EQ_INT(reply(s, id, long_text, 0), 0);
+        }
+    }
+    qstore_stop(s);
+    /* Healthy: it starts (twice), and nothing is mended. */
+    for (int i = 0; i < 2; i++) {
+        REQUIRE(qstore_start(file, NULL, &s, err, sizeof err) == 0);
+        qstore_stop(s);
+    }
+    CHECK_EQ_INT(count(file, "SELECT count(*) FROM messages"), 8 * 24);
+    const int psz = count(file, "PRAGMA page_size"), pages = count(file, "PRAGMA page_count");
+    int pg = count(file, "SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' ORDER BY pageno LIMIT "
+                         "1 OFFSET (SELECT count(*) FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf') / 2");
+    if (pg < 1) pg = count(file, "SELECT rootpage FROM sqlite_master WHERE name = 'messages'"); /* no dbstat */
+    REQUIRE(pages > 10 && pg > 1 && pg < pages);
+    FILE *f = fopen(file, "r+b");
+    REQUIRE(f);
+    REQUIRE(fseek(f, (long)(pg - 1) * psz, SEEK_SET) == 0);
+    for (int i = 0; i < psz; i++) fputc((i * 151 + 7) & 0xff, f);
+    fclose(f);
+    err[0] = 0;
+    CHECK_EQ_INT(qstore_start(file, NULL, &s, err, sizeof err), QERR_FORMAT);
+    CHECK(s == NULL);
+    CHECK_STR_CONTAINS(err, file);
+    CHECK_STR_CONTAINS(err, ": the database is damaged (quick_check: ");
+    CHECK_STR_CONTAINS(err, "move it aside or restore a backup");
+    CHECK(!strchr(err, '\n'));
+
+    /* The messages table dropped (sessions kept): refused. */
+    snprintf(file, sizeof file, "%s", path("dropped.db"));
+    REQUIRE(qstore_start(file, NULL, &s, err, sizeof err) == 0);
+    char id[QSTORE_ID_MAX];
+    CHECK_EQ_INT(turn(s, NULL, "", "hello", id, NULL), 0);
+    CHECK_EQ_INT(reply(s, id, "hi", 0), 0);
+    qstore_stop(s);
+    REQUIRE(exec_on(file, "DROP TABLE messages;") == SQLITE_OK);
+    err[0] = 0;
+    CHECK_EQ_INT(qstore_start(file, NULL, &s, err, sizeof err), QERR_FORMAT);
+    CHECK(s == NULL);
+    CHECK_STR_CONTAINS(err, file);
+    CHECK_STR_CONTAINS(err, ": the database is damaged (the table 'messages' is missing); move it aside");
+    CHECK_EQ_INT(count(file, "SELECT count(*) FROM sessions"), 1); /* left as it was */
+
+    /* An index the migrations made, dropped: refused too. */
+    snprintf(file, sizeof file, "%s", path("noindex.db"));
+    REQUIRE(qstore_start(file, NULL, &s, err, sizeof err) == 0);
+    qstore_stop(s);
+    REQUIRE(exec_on(file, "DROP INDEX sessions_owner;") == SQLITE_OK);
+    CHECK_EQ_INT(qstore_start(file, NULL, &s, err, sizeof err), QERR_FORMAT);
+    CHECK_STR_CONTAINS(err, "the index 'sessions_owner' is missing");
+}
+
 int main(void)
 {
     if (!mkdtemp(g_dir)) {
@@ -428,6 +609,8 @@ int main(void)
     QT_RUN(test_blocks);
     QT_RUN(test_disk_bound);
     QT_RUN(test_level1_upgrade);
+    QT_RUN(test_cut_turn_repaired);
+    QT_RUN(test_damaged_refused);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
