@@ -59,6 +59,10 @@ static const qopt serve_table[] = {
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
     { NULL, "--max-body", "KB", OPT_INT, F_(max_body_kb), "largest request body (default 1024 KiB)" },
     { NULL, "--max-requests", "N", OPT_INT, F_(max_requests), "requests in flight at most; more get 429 (default 256)" },
+    { NULL, "--max-header", "KB", OPT_INT, F_(max_header_kb), "largest request line and headers; more get 431 (default 16 KiB; targets past 8 KiB get 414)" },
+    { NULL, "--max-connections", "N", OPT_INT, F_(max_connections), "connections open at once; more are closed at once (default 1024)" },
+    { NULL, "--idle-timeout", "S", OPT_FLOAT, F_(idle_timeout), "seconds a kept-alive connection may wait for its next request (default 10)" },
+    { NULL, "--request-timeout", "S", OPT_FLOAT, F_(request_timeout), "seconds a request may take to arrive whole, else 408 (default 30)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
     { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use (default 0.9)" },
     { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs, devices 0..N-1 (on the CPU: N groups of threads) (default 1)" },
@@ -87,22 +91,6 @@ static void on_signal(int sig)
 }
 
 /* ---- output built under S.mu --------------------------------------------------- */
-
-/* The first frame (up to a '\n', or all) of a buffer of frames, moved into
- * a new buffer with LWS_PRE bytes before it for lws_write; its length in
- * *n.  NULL when out of memory (the buffer unchanged). */
-static unsigned char *take_frame(char *b, size_t *len, size_t *n)
-{
-    const char *nl = memchr(b, '\n', *len);
-    *n = nl ? (size_t)(nl - b) : *len;
-    unsigned char *f = malloc(LWS_PRE + *n + 1);
-    if (!f) return NULL;
-    memcpy(f + LWS_PRE, b, *n);
-    const size_t rest = *len - *n - (nl ? 1 : 0);
-    memmove(b, b + *len - rest, rest);
-    *len = rest;
-    return f;
-}
 
 static void out_put(sreq *r, const char *s, size_t n)
 {
@@ -298,7 +286,7 @@ static void dispatch(qevent *ev)
 }
 
 /* 1 once the engine runs; else a 503 for the connection ("loading"). */
-static int ready(void)
+int serve_ready(void)
 {
     pthread_mutex_lock(&S.mu);
     const int r = S.ready;
@@ -307,7 +295,7 @@ static int ready(void)
 }
 
 /* The backend stopped for good (qengine_broken). */
-static int broken(void)
+int serve_broken(void)
 {
     pthread_mutex_lock(&S.mu);
     const int b = S.broken;
@@ -405,193 +393,14 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
-/* ---- HTTP ------------------------------------------------------------------------ */
-
-/* A whole reply for the connection: status, type, body (taken). */
-void serve_reply(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len)
-{
-    free(p->resp);
-    p->status = status, p->ctype = ctype, p->resp = body, p->resp_len = len, p->resp_off = 0;
-    p->st = ST_HEADERS;
-    if (p->endpoint) qmetrics_request(S.metrics, p->endpoint, status);
-    lws_callback_on_writable(wsi);
-}
-
-void serve_reply_json(struct lws *wsi, pss *p, int status, json_t *j)
-{
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        s = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
-        status = 500;
-    }
-    serve_reply(wsi, p, status, "application/json", s, s ? strlen(s) : 0);
-}
-
-void serve_reply_error(struct lws *wsi, pss *p, const qoai_error *e) { serve_reply_json(wsi, p, e->status, qoai_error_json(e)); }
-
-void serve_fail(struct lws *wsi, pss *p, int status, const char *type, const char *fmt, const char *arg)
-{
-    qoai_error e;
-    qoai_fail(&e, status, type, NULL, fmt, arg);
-    serve_reply_error(wsi, p, &e);
-}
-
-/* The key a browser's WebSocket offers among its subprotocols (it cannot
- * send an Authorization header): "quire.key.<the key's bytes in hex>",
- * beside "quire.v1", the protocol the server answers with.  The decoded
- * key to out: its length, or -1. */
-static int ws_protocol_key(struct lws *wsi, char *out, size_t cap)
-{
-    char h[1024];
-    if (lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_PROTOCOL) <= 0) return -1;
-    char *save = NULL;
-    for (char *tok = strtok_r(h, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        if (strncmp(tok, "quire.key.", 10)) continue;
-        const char *x = tok + 10;
-        const size_t n = strlen(x);
-        if (n % 2 || n / 2 >= cap) return -1;
-        for (size_t i = 0; i < n / 2; i++) {
-            int v = 0;
-            for (int j = 0; j < 2; j++) {
-                const char c = x[2 * i + j];
-                const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-                if (d < 0) return -1;
-                v = v * 16 + d;
-            }
-            out[i] = (char)v;
-        }
-        out[n / 2] = 0;
-        return (int)(n / 2);
-    }
-    return -1;
-}
-
-/* Whether the WebSocket upgrade may go on as far as its origin goes.  A
- * browser sends Origin with every WebSocket: a page of another site (not
- * this server's Host, nor --allow-origin) is refused, so that a site the
- * user visits cannot drive a server on their machine (cross-site WebSocket
- * hijacking).  Clients that are not browsers send no Origin. */
-static int origin_allowed(struct lws *wsi)
-{
-    char origin[512], host[256];
-    if (lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) <= 0) return 1;
-    if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) <= 0) return 0;
-    const char *allow = S.o.allow_origin;
-    if (allow && (!strcmp(allow, "*") || !strcasecmp(allow, origin))) return 1;
-    if (lws_hdr_copy(wsi, host, sizeof host, WSI_TOKEN_HOST) <= 0) return 0;
-    const char *o = strstr(origin, "://");
-    return o && !strcasecmp(o + 3, host);
-}
-
-int serve_authorized(struct lws *wsi)
-{
-    if (!S.n_keys) return 0;
-    char h[1024];
-    const char *key = NULL;
-    int n = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION);
-    if (n >= 7 && !strncasecmp(h, "Bearer ", 7)) key = h + 7, n -= 7;
-    else if ((n = ws_protocol_key(wsi, h, sizeof h)) >= 0) key = h;
-    if (!key) return -1;
-    int found = -1;
-    for (int k = 0; k < S.n_keys; k++) {
-        const size_t kl = strlen(S.keys[k]);
-        if ((size_t)n != kl) continue;
-        unsigned char d = 0; /* constant time over the key's length */
-        for (size_t i = 0; i < kl; i++) d |= (unsigned char)(key[i] ^ S.keys[k][i]);
-        if (d == 0) found = k;
-    }
-    return found;
-}
-
-/* A file of the web folder for uri ("/" is index.html): 1 when answered.
- * Only regular files whose real path lies inside the folder are served,
- * up to 16 MiB. */
-static int static_file(struct lws *wsi, pss *p, const char *uri)
-{
-    static const struct {
-        const char *ext, *type;
-    } types[] = { { ".html", "text/html; charset=utf-8" }, { ".js", "text/javascript; charset=utf-8" },
-                  { ".css", "text/css; charset=utf-8" },   { ".json", "application/json" },
-                  { ".svg", "image/svg+xml" },             { ".png", "image/png" },
-                  { ".ico", "image/x-icon" },              { ".txt", "text/plain; charset=utf-8" } };
-    if (!S.web_root || uri[0] != '/' || strstr(uri, "..") || strchr(uri, '\\')) return 0;
-    char path[4096], real[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s%s", S.web_root, strcmp(uri, "/") ? uri : "/index.html") >= (int)sizeof path)
-        return 0;
-    const size_t rl = strlen(S.web_root);
-    struct stat st;
-    if (!realpath(path, real) || strncmp(real, S.web_root, rl) || real[rl] != '/' || stat(real, &st) ||
-        !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
-        return 0;
-    FILE *f = fopen(real, "rb");
-    char *buf = f ? malloc((size_t)st.st_size + 1) : NULL;
-    const size_t n = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    if (f) fclose(f);
-    if (!buf || n != (size_t)st.st_size) {
-        free(buf);
-        return 0;
-    }
-    const char *type = "application/octet-stream";
-    const size_t pl = strlen(real);
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        const size_t el = strlen(types[i].ext);
-        if (pl > el && !strcmp(real + pl - el, types[i].ext)) type = types[i].type;
-    }
-    p->endpoint = "static";
-    serve_reply(wsi, p, 200, type, buf, n);
-    return 1;
-}
-
-static void handle_get(struct lws *wsi, pss *p, const char *uri)
-{
-    if (sess_http(wsi, p, "GET", uri, NULL, 0)) return;
-    if (!strcmp(uri, "/health")) {
-        p->endpoint = "health";
-        const int up = ready(), down = broken();
-        if (down)
-            serve_reply_json(wsi, p, 503,
-                             json_pack("{s:s, s:s}", "status", "error", "message",
-                                       "the backend can run no more passes (a GPU failed): restart the server"));
-        else serve_reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
-    } else if (!strcmp(uri, "/v1/models")) {
-        p->endpoint = "models";
-        if (serve_authorized(wsi) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
-        if (!ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
-        /* speculative: how this server drafts (none, ngram, draft), for clients
-         * that offer the per-request opt-out. */
-        const char *spec = qspec_mode_name(S.eo.spec_mode);
-        serve_reply_json(wsi, p, 200,
-                   json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:s}]}", "object", "list", "data", "id", S.name,
-                             "object", "model", "created", (json_int_t)time(NULL), "owned_by", "quire",
-                             "max_model_len", S.model->hp.max_ctx, "speculative", spec));
-    } else if (!strcmp(uri, "/metrics")) {
-        p->endpoint = "metrics";
-        char *s = NULL;
-        size_t len = 0;
-        pthread_mutex_lock(&S.mu);
-        const qengine_stats st = S.stats;
-        const int have = S.have_stats;
-        pthread_mutex_unlock(&S.mu);
-        qstore_stats sst;
-        if (S.store) qstore_stats_get(S.store, &sst);
-        if (qmetrics_render(S.metrics, have ? &st : NULL, S.store ? &sst : NULL, 0, &s, &len))
-            return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
-        serve_reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
-    } else if (!static_file(wsi, p, uri)) {
-        p->endpoint = "other";
-        serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: GET %s", uri);
-    }
-}
-
-/* Parses body as a request of kind and gives it to the engine for wsi
+/* ---- HTTP ------------------------------------------------------------------------ *//* Parses body as a request of kind and gives it to the engine for wsi
  * (ws: a WebSocket request with client id cid): the new request, or NULL
  * with *e filled.  first, when not NULL, is the request's first frame. */
 sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                    const char *session, qoai_error *e)
 {
-    if (!ready()) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
-    if (broken())
+    if (!serve_ready()) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
+    if (serve_broken())
         return qoai_fail(e, 503, "server_error", NULL,
                          "the backend can run no more passes (a GPU failed); restart the server"),
                NULL;
@@ -649,425 +458,10 @@ sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind
     return r;
 }
 
-/* A complete POST body: parse it, give it to the engine. */
-static void handle_post(struct lws *wsi, pss *p)
-{
-    qoai_error e;
-    sreq *r = serve_submit(wsi, p->body ? p->body : "", p->body_len, (qoai_kind)p->kind, NULL, 0, NULL, &e);
-    if (!r) return serve_reply_error(wsi, p, &e);
-    p->r = r;
-    p->stream = r->req.stream;
-    p->status = 200;
-    qmetrics_request(S.metrics, p->endpoint, 200);
-    lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
-    if (p->stream) {
-        p->st = ST_HEADERS;
-        lws_callback_on_writable(wsi);
-    } else {
-        p->st = ST_WAIT; /* the reply is written once the engine has finished */
-    }
-}
-
-/* Detaches the connection's request: cancelled if the engine still runs it. */
-static void drop_request(pss *p)
-{
-    if (!p->r) return;
-    pthread_mutex_lock(&S.mu);
-    sreq *r = p->r;
-    r->wsi = NULL;
-    if (!r->finished) {
-        qengine_cancel(S.eng, r->id);
-    } else {
-        serve_sreq_unlink(r);
-        serve_sreq_free(r);
-    }
-    pthread_mutex_unlock(&S.mu);
-    p->r = NULL;
-}
-
-static void reset(pss *p)
-{
-    free(p->body);
-    free(p->resp);
-    memset(p, 0, sizeof *p);
-}
-
-static int write_headers(struct lws *wsi, pss *p, lws_filepos_t len)
-{
-    unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *q = start, *end = buf + sizeof buf - 1;
-    if (lws_add_http_common_headers(wsi, (unsigned)p->status, p->ctype, len, &q, end)) return -1;
-    if (p->st == ST_STREAM &&
-        lws_add_http_header_by_name(wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-cache",
-                                    8, &q, end))
-        return -1;
-    return lws_finalize_write_http_header(wsi, start, &q, end) ? -1 : 0;
-}
-
-/* Writes up to 16 KiB of data; 1 when all of it is out. */
-static int write_some(struct lws *wsi, const char *data, size_t len, size_t *off, int final)
-{
-    unsigned char buf[LWS_PRE + 16384];
-    const size_t n = len - *off < 16384 ? len - *off : 16384;
-    memcpy(buf + LWS_PRE, data + *off, n);
-    const int last = *off + n == len;
-    if (lws_write(wsi, buf + LWS_PRE, n, last && final ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n) return -1;
-    *off += n;
-    return last;
-}
-
-static int on_writable(struct lws *wsi, pss *p)
-{
-    if (p->st == ST_CLOSING) return -1;
-    if (p->r && p->st == ST_HEADERS && p->stream) {
-        p->st = ST_STREAM;
-        p->ctype = "text/event-stream";
-        if (write_headers(wsi, p, LWS_ILLEGAL_HTTP_CONTENT_LEN)) return -1;
-        lws_callback_on_writable(wsi);
-        return 0;
-    }
-    if (p->st == ST_STREAM) {
-        /* Take what the engine produced, write it, and close after the end. */
-        pthread_mutex_lock(&S.mu);
-        sreq *r = p->r;
-        char *data = r->out;
-        size_t len = r->out_len;
-        const int done = r->finished, failed = r->failed;
-        r->out = NULL, r->out_len = r->out_cap = 0;
-        pthread_mutex_unlock(&S.mu);
-        if (failed) {
-            free(data);
-            return -1;
-        }
-        size_t off = 0;
-        while (off < len) /* the chunks of one wake-up, in pieces */
-            if (write_some(wsi, data, len, &off, 0) < 0) {
-                free(data);
-                return -1;
-            }
-        free(data);
-        if (done) {
-            p->st = ST_CLOSING;
-            lws_callback_on_writable(wsi);
-        }
-        return 0;
-    }
-    if (p->st == ST_HEADERS) {
-        if (write_headers(wsi, p, p->resp_len)) return -1;
-        p->st = ST_BODY;
-        lws_callback_on_writable(wsi);
-        return 0;
-    }
-    if (p->st == ST_BODY) {
-        const int all = write_some(wsi, p->resp, p->resp_len, &p->resp_off, 1);
-        if (all < 0) return -1;
-        if (!all) {
-            lws_callback_on_writable(wsi);
-            return 0;
-        }
-        drop_request(p);
-        reset(p);
-        return lws_http_transaction_completed(wsi) ? -1 : 0;
-    }
-    return 0;
-}
-
-/* ---- WebSocket: /v1/ws --------------------------------------------------------- */
-
-/* A frame of the connection's own: {"type": "error", "id", "error"}. */
-void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *e)
-{
-    json_t *j = qoai_error_json(e);
-    json_t *f = j ? json_pack("{s:s, s:s?, s:O}", "type", "error", "id", cid, "error", json_object_get(j, "error")) : NULL;
-    json_decref(j);
-    char *s = f ? json_dumps(f, JSON_COMPACT) : NULL;
-    json_decref(f);
-    if (!s) return;
-    if (!q_append(&p->wsout, &p->wsout_len, &p->wsout_cap, s, strlen(s)) &&
-        !q_append(&p->wsout, &p->wsout_len, &p->wsout_cap, "\n", 1))
-        lws_callback_on_writable(wsi);
-    free(s);
-}
-
-/* A whole client message: chat (a request) or cancel. */
-static void ws_message(struct lws *wsi, pss *p)
-{
-    qoai_error e;
-    json_t *m = json_loadb(p->msg ? p->msg : "", p->msg_len, 0, NULL);
-    json_t *ty = json_object_get(m, "type"), *id = json_object_get(m, "id");
-    const char *cid = json_is_string(id) ? json_string_value(id) : NULL;
-    if (!json_is_object(m) || !json_is_string(ty) || !cid || !cid[0] || strlen(cid) > 63) {
-        qoai_fail(&e, 400, "invalid_request_error", NULL,
-                  "a message is a JSON object with \"type\" (chat or cancel) and \"id\" (1-63 characters)");
-        serve_ws_error(wsi, p, cid && strlen(cid) <= 63 ? cid : NULL, &e);
-        json_decref(m);
-        return;
-    }
-    const char *t = json_string_value(ty);
-    pthread_mutex_lock(&S.mu);
-    sreq *same = S.reqs;
-    while (same && !(same->wsi == wsi && !strcmp(same->cid, cid) && !same->finished)) same = same->next;
-    if (same && !strcmp(t, "cancel")) qengine_cancel(S.eng, same->id);
-    pthread_mutex_unlock(&S.mu);
-    if (!strcmp(t, "cancel")) {
-        if (!same) {
-            qoai_fail(&e, 404, "invalid_request_error", "id", "no request '%s' runs on this connection", cid);
-            serve_ws_error(wsi, p, cid, &e);
-        }
-    } else if (!strcmp(t, "chat")) {
-        json_t *ti = json_object_get(m, "token_ids");
-        if (same) {
-            qoai_fail(&e, 400, "invalid_request_error", "id", "a request '%s' already runs on this connection", cid);
-            serve_ws_error(wsi, p, cid, &e);
-        } else if (json_object_get(m, "session") || json_object_get(m, "new_session")) {
-            sess_ws_chat(wsi, p, m, cid);
-        } else if (!serve_submit(wsi, p->msg, p->msg_len, json_object_get(m, "messages") ? QOAI_CHAT : QOAI_COMPLETION, cid,
-                           json_is_true(ti), NULL, &e)) {
-            serve_ws_error(wsi, p, cid, &e);
-        } else {
-            qmetrics_request(S.metrics, "ws", 200);
-            lws_callback_on_writable(wsi);
-        }
-    } else {
-        qoai_fail(&e, 400, "invalid_request_error", "type", "unknown message type '%s' (chat or cancel)", t);
-        serve_ws_error(wsi, p, cid, &e);
-    }
-    json_decref(m);
-}
-
-/* One frame a writable callback: the connection's own first, then the
- * request with output that has had the fewest frames written (so that
- * requests on one socket interleave).  A finished request goes once its
- * frames are out. */
-static int ws_writable(struct lws *wsi, pss *p)
-{
-    unsigned char *buf = NULL;
-    size_t n = 0;
-    if (p->wsout_len && !(buf = take_frame(p->wsout, &p->wsout_len, &n))) return -1;
-    int more = p->wsout_len > 0;
-    pthread_mutex_lock(&S.mu);
-    sreq *pick = NULL;
-    int failed = 0;
-    for (sreq *r = S.reqs; r; r = r->next) failed |= r->wsi == wsi && r->failed;
-    if (failed) { /* a request's output was lost (a reader too slow, or memory): the socket closes */
-        pthread_mutex_unlock(&S.mu);
-        free(buf);
-        return -1;
-    }
-    for (sreq *r = S.reqs; !buf && r; r = r->next)
-        if (r->wsi == wsi && r->out_len && (!pick || r->frames < pick->frames)) pick = r;
-    for (sreq **pp = &S.reqs; *pp;) {
-        sreq *r = *pp;
-        if (r->wsi != wsi) {
-            pp = &r->next;
-            continue;
-        }
-        if (r == pick) {
-            r->frames++;
-            buf = take_frame(r->out, &r->out_len, &n);
-        }
-        if (r->out_len) more = 1;
-        if (r->finished && !r->out_len) {
-            *pp = r->next;
-            serve_sreq_free(r);
-        } else {
-            pp = &r->next;
-        }
-    }
-    pthread_mutex_unlock(&S.mu);
-    int rc = 0;
-    if (buf && lws_write(wsi, buf + LWS_PRE, n, LWS_WRITE_TEXT) < (int)n) rc = -1;
-    free(buf);
-    if (!rc && more) lws_callback_on_writable(wsi);
-    return rc;
-}
-
-/* The connection closed: its running requests are cancelled, the finished
- * ones freed. */
-static void ws_closed(struct lws *wsi, pss *p)
-{
-    pthread_mutex_lock(&S.mu);
-    for (sreq **pp = &S.reqs; *pp;) {
-        sreq *r = *pp;
-        if (r->wsi != wsi) {
-            pp = &r->next;
-            continue;
-        }
-        r->wsi = NULL;
-        if (!r->finished) {
-            qengine_cancel(S.eng, r->id);
-            pp = &r->next;
-        } else {
-            *pp = r->next;
-            serve_sreq_free(r);
-        }
-    }
-    pthread_mutex_unlock(&S.mu);
-    free(p->msg);
-    free(p->wsout);
-    memset(p, 0, sizeof *p);
-}
-
-static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
-{
-    pss *p = user;
-    switch (reason) {
-    case LWS_CALLBACK_CLOSED_HTTP:
-    case LWS_CALLBACK_CLOSED:
-        /* lws drops a connection before its headers are whole (too large,
-         * garbage, TLS, idle) without ever making its state. */
-        sess_closed(wsi);
-        if (!p) return 0;
-        if (p->ws) ws_closed(wsi, p);
-        else drop_request(p), reset(p);
-        return 0;
-    case LWS_CALLBACK_HTTP: {
-        if (!p) return -1;
-        const char *uri = in;
-        reset(p);
-        if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
-            p->is_post = 1;
-            if (!strcmp(uri, "/v1/chat/completions")) p->kind = QOAI_CHAT, p->endpoint = "chat";
-            else if (!strcmp(uri, "/v1/completions")) p->kind = QOAI_COMPLETION, p->endpoint = "completions";
-            else return serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: POST %s", uri), 0;
-            if (serve_authorized(wsi) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 0;
-            char cl[32];
-            if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
-                strtoull(cl, NULL, 10) > (unsigned long long)S.o.max_body_kb * 1024)
-                p->too_big = 1;
-            p->st = ST_NEW;
-            return 0; /* the body follows */
-        }
-        if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI) > 0) return handle_get(wsi, p, uri), 0;
-        if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI) > 0) {
-            if (!sess_http(wsi, p, "DELETE", uri, NULL, 0))
-                serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: DELETE %s", uri);
-            return 0;
-        }
-        if (lws_hdr_total_length(wsi, WSI_TOKEN_PATCH_URI) > 0) {
-            /* The body follows; answered at its end. */
-            p->method = 'A';
-            snprintf(p->uri, sizeof p->uri, "%s", uri);
-            p->st = ST_NEW;
-            return 0;
-        }
-        p->endpoint = "other";
-        serve_fail(wsi, p, 405, "invalid_request_error", "%s", "only GET, POST, PATCH and DELETE are served");
-        return 0;
-    }
-    case LWS_CALLBACK_HTTP_BODY:
-        if (!p) return -1;
-        if (p->too_big || p->st != ST_NEW) return 0;
-        if (p->body_len + len > (size_t)S.o.max_body_kb * 1024) {
-            p->too_big = 1;
-            return 0;
-        } else {
-            char *b = realloc(p->body, p->body_len + len + 1);
-            if (!b) {
-                p->too_big = 1;
-                return 0;
-            }
-            memcpy(b + p->body_len, in, len);
-            p->body = b;
-            p->body_len += len;
-        }
-        return 0;
-    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (!p) return -1;
-        if (p->st != ST_NEW) return 0;
-        if (p->too_big) {
-            char kb[16];
-            snprintf(kb, sizeof kb, "%d", S.o.max_body_kb);
-            serve_fail(wsi, p, 413, "invalid_request_error", "the body is larger than this server takes (%s KiB)", kb);
-            return 0;
-        }
-        if (p->method == 'A') {
-            if (!sess_http(wsi, p, "PATCH", p->uri, p->body ? p->body : "", p->body_len))
-                serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: PATCH %s", p->uri);
-            return 0;
-        }
-        handle_post(wsi, p);
-        return 0;
-    case LWS_CALLBACK_HTTP_WRITEABLE:
-        if (!p) return -1;
-        if (p->st == ST_WAIT) {
-            /* A whole reply: written once the engine has finished. */
-            pthread_mutex_lock(&S.mu);
-            sreq *r = p->r;
-            const int done = r && r->finished, failed = r && r->failed;
-            char *data = done ? r->out : NULL;
-            const size_t dl = done ? r->out_len : 0;
-            if (done) r->out = NULL, r->out_len = r->out_cap = 0;
-            pthread_mutex_unlock(&S.mu);
-            if (!done) return 0;
-            if (failed || !data) {
-                free(data);
-                serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
-                return 0;
-            }
-            p->status = 200, p->ctype = "application/json", p->resp = data, p->resp_len = dl, p->resp_off = 0;
-            p->st = ST_HEADERS;
-        }
-        return on_writable(wsi, p);
-    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
-        char uri[64];
-        if (lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/v1/ws")) return 1;
-        if (!origin_allowed(wsi)) {
-            QLOGW("serve: a WebSocket from another site's page refused (see --allow-origin)");
-            return 1;
-        }
-        return serve_authorized(wsi) >= 0 ? 0 : 1;
-    }
-    case LWS_CALLBACK_ESTABLISHED:
-        if (!p) return -1;
-        memset(p, 0, sizeof *p);
-        p->ws = 1;
-        p->key = serve_authorized(wsi); /* checked at the upgrade: which key */
-        return 0;
-    case LWS_CALLBACK_RECEIVE:
-        if (!p) return -1;
-        if (!p->msg_too_big && p->msg_len + len > (size_t)S.o.max_body_kb * 1024) p->msg_too_big = 1;
-        if (!p->msg_too_big) {
-            char *b = realloc(p->msg, p->msg_len + len + 1);
-            if (!b) p->msg_too_big = 1;
-            else memcpy(b + p->msg_len, in, len), p->msg = b, p->msg_len += len;
-        }
-        if (lws_is_final_fragment(wsi)) {
-            if (p->msg_too_big) {
-                qoai_error e;
-                qoai_fail(&e, 413, "invalid_request_error", NULL, "the message is larger than this server takes (%d KiB)",
-                          S.o.max_body_kb);
-                serve_ws_error(wsi, p, NULL, &e);
-            } else {
-                ws_message(wsi, p);
-            }
-            free(p->msg);
-            p->msg = NULL, p->msg_len = 0, p->msg_too_big = 0;
-        }
-        return 0;
-    case LWS_CALLBACK_SERVER_WRITEABLE:
-        if (!p) return -1;
-        return ws_writable(wsi, p);
-    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        if (lws_get_protocol(wsi) && strcmp(lws_get_protocol(wsi)->name, "http"))
-            return 0; /* sent to each protocol: once is enough */
-        sess_answers();
-        /* The engine produced output: writable callbacks where it waits. */
-        pthread_mutex_lock(&S.mu);
-        for (sreq *r = S.reqs; r; r = r->next)
-            if (r->wsi && (r->out_len || r->finished || r->failed)) lws_callback_on_writable(r->wsi);
-        pthread_mutex_unlock(&S.mu);
-        return 0;
-    default:
-        break;
-    }
-    return lws_callback_http_dummy(wsi, reason, user, in, len);
-}
-
-/* "quire.v1": the WebSocket protocol by name, for clients that offer
- * subprotocols (the page does, to carry its API key); the same callback. */
+/* Every connection is a raw socket read by serve_http.c (HTTP/1.1, and
+ * WebSocket after an upgrade). */
 static const struct lws_protocols protocols[] = {
-    { "http", cb_http, sizeof(pss), 0, 0, NULL, 0 },
-    { "quire.v1", cb_http, sizeof(pss), 0, 0, NULL, 0 },
+    { "quire", serve_conn_callback, sizeof(pss), 0, 0, NULL, 0 },
     { NULL, NULL, 0, 0, 0, NULL, 0 },
 };
 
@@ -1077,6 +471,7 @@ int cmd_serve(int argc, char **argv)
     memset(o, 0, sizeof *o);
     o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256, o->gpu_mem_util = 0.9f;
     o->grace = 5;
+    o->max_header_kb = 16, o->max_connections = 1024, o->idle_timeout = 10, o->request_timeout = 30;
     o->host = "127.0.0.1";
     if (qopt_parse("serve", serve_table, N_SERVE_OPTS, argc, argv, o)) return 2;
     if (o->help) {
@@ -1134,8 +529,14 @@ int cmd_serve(int argc, char **argv)
         fprintf(stderr, "quire serve: --cache-disk-max must be at least 0\n");
         return 2;
     }
-    if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1) {
-        fprintf(stderr, "quire serve: --port, --max-tokens, --max-body and --max-requests must be positive\n");
+    if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1 ||
+        o->max_body_kb > (1 << 20) || o->max_header_kb < 1 || o->max_header_kb > 1024 || o->max_connections < 1) {
+        fprintf(stderr, "quire serve: --port, --max-tokens, --max-body (at most 1048576), --max-header (at most 1024), "
+                        "--max-connections and --max-requests must be positive\n");
+        return 2;
+    }
+    if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || o->idle_timeout > 86400 || o->request_timeout > 86400) {
+        fprintf(stderr, "quire serve: --idle-timeout and --request-timeout are seconds, more than 0\n");
         return 2;
     }
     qengine_opts eo;
@@ -1225,7 +626,13 @@ int cmd_serve(int argc, char **argv)
     info.port = o->port;
     info.iface = o->host;
     info.protocols = protocols;
-    info.options = LWS_SERVER_OPTION_DISABLE_IPV6;
+    /* Raw sockets: serve_http.c reads HTTP/1.1 and WebSocket itself, with
+     * the limits above (lws's own HTTP server cannot take pipelined
+     * requests, nor say 413 before a body arrives). */
+    info.options = LWS_SERVER_OPTION_DISABLE_IPV6 | LWS_SERVER_OPTION_ADOPT_APPLY_LISTEN_ACCEPT_CONFIG;
+    info.listen_accept_role = "raw-skt";
+    info.listen_accept_protocol = "quire";
+    info.fd_limit_per_thread = (unsigned)o->max_connections + 64;
     S.ctx = S.metrics ? lws_create_context(&info) : NULL;
     pthread_t th;
     int status = 0;

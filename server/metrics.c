@@ -36,6 +36,7 @@ struct qmetrics {
     } pairs[MAX_PAIRS];
     int n_pairs;
     unsigned long long prompt_tokens, generated_tokens;
+    unsigned long long conn_closed[QCONN_N_REASONS];
     hist ttft, itl, lat;
 };
 
@@ -51,6 +52,14 @@ qmetrics *qmetrics_new(void)
     m->itl = (hist){ ITL_LE, NB(ITL_LE), { 0 }, 0 };
     m->lat = (hist){ LAT_LE, NB(LAT_LE), { 0 }, 0 };
     return m;
+}
+
+void qmetrics_conn_closed(qmetrics *m, qconn_reason why)
+{
+    if (!m || (int)why < 0 || why >= QCONN_N_REASONS) return;
+    pthread_mutex_lock(&m->mu);
+    m->conn_closed[why]++;
+    pthread_mutex_unlock(&m->mu);
 }
 
 void qmetrics_free(qmetrics *m)
@@ -164,6 +173,16 @@ int qmetrics_render(qmetrics *m, const qengine_stats *st, const qstore_stats *ss
     for (int i = 0; i < m->n_pairs; i++)
         put(&b, "quire_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->pairs[i].endpoint,
             m->pairs[i].status, m->pairs[i].n);
+    head(&b, "quire_connections_closed_total", "counter", "Connections the server closed on its own, by reason.");
+    {
+        static const char *const label[] = {
+#define X(id, l, help) l,
+            QCONN_CLOSE_REASONS(X)
+#undef X
+        };
+        for (int i = 0; i < QCONN_N_REASONS; i++)
+            put(&b, "quire_connections_closed_total{reason=\"%s\"} %llu\n", label[i], m->conn_closed[i]);
+    }
     head(&b, "quire_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
     put(&b, "quire_prompt_tokens_total %llu\n", m->prompt_tokens);
     head(&b, "quire_generation_tokens_total", "counter", "Tokens generated for finished requests.");

@@ -27,6 +27,21 @@ void qmetrics_free(qmetrics *m);
  * 200, or the status their error stands for).  Distinct pairs beyond 64
  * are counted under endpoint "other". */
 void qmetrics_request(qmetrics *m, const char *endpoint, int status);
+/* Connections the server closed on its own, by reason (one table: the
+ * metric's label and its help text). */
+#define QCONN_CLOSE_REASONS(X)                                                                                         \
+    X(SLOW_READER, "slow_reader", "its client read too slowly (output past --max-pending)")                           \
+    X(TIMEOUT, "timeout", "a request did not arrive within --request-timeout, or the connection was idle")            \
+    X(TOO_MANY, "too_many", "more than --max-connections were open")                                                  \
+    X(BAD_REQUEST, "bad_request", "a request or WebSocket frame that could not be read")                              \
+    X(FLOOD, "flood", "its client sent far ahead of its answers")
+typedef enum {
+#define X(id, label, help) QCONN_##id,
+    QCONN_CLOSE_REASONS(X)
+#undef X
+    QCONN_N_REASONS
+} qconn_reason;
+void qmetrics_conn_closed(qmetrics *m, qconn_reason why);
 /* Tokens of a finished request. */
 void qmetrics_tokens(qmetrics *m, int prompt_tokens, int generated_tokens);
 /* Latencies in seconds. */

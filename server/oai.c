@@ -1,6 +1,7 @@
 /* oai.c - OpenAI-compatible request bodies: parsing, validation, errors
  * (oai.h says which fields and how they are checked). */
 #include "oai.h"
+#include "stop.h"
 
 #include "gram.h"
 #include "schema.h"
@@ -196,6 +197,7 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     TRY(num(o, "temperature", 0, 100, 0, &d, e));
     if (rc) sp->temperature = (float)d;
     TRY(num(o, "top_p", 0, 1, 0, &d, e));
+    if (rc && d == 0) return qoai_fail(e, 400, INVALID, "top_p", "'top_p' = 0 is outside (0, 1]");
     if (rc) sp->top_p = (float)d;
     TRY(num(o, "top_k", -1, 1 << 30, 1, &d, e));
     if (rc) sp->top_k = (int)d;
@@ -238,6 +240,8 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     p->n_stop = 0;
     if (json_is_string(st)) {
         if (!json_string_length(st)) return qoai_fail(e, 400, INVALID, "stop", "'stop' must not be empty");
+        if (json_string_length(st) > QSTOP_MAX_BYTES)
+            return qoai_fail(e, 400, INVALID, "stop", "a stop string is at most %d bytes", QSTOP_MAX_BYTES);
         p->stop[p->n_stop++] = json_string_value(st);
     } else if (json_is_array(st)) {
         size_t i;
@@ -247,6 +251,8 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
         json_array_foreach(st, i, v) {
             if (!json_is_string(v) || !json_string_length(v))
                 return qoai_fail(e, 400, INVALID, "stop", "'stop' must hold non-empty strings");
+            if (json_string_length(v) > QSTOP_MAX_BYTES)
+                return qoai_fail(e, 400, INVALID, "stop", "a stop string is at most %d bytes", QSTOP_MAX_BYTES);
             p->stop[p->n_stop++] = json_string_value(v);
         }
     } else if (st) {

@@ -13,11 +13,13 @@
 #include <signal.h>
 
 #include "engine.h"
+#include "http.h"
 #include "metrics.h"
 #include "model.h"
 #include "oai.h"
 #include "store.h"
 #include "tokenizer.h"
+#include "ws.h"
 
 typedef struct {
     const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db, *disk_load;
@@ -28,6 +30,10 @@ typedef struct {
     int spec_always;        /* --spec-always: drafts in every step (no probe) */
     const char *draft;      /* --draft: the draft model's path (speculation by it) */
     int max_requests, help, no_persist, cache_disk_max;
+    int max_header_kb;      /* --max-header: a request's line and headers, KiB */
+    int max_connections;    /* --max-connections: open at once; more are closed at once */
+    float idle_timeout;     /* --idle-timeout: seconds a kept-alive connection may wait for a request */
+    float request_timeout;  /* --request-timeout: seconds a request may take to arrive whole */
     int tensor_parallel;    /* --tensor-parallel: GPUs the model is split among */
     float gpu_mem_util, grace;
 } serve_opts;
@@ -113,6 +119,7 @@ typedef struct {
     int ready;          /* the model is loaded and the engine runs (under mu) */
     int broken;         /* the backend can run no more passes (qengine_broken; under mu) */
     int load_failed;
+    int n_conns;        /* open connections (lws thread) */
 } serve_state;
 
 extern serve_state S;
@@ -121,32 +128,38 @@ extern serve_state S;
  * engine past this has its request cancelled (the engine never waits). */
 #define MAX_PENDING ((size_t)8 << 20)
 
-/* Per connection (lws allocates it zeroed). */
-typedef enum { ST_NEW = 0, ST_WAIT, ST_HEADERS, ST_BODY, ST_STREAM, ST_CLOSING } pstate;
+/* The longest request target (414 past it). */
+#define QSERVE_MAX_URI 8192
+
+/* Per connection (lws allocates it; RAW_ADOPT fills it).  The lws thread's
+ * alone. */
+typedef enum { ST_READ = 0, ST_WAIT, ST_STREAM, ST_REPLY } pstate;
 typedef struct {
-    pstate st;
-    int is_post, kind, stream;
-    char *body;
-    size_t body_len;
-    int too_big;
-    int status;
-    const char *ctype;
-    char *resp;
-    size_t resp_len, resp_off;
-    sreq *r;
+    struct lws *wsi;
+    int open;           /* adopted and not yet closed */
+    pstate st;          /* HTTP: reading a request, waiting for a whole reply, streaming, writing a reply */
+    qhttp h;            /* HTTP: the parser, with bytes of requests not yet answered */
+    int deadline;       /* HTTP: a request has begun to arrive (its timer runs) */
+    int draining;       /* HTTP: the last reply is out, the write side shut; reading until the client closes */
+    size_t drained;
+    int keep_alive, head_only, stream, kind;
+    char *out;          /* bytes for the socket, from out_off */
+    size_t out_len, out_off, out_cap;
+    sreq *r;            /* HTTP: the request this connection runs */
     const char *endpoint;
-    /* WebSocket connections: the message being received, and frames of
-     * the connection's own (errors of messages that made no request). */
+    int job;            /* HTTP: waiting for the store's answer */
+    int key;            /* the API key the connection showed (index into S.keys) */
+    /* WebSocket connections: frames in, the connection's own frames out
+     * (errors of messages that made no request; '\n'-separated), control. */
     int ws;
-    char *msg;
-    size_t msg_len;
-    int msg_too_big;
+    qws w;
     char *wsout;
     size_t wsout_len, wsout_cap;
-    int key;            /* the API key the connection showed (index into S.keys) */
-    int method;         /* HTTP: 'A' for PATCH (its body is being read) */
-    char uri[128];      /* PATCH: the path */
-    int job;            /* HTTP: waiting for the store's answer */
+    int ws_close;       /* a close frame with this code is due */
+    int ws_closing;     /* the close frame is written: close once it is out */
+    int ping_due;
+    char ping[126];
+    size_t ping_len;
 } pss;
 
 /* ---- cmd_serve.c ---- */
@@ -164,13 +177,36 @@ void serve_reply_error(struct lws *wsi, pss *p, const qoai_error *e);
 void serve_fail(struct lws *wsi, pss *p, int status, const char *type, const char *fmt, const char *arg);
 /* A WebSocket error frame of the connection's own. */
 void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *e);
-/* The index of the API key the request carries (0 without keys), or -1. */
-int serve_authorized(struct lws *wsi);
+/* The index of the API key the connection's request carries (0 without
+ * keys), or -1. */
+int serve_authorized(pss *p);
+/* Whether the request's Origin (none: not a browser) may call: the server's
+ * own pages (Origin http://HOST with HOST the request's Host, an IP literal,
+ * localhost or --host, so no DNS-rebound name) or --allow-origin. */
+int serve_origin_allowed(pss *p);
+/* The model is loaded / the backend broke (under S.mu). */
+int serve_ready(void);
+int serve_broken(void);
 /* Parses body as a request of kind and gives it to the engine (ws: with
  * the client's id cid; session: the conversation it continues, or NULL):
  * the new request, or NULL with *e filled. */
 sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                    const char *session, qoai_error *e);
+
+/* ---- serve_http.c ---- */
+/* lws's callback for every connection (raw sockets: HTTP read by http.c). */
+int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+/* A reply with extra header lines (each ending in CRLF). */
+void serve_reply_ex(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len, const char *extra);
+/* Bytes onto the connection's output: 0, or -1 out of memory. */
+int serve_put(pss *p, const void *s, size_t n);
+void serve_want_write(pss *p);
+
+/* ---- serve_ws.c ---- */
+void serve_ws_upgrade(struct lws *wsi, pss *p);
+int serve_ws_rx(struct lws *wsi, pss *p, const void *in, size_t len);
+int serve_ws_writable(struct lws *wsi, pss *p);
+void serve_ws_closed(struct lws *wsi, pss *p);
 
 /* ---- serve_sessions.c ---- */
 

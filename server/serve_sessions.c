@@ -88,7 +88,7 @@ int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, cons
 {
     if (strncmp(uri, "/v1/sessions", 12) || (uri[12] && uri[12] != '/')) return 0;
     p->endpoint = "sessions";
-    const int key = serve_authorized(wsi);
+    const int key = serve_authorized(p);
     if (key < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 1;
     if (!S.store)
         return serve_fail(wsi, p, 404, "invalid_request_error", "%s",
@@ -125,7 +125,6 @@ int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, cons
     if (start_job(wsi, p, j, NULL, NULL))
         return serve_fail(wsi, p, 503, "server_error", "%s", "the server is shutting down"), 1;
     p->job = 1;
-    lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
     return 1;
 }
 
@@ -271,6 +270,16 @@ static void ws_answer(sjob *sj)
     }
     if (!serve_submit(sj->wsi, body, strlen(body), QOAI_CHAT, sj->cid, json_is_true(json_object_get(sj->msg, "token_ids")),
                       j->id, &e)) {
+        /* The turn is stored and will have no reply: an empty one marked
+         * partial keeps the conversation's roles alternating. */
+        qstore_job *rj = qstore_job_new(QSTORE_REPLY);
+        if (rj) {
+            snprintf(rj->id, sizeof rj->id, "%s", j->id);
+            rj->text = strdup("");
+            rj->partial = 1;
+            rj->done = qstore_job_free;
+        }
+        if (rj && (!rj->text || qstore_submit(S.store, rj))) qstore_job_free(rj);
         serve_ws_error(sj->wsi, p, sj->cid, &e);
     } else {
         qmetrics_request(S.metrics, "ws", 200);

@@ -1,0 +1,567 @@
+/* serve_http.c - the server's connections (lws thread): HTTP/1.1 read by
+ * http.c over libwebsockets' raw sockets, the routes, replies, limits and
+ * timeouts; a connection that upgrades goes to serve_ws.c.
+ *
+ * A connection reads one request at a time.  Bytes that arrive while a
+ * request runs wait in its parser (pipelining: answered in order, each once
+ * the one before is written), up to a bound past which the connection
+ * closes.  A request must arrive whole within --request-timeout seconds of
+ * its first byte (else 408 and a close); a kept-alive connection with no
+ * request closes after --idle-timeout seconds.  A connection that vanishes
+ * cancels its request at the next engine step (raw sockets keep reading, so
+ * a closed peer is seen while its whole reply is still being made). */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "qerr.h"
+#include "serve.h"
+#include "util.h"
+
+/* ---- output ------------------------------------------------------------------------ */
+
+void serve_want_write(pss *p)
+{
+    if (p->wsi) lws_callback_on_writable(p->wsi);
+}
+
+/* Bytes onto the connection's output: 0, or -1 out of memory. */
+int serve_put(pss *p, const void *s, size_t n) { return q_append(&p->out, &p->out_len, &p->out_cap, s, n); }
+
+void serve_reply_ex(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len, const char *extra)
+{
+    (void)wsi;
+    char head[1024];
+    if (status >= 400 && status != 401 && status != 404 && status != 405 && status != 429 && status != 503)
+        p->keep_alive = 0; /* framing or size errors: the rest of the stream is not to be trusted */
+    if (p->h.phase == 7) p->keep_alive = 0;
+    const size_t hl = qhttp_head(head, sizeof head, status, ctype, (long long)len, 0, p->keep_alive, extra);
+    if (!hl || serve_put(p, head, hl) || (!p->head_only && len && serve_put(p, body, len))) p->keep_alive = 0;
+    free(body);
+    p->st = ST_REPLY;
+    if (p->endpoint) qmetrics_request(S.metrics, p->endpoint, status);
+    serve_want_write(p);
+}
+
+void serve_reply(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len)
+{
+    serve_reply_ex(wsi, p, status, ctype, body, len, NULL);
+}
+
+void serve_reply_json(struct lws *wsi, pss *p, int status, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) {
+        s = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        status = 500;
+    }
+    serve_reply(wsi, p, status, "application/json", s, s ? strlen(s) : 0);
+}
+
+void serve_reply_error(struct lws *wsi, pss *p, const qoai_error *e) { serve_reply_json(wsi, p, e->status, qoai_error_json(e)); }
+
+void serve_fail(struct lws *wsi, pss *p, int status, const char *type, const char *fmt, const char *arg)
+{
+    qoai_error e;
+    qoai_fail(&e, status, type, NULL, fmt, arg);
+    serve_reply_error(wsi, p, &e);
+}
+
+/* ---- who may call ---------------------------------------------------------------- */
+
+/* The key a browser's WebSocket offers among its subprotocols (it cannot
+ * send an Authorization header): "quire.key.<the key's bytes in hex>",
+ * beside "quire.v1", the protocol the server answers with.  The decoded
+ * key to out: its length, or -1. */
+static int ws_protocol_key(const qhttp_req *rq, char *out, size_t cap)
+{
+    const char *v = qhttp_header_get(rq, "sec-websocket-protocol");
+    char h[1024];
+    if (!v || strlen(v) >= sizeof h) return -1;
+    strcpy(h, v);
+    char *save = NULL;
+    for (char *tok = strtok_r(h, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        if (strncmp(tok, "quire.key.", 10)) continue;
+        const char *x = tok + 10;
+        const size_t n = strlen(x);
+        if (n % 2 || n / 2 >= cap) return -1;
+        for (size_t i = 0; i < n / 2; i++) {
+            int v2 = 0;
+            for (int j = 0; j < 2; j++) {
+                const char c = x[2 * i + j];
+                const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+                if (d < 0) return -1;
+                v2 = v2 * 16 + d;
+            }
+            out[i] = (char)v2;
+        }
+        out[n / 2] = 0;
+        return (int)(n / 2);
+    }
+    return -1;
+}
+
+/* Whether key (n bytes) is k: time that depends on neither's bytes nor on
+ * where they differ, nor on whether the lengths do. */
+static int key_equal(const char *key, size_t n, const char *k)
+{
+    const size_t kl = strlen(k), m = n > kl ? n : kl;
+    unsigned char d = (unsigned char)(n != kl);
+    for (size_t i = 0; i < m; i++)
+        d |= (unsigned char)(key[n ? i % n : 0] ^ k[kl ? i % kl : 0]) | (unsigned char)(i >= n) | (unsigned char)(i >= kl);
+    return d == 0;
+}
+
+int serve_authorized(pss *p)
+{
+    if (!S.n_keys) return 0;
+    const qhttp_req *rq = &p->h.req;
+    char h[1024];
+    const char *key = NULL;
+    size_t n = 0;
+    const char *a = qhttp_header_get(rq, "authorization");
+    if (a && !strncasecmp(a, "Bearer ", 7)) key = a + 7, n = strlen(key);
+    else {
+        const int m = ws_protocol_key(rq, h, sizeof h);
+        if (m >= 0) key = h, n = (size_t)m;
+    }
+    if (!key) return -1;
+    int found = -1;
+    for (int k = 0; k < S.n_keys; k++)
+        if (key_equal(key, n, S.keys[k])) found = k;
+    return found;
+}
+
+/* host (as in a Host header or an origin, "name:port" or "[v6]:port") is a
+ * loopback name or an IP literal: a name a DNS-rebinding page could not
+ * have pointed at this machine. */
+static int host_literal(const char *host)
+{
+    char h[256];
+    snprintf(h, sizeof h, "%s", host);
+    if (h[0] == '[') return strchr(h, ']') != NULL;
+    char *colon = strrchr(h, ':');
+    if (colon) *colon = 0;
+    if (!strcasecmp(h, "localhost")) return 1;
+    if (S.o.host && !strcasecmp(h, S.o.host)) return 1; /* the name the server was told to listen on */
+    if (!*h) return 0;
+    for (const char *c = h; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || *c == '.')) return 0;
+    return 1;
+}
+
+int serve_origin_allowed(pss *p)
+{
+    const qhttp_req *rq = &p->h.req;
+    const char *origin = qhttp_header_get(rq, "origin");
+    if (!origin) return 1; /* not a browser */
+    const char *allow = S.o.allow_origin;
+    if (allow && (!strcmp(allow, "*") || !strcasecmp(allow, origin))) return 1;
+    /* The server's own pages: http://HOST where HOST is the Host the
+     * request was sent to, and an IP literal, localhost or --host (a DNS
+     * name of the attacker's, rebound to this address, is not). */
+    const char *host = qhttp_header_get(rq, "host");
+    if (!host || strncasecmp(origin, "http://", 7)) return 0;
+    return !strcasecmp(origin + 7, host) && host_literal(host);
+}
+
+/* ---- routes -------------------------------------------------------------------- */
+
+/* A file of the web folder for uri ("/" is index.html): 1 when answered.
+ * Only regular files whose real path lies inside the folder are served,
+ * up to 16 MiB. */
+static int static_file(struct lws *wsi, pss *p, const char *uri)
+{
+    static const struct {
+        const char *ext, *type;
+    } types[] = { { ".html", "text/html; charset=utf-8" }, { ".js", "text/javascript; charset=utf-8" },
+                  { ".css", "text/css; charset=utf-8" },   { ".json", "application/json" },
+                  { ".svg", "image/svg+xml" },             { ".png", "image/png" },
+                  { ".ico", "image/x-icon" },              { ".txt", "text/plain; charset=utf-8" } };
+    if (!S.web_root || uri[0] != '/' || strstr(uri, "..") || strchr(uri, '\\')) return 0;
+    char path[4096], real[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s%s", S.web_root, strcmp(uri, "/") ? uri : "/index.html") >= (int)sizeof path)
+        return 0;
+    const size_t rl = strlen(S.web_root);
+    struct stat st;
+    if (!realpath(path, real) || strncmp(real, S.web_root, rl) || real[rl] != '/' || stat(real, &st) ||
+        !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
+        return 0;
+    FILE *f = fopen(real, "rb");
+    char *buf = f ? malloc((size_t)st.st_size + 1) : NULL;
+    const size_t n = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    if (f) fclose(f);
+    if (!buf || n != (size_t)st.st_size) {
+        free(buf);
+        return 0;
+    }
+    const char *type = "application/octet-stream";
+    const size_t pl = strlen(real);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const size_t el = strlen(types[i].ext);
+        if (pl > el && !strcmp(real + pl - el, types[i].ext)) type = types[i].type;
+    }
+    p->endpoint = "static";
+    serve_reply(wsi, p, 200, type, buf, n);
+    return 1;
+}
+
+static void handle_get(struct lws *wsi, pss *p, qroute route, const char *uri)
+{
+    if (route == QR_HEALTH) {
+        p->endpoint = "health";
+        const int up = serve_ready(), down = serve_broken();
+        if (down)
+            serve_reply_json(wsi, p, 503,
+                             json_pack("{s:s, s:s}", "status", "error", "message",
+                                       "the backend can run no more passes (a GPU failed): restart the server"));
+        else serve_reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
+    } else if (route == QR_MODELS) {
+        p->endpoint = "models";
+        if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+        if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
+        /* speculative: how this server drafts (none, ngram, draft), for clients
+         * that offer the per-request opt-out. */
+        const char *spec = qspec_mode_name(S.eo.spec_mode);
+        serve_reply_json(wsi, p, 200,
+                   json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:s}]}", "object", "list", "data", "id", S.name,
+                             "object", "model", "created", (json_int_t)time(NULL), "owned_by", "quire",
+                             "max_model_len", S.model->hp.max_ctx, "speculative", spec));
+    } else if (route == QR_METRICS) {
+        p->endpoint = "metrics";
+        char *s = NULL;
+        size_t len = 0;
+        pthread_mutex_lock(&S.mu);
+        const qengine_stats st = S.stats;
+        const int have = S.have_stats;
+        pthread_mutex_unlock(&S.mu);
+        qstore_stats sst;
+        if (S.store) qstore_stats_get(S.store, &sst);
+        if (qmetrics_render(S.metrics, have ? &st : NULL, S.store ? &sst : NULL, 0, &s, &len))
+            return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
+        serve_reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
+    } else if (!static_file(wsi, p, uri)) {
+        p->endpoint = "other";
+        serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: GET %s", uri);
+    }
+}
+
+/* A complete POST body: parse it, give it to the engine. */
+static void handle_post(struct lws *wsi, pss *p)
+{
+    qoai_error e;
+    const qhttp_req *rq = &p->h.req;
+    sreq *r = serve_submit(wsi, rq->body ? rq->body : "", rq->body_len, (qoai_kind)p->kind, NULL, 0, NULL, &e);
+    if (!r) return serve_reply_error(wsi, p, &e);
+    p->r = r;
+    p->stream = r->req.stream;
+    qmetrics_request(S.metrics, p->endpoint, 200);
+    p->st = p->stream ? ST_STREAM : ST_WAIT;
+    if (p->stream) {
+        /* Server-sent events, chunked so that the connection can go on. */
+        char head[512];
+        const size_t hl = qhttp_head(head, sizeof head, 200, "text/event-stream", -1, p->h.req.minor == 1,
+                                     p->keep_alive && p->h.req.minor == 1, "cache-control: no-cache\r\n");
+        if (p->h.req.minor == 0) p->keep_alive = 0;
+        if (!hl || serve_put(p, head, hl)) p->keep_alive = 0;
+        serve_want_write(p);
+    }
+}
+
+/* A whole request: route it. */
+static void handle_request(struct lws *wsi, pss *p)
+{
+    qhttp_req *rq = &p->h.req;
+    p->keep_alive = rq->keep_alive;
+    p->head_only = rq->method == QHTTP_HEAD;
+    const char *allow = NULL;
+    const qroute route = qhttp_route(rq->method, rq->path, &allow);
+    if (!serve_origin_allowed(p)) {
+        p->endpoint = "other";
+        QLOGW("serve: a request from another site's page refused (Origin %s; see --allow-origin)",
+              qhttp_header_get(rq, "origin"));
+        return serve_fail(wsi, p, 403, "invalid_request_error", "%s",
+                          "a page of another site may not call this server (see --allow-origin)");
+    }
+    switch (route) {
+    case QR_BAD_METHOD: {
+        char extra[128];
+        snprintf(extra, sizeof extra, "allow: %s\r\n", allow);
+        p->endpoint = "other";
+        qoai_error e;
+        qoai_fail(&e, 405, "invalid_request_error", NULL, "%s is not served for this path", rq->method_name);
+        json_t *j = qoai_error_json(&e);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return serve_reply_ex(wsi, p, 405, "application/json", s, s ? strlen(s) : 0, extra);
+    }
+    case QR_NONE:
+        p->endpoint = "other";
+        return serve_fail(wsi, p, 404, "invalid_request_error", strchr(rq->path, '%') ? "%s" : "no such endpoint: %s",
+                          strchr(rq->path, '%') ? "no such endpoint" : rq->path);
+    case QR_WS:
+        return serve_ws_upgrade(wsi, p);
+    case QR_SESSIONS:
+        sess_http(wsi, p, rq->method == QHTTP_HEAD ? "GET" : rq->method_name, rq->path, rq->body ? rq->body : "",
+                  rq->body_len);
+        if (p->job) p->st = ST_WAIT;
+        return;
+    case QR_CHAT:
+    case QR_COMPLETIONS:
+        p->kind = route == QR_CHAT ? QOAI_CHAT : QOAI_COMPLETION;
+        p->endpoint = route == QR_CHAT ? "chat" : "completions";
+        if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+        return handle_post(wsi, p);
+    default:
+        return handle_get(wsi, p, route, rq->path);
+    }
+}
+
+/* Reads requests while the connection is free for one. */
+static void process(struct lws *wsi, pss *p)
+{
+    while (p->st == ST_READ && !p->ws) {
+        const qhttp_rc rc = qhttp_parse(&p->h);
+        if (rc == QHTTP_R_MORE) {
+            if (p->h.in_len && !p->deadline) {
+                p->deadline = 1; /* the request has begun: it has --request-timeout seconds to arrive */
+                lws_set_timer_usecs(wsi, (lws_usec_t)(S.o.request_timeout * 1e6));
+            }
+            return;
+        }
+        if (rc == QHTTP_R_HEAD) {
+            /* A body follows: refused now if nobody is to read it, else "100 Continue". */
+            if (p->h.req.expect_continue && serve_put(p, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0) serve_want_write(p);
+            continue;
+        }
+        lws_set_timer_usecs(wsi, LWS_SET_TIMER_USEC_CANCEL);
+        p->deadline = 0;
+        if (rc == QHTTP_R_ERROR) {
+            p->endpoint = "other";
+            p->keep_alive = 0;
+            QLOGD("serve: a request refused with %d: %s", p->h.status, p->h.err);
+            serve_fail(wsi, p, p->h.status, p->h.status == 500 ? "server_error" : "invalid_request_error", "%s", p->h.err);
+            return;
+        }
+        handle_request(wsi, p);
+    }
+}
+
+/* The reply is written: the next request, or the close. */
+static int transaction_done(struct lws *wsi, pss *p)
+{
+    if (!p->keep_alive) {
+        /* A lingering close: the client may still be sending (a body
+         * refused before it arrived), and closing with its bytes unread
+         * would reset the connection before it reads the answer.  So the
+         * write side is shut, what comes is read and dropped, and the
+         * socket closes when the client closes, or after 2 s. */
+        lws_set_timer_usecs(wsi, LWS_SET_TIMER_USEC_CANCEL);
+        p->draining = 1;
+        shutdown(lws_get_socket_fd(wsi), SHUT_WR);
+        lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, 2);
+        return 0;
+    }
+    if (p->r) {
+        pthread_mutex_lock(&S.mu);
+        sreq *r = p->r;
+        r->wsi = NULL;
+        if (r->finished) {
+            serve_sreq_unlink(r);
+            serve_sreq_free(r);
+        } else {
+            qengine_cancel(S.eng, r->id);
+        }
+        pthread_mutex_unlock(&S.mu);
+        p->r = NULL;
+    }
+    qhttp_next(&p->h);
+    p->st = ST_READ;
+    p->stream = 0, p->kind = 0, p->endpoint = NULL, p->head_only = 0;
+    lws_set_timer_usecs(wsi, (lws_usec_t)(S.o.idle_timeout * 1e6));
+    process(wsi, p);
+    return 0;
+}
+
+/* Up to 64 KiB of the output onto the socket. */
+static int flush_some(struct lws *wsi, pss *p)
+{
+    if (p->out_off >= p->out_len) return 0;
+    unsigned char buf[LWS_PRE + 65536];
+    size_t n = p->out_len - p->out_off;
+    if (n > 65536) n = 65536;
+    memcpy(buf + LWS_PRE, p->out + p->out_off, n);
+    if (lws_write(wsi, buf + LWS_PRE, n, LWS_WRITE_RAW) < (int)n) return -1;
+    p->out_off += n;
+    if (p->out_off == p->out_len) p->out_off = p->out_len = 0;
+    else serve_want_write(p);
+    return 0;
+}
+
+static int http_writable(struct lws *wsi, pss *p)
+{
+    if (p->st == ST_WAIT && p->r) {
+        /* A whole reply: written once the engine has finished. */
+        pthread_mutex_lock(&S.mu);
+        sreq *r = p->r;
+        const int done = r->finished, failed = r->failed;
+        char *data = done ? r->out : NULL;
+        const size_t dl = done ? r->out_len : 0;
+        if (done) r->out = NULL, r->out_len = r->out_cap = 0;
+        pthread_mutex_unlock(&S.mu);
+        if (done) {
+            if (failed || !data) {
+                free(data);
+                p->keep_alive = 0;
+                serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
+            } else {
+                p->endpoint = NULL; /* counted when it was taken */
+                serve_reply(wsi, p, 200, "application/json", data, dl);
+            }
+        }
+    } else if (p->st == ST_STREAM) {
+        /* What the engine produced, as chunks; the last chunk at the end. */
+        pthread_mutex_lock(&S.mu);
+        sreq *r = p->r;
+        char *data = r->out;
+        const size_t len = r->out_len;
+        const int done = r->finished, failed = r->failed;
+        r->out = NULL, r->out_len = r->out_cap = 0;
+        pthread_mutex_unlock(&S.mu);
+        if (failed) {
+            free(data);
+            return -1;
+        }
+        const int chunked = p->h.req.minor == 1;
+        char sz[24];
+        int bad = 0;
+        if (len && chunked) {
+            snprintf(sz, sizeof sz, "%zx\r\n", len);
+            bad |= serve_put(p, sz, strlen(sz));
+        }
+        if (len) bad |= serve_put(p, data, len);
+        if (len && chunked) bad |= serve_put(p, "\r\n", 2);
+        free(data);
+        if (done) {
+            if (chunked) bad |= serve_put(p, "0\r\n\r\n", 5);
+            p->st = ST_REPLY;
+        }
+        if (bad) return -1;
+    }
+    if (lws_partial_buffered(wsi)) { /* lws still holds part of the last write */
+        serve_want_write(p);
+        return 0;
+    }
+    if (flush_some(wsi, p)) return -1;
+    if (p->st == ST_REPLY && !p->out_len) {
+        if (lws_partial_buffered(wsi)) {
+            serve_want_write(p);
+            return 0;
+        }
+        return transaction_done(wsi, p);
+    }
+    return 0;
+}
+
+/* ---- the connection's life ---------------------------------------------------------------- */
+
+static void conn_closed(struct lws *wsi, pss *p)
+{
+    sess_closed(wsi);
+    if (p->ws) serve_ws_closed(wsi, p);
+    if (p->r) {
+        pthread_mutex_lock(&S.mu);
+        sreq *r = p->r;
+        r->wsi = NULL;
+        if (!r->finished) {
+            qengine_cancel(S.eng, r->id);
+        } else {
+            serve_sreq_unlink(r);
+            serve_sreq_free(r);
+        }
+        pthread_mutex_unlock(&S.mu);
+        p->r = NULL;
+    }
+    qhttp_free(&p->h);
+    free(p->out);
+    p->out = NULL;
+    S.n_conns--;
+}
+
+int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
+{
+    pss *p = user;
+    switch (reason) {
+    case LWS_CALLBACK_RAW_ADOPT:
+        if (!p) return -1;
+        memset(p, 0, sizeof *p);
+        p->wsi = wsi;
+        p->open = 1;
+        S.n_conns++;
+        {
+            const qhttp_limits lim = { (size_t)S.o.max_header_kb << 10, QSERVE_MAX_URI, (size_t)S.o.max_body_kb << 10,
+                                       QHTTP_MAX_HEADERS };
+            qhttp_init(&p->h, &lim);
+        }
+        if (S.n_conns > S.o.max_connections) {
+            QLOGW("serve: %d connections, more than --max-connections: one closed", S.n_conns);
+            qmetrics_conn_closed(S.metrics, QCONN_TOO_MANY);
+            return -1;
+        }
+        lws_set_timer_usecs(wsi, (lws_usec_t)(S.o.idle_timeout * 1e6));
+        return 0;
+    case LWS_CALLBACK_RAW_RX:
+        if (!p || !p->open) return -1;
+        if (p->draining) return (p->drained += len) > ((size_t)S.o.max_body_kb << 10) + (1u << 20) ? -1 : 0;
+        if (p->ws) return serve_ws_rx(wsi, p, in, len);
+        if (qhttp_feed(&p->h, in, len)) {
+            QLOGW("serve: a client sent more than a request can be while its last ran; its connection is closed");
+            qmetrics_conn_closed(S.metrics, QCONN_FLOOD);
+            return -1;
+        }
+        process(wsi, p);
+        return 0;
+    case LWS_CALLBACK_RAW_WRITEABLE:
+        if (!p || !p->open) return -1;
+        if (p->draining) return 0;
+        if (p->ws) return serve_ws_writable(wsi, p);
+        return http_writable(wsi, p);
+    case LWS_CALLBACK_TIMER:
+        if (!p || !p->open || p->ws || p->draining) return 0;
+        if (p->st != ST_READ) return 0;
+        if (p->h.in_len) {
+            /* A request that did not arrive in time: 408, then the close. */
+            p->endpoint = "other";
+            p->keep_alive = 0;
+            serve_fail(wsi, p, 408, "invalid_request_error", "%s", "the request did not arrive in time");
+            lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, 5);
+            qmetrics_conn_closed(S.metrics, QCONN_TIMEOUT);
+            return 0;
+        }
+        qmetrics_conn_closed(S.metrics, QCONN_TIMEOUT);
+        return -1; /* idle */
+    case LWS_CALLBACK_RAW_CLOSE:
+        if (p && p->open) {
+            conn_closed(wsi, p);
+            p->open = 0;
+        }
+        return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        sess_answers();
+        /* The engine produced output: writable callbacks where it waits. */
+        pthread_mutex_lock(&S.mu);
+        for (sreq *r = S.reqs; r; r = r->next)
+            if (r->wsi && (r->out_len || r->finished || r->failed)) lws_callback_on_writable(r->wsi);
+        pthread_mutex_unlock(&S.mu);
+        return 0;
+    default:
+        return 0;
+    }
+}
