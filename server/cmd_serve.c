@@ -61,6 +61,8 @@ static const qopt serve_table[] = {
     { NULL, "--max-requests", "N", OPT_INT, F_(max_requests), "requests in flight at most; more get 429 (default 256)" },
     { NULL, "--max-header", "KB", OPT_INT, F_(max_header_kb), "largest request line and headers; more get 431 (default 16 KiB; targets past 8 KiB get 414)" },
     { NULL, "--max-connections", "N", OPT_INT, F_(max_connections), "connections open at once; more are closed at once (default 1024)" },
+    { NULL, "--max-pending", "MB", OPT_INT, F_(max_pending_mb), "output a connection's client has not read, at most; past it its requests are cancelled and the connection closed (default 8 MiB)" },
+    { NULL, "--prep-threads", "N", OPT_INT, F_(prep_threads), "threads that parse, template, tokenize and compile requests, off the socket thread (default 2)" },
     { NULL, "--idle-timeout", "S", OPT_FLOAT, F_(idle_timeout), "seconds a kept-alive connection may wait for its next request (default 10)" },
     { NULL, "--request-timeout", "S", OPT_FLOAT, F_(request_timeout), "seconds a request may take to arrive whole, else 408 (default 30)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
@@ -83,6 +85,8 @@ static const qopt serve_table[] = {
 
 serve_state S;
 
+static void stop_tick_cb(lws_sorted_usec_list_t *sul) { (void)sul; }
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -92,18 +96,44 @@ static void on_signal(int sig)
 
 /* ---- output built under S.mu --------------------------------------------------- */
 
+/* A connection's output past --max-pending (S.mu held): every request of
+ * it is cancelled and failed, so that the lws thread closes the socket. */
+static void over_budget(sconn *c)
+{
+    int n = 0;
+    c->over = 1;
+    for (sreq *q = S.reqs; q; q = q->next)
+        if (q->conn == c) {
+            if (!q->finished) qengine_cancel(S.eng, q->id);
+            q->failed = 1;
+            n++;
+        }
+    QLOGW("serve: a client fell %zu bytes behind (--max-pending %d MiB); its %d requests are cancelled and its "
+          "connection closed",
+          c->pending, S.o.max_pending_mb, n);
+    qmetrics_conn_closed(S.metrics, QCONN_SLOW_READER);
+    if (c->wsi) lws_cancel_service(S.ctx);
+}
+
 static void out_put(sreq *r, const char *s, size_t n)
 {
     if (r->failed) return;
-    if (r->out_len + n > MAX_PENDING) {
-        /* The client reads too slowly: the request ends, its connection
-         * is closed by the lws thread. */
-        QLOGW("serve: a client fell %zu bytes behind; its request is cancelled", r->out_len);
-        qengine_cancel(S.eng, r->id);
+    sconn *c = r->conn;
+    if (c && c->pending + n > ((size_t)S.o.max_pending_mb << 20)) {
+        /* The client reads too slowly: the engine never waits for it. */
+        if (!c->over) over_budget(c);
         r->failed = 1;
         return;
     }
     if (q_append(&r->out, &r->out_len, &r->out_cap, s, n)) r->failed = 1;
+    else if (c) c->pending += n;
+}
+
+void serve_taken(sconn *c, size_t n)
+{
+    pthread_mutex_lock(&S.mu);
+    c->pending = c->pending > n ? c->pending - n : 0;
+    pthread_mutex_unlock(&S.mu);
 }
 
 /* pre, JSON j (taken), post: an SSE event ("data: ", "\n\n"), a WebSocket
@@ -131,6 +161,8 @@ void serve_sreq_free(sreq *r)
         qoai_calls_free(r->ch[i].calls);
     }
     free(r->ch);
+    if (r->conn) r->conn->pending = r->conn->pending > r->out_len ? r->conn->pending - r->out_len : 0;
+    sconn_unref(r->conn);
     free(r->out);
     json_decref(r->held);
     qoai_req_free(&r->req);
@@ -334,6 +366,7 @@ static int load(void)
     S.gvocab = gv;
     S.lim.gvocab = gv;
     S.lim.gcache = S.gcache;
+    S.lim.gfail = S.gfail;
     pthread_mutex_unlock(&S.mu);
     if (S.eo.tensor_parallel > 1)
         fprintf(stderr, "quire serve: %s ready on %s, split among %d (tensor parallel)\n", S.name,
@@ -396,7 +429,7 @@ static void *engine_main(void *arg)
 /* ---- HTTP ------------------------------------------------------------------------ *//* Parses body as a request of kind and gives it to the engine for wsi
  * (ws: a WebSocket request with client id cid): the new request, or NULL
  * with *e filled.  first, when not NULL, is the request's first frame. */
-sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
+sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                    const char *session, qoai_error *e)
 {
     if (!serve_ready()) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
@@ -422,10 +455,10 @@ sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind
     }
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
     pthread_mutex_lock(&S.mu);
-    if (S.draining) {
+    if (S.draining || c->closed) {
         pthread_mutex_unlock(&S.mu);
         serve_sreq_free(r);
-        qoai_fail(e, 503, "server_error", NULL, "the server is shutting down");
+        qoai_fail(e, 503, "server_error", NULL, c->closed ? "the client went away" : "the server is shutting down");
         return NULL;
     }
     if (S.live >= S.o.max_requests) {
@@ -446,10 +479,12 @@ sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind
         qoai_fail(e, 400, "invalid_request_error", NULL, "%s", err);
         return NULL;
     }
+    r->conn = c;
+    c->refs++;
     if (r->ws)
         out_frame(r, json_pack("{s:s, s:s, s:s, s:s*}", "type", "start", "id", r->cid, "model", S.name, "session",
                                r->session[0] ? r->session : NULL));
-    r->wsi = wsi;
+    r->wsi = c->wsi;
     r->next = S.reqs;
     S.reqs = r;
     S.live++;
@@ -472,6 +507,7 @@ int cmd_serve(int argc, char **argv)
     o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256, o->gpu_mem_util = 0.9f;
     o->grace = 5;
     o->max_header_kb = 16, o->max_connections = 1024, o->idle_timeout = 10, o->request_timeout = 30;
+    o->max_pending_mb = 8, o->prep_threads = 2;
     o->host = "127.0.0.1";
     if (qopt_parse("serve", serve_table, N_SERVE_OPTS, argc, argv, o)) return 2;
     if (o->help) {
@@ -530,9 +566,11 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1 ||
-        o->max_body_kb > (1 << 20) || o->max_header_kb < 1 || o->max_header_kb > 1024 || o->max_connections < 1) {
+        o->max_body_kb > (1 << 20) || o->max_header_kb < 1 || o->max_header_kb > 1024 || o->max_connections < 1 ||
+        o->max_pending_mb < 1 || o->max_pending_mb > 4096 || o->prep_threads < 1 || o->prep_threads > 16) {
         fprintf(stderr, "quire serve: --port, --max-tokens, --max-body (at most 1048576), --max-header (at most 1024), "
-                        "--max-connections and --max-requests must be positive\n");
+                        "--max-connections, --max-pending (at most 4096), --prep-threads (at most 16) and "
+                        "--max-requests must be positive\n");
         return 2;
     }
     if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || o->idle_timeout > 86400 || o->request_timeout > 86400) {
@@ -617,6 +655,7 @@ int cmd_serve(int argc, char **argv)
     }
     S.metrics = qmetrics_new();
     S.gcache = gram_cache_new(64);
+    S.gfail = qoai_failcache_new(64);
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.cv, NULL);
 
@@ -636,7 +675,7 @@ int cmd_serve(int argc, char **argv)
     S.ctx = S.metrics ? lws_create_context(&info) : NULL;
     pthread_t th;
     int status = 0;
-    if (!S.ctx || pthread_create(&th, NULL, engine_main, NULL)) {
+    if (!S.ctx || serve_prep_start(o->prep_threads) || pthread_create(&th, NULL, engine_main, NULL)) {
         fprintf(stderr, "quire serve: cannot listen on %s:%d\n", o->host, o->port);
         status = 1;
     } else {
@@ -654,6 +693,9 @@ int cmd_serve(int argc, char **argv)
         int cancelled = 0;
         while (lws_service(S.ctx, 0) >= 0) {
             if (!S.stop) continue;
+            /* lws waits in poll until its next timer: a tick every 50 ms
+             * keeps this loop checking its deadlines while it drains. */
+            lws_sul_schedule(S.ctx, 0, &S.stop_tick, stop_tick_cb, 50 * LWS_US_PER_MS);
             const double now = q_now();
             pthread_mutex_lock(&S.mu);
             if (!S.draining) {
@@ -680,11 +722,13 @@ int cmd_serve(int argc, char **argv)
         pthread_cond_signal(&S.cv);
         pthread_mutex_unlock(&S.mu);
         pthread_join(th, NULL);
+        serve_prep_stop();
         /* The store finishes what is queued (replies, blocks) before the
          * process goes. */
         qstore_stop(S.store);
         S.store = NULL;
     }
+    serve_prep_stop();
     sess_drop_all();
     if (S.ctx) lws_context_destroy(S.ctx);
     while (S.reqs) {
@@ -695,6 +739,7 @@ int cmd_serve(int argc, char **argv)
     qengine_destroy(S.eng);
     gram_vocab_free(S.gvocab);
     gram_cache_free(S.gcache);
+    qoai_failcache_free(S.gfail);
     qstore_stop(S.store);
     qmetrics_free(S.metrics);
     free(S.web_root);

@@ -1,12 +1,14 @@
 /* oai.c - OpenAI-compatible request bodies: parsing, validation, errors
  * (oai.h says which fields and how they are checked). */
 #include "oai.h"
+#include "sha256.h"
 #include "stop.h"
 
 #include "gram.h"
 #include "schema.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +78,59 @@ static int flag(json_t *o, const char *k, int *out, qoai_error *e)
         if ((rc = (x)) < 0) return rc;                                                                                 \
     } while (0)
 
+/* ---- structure requests that failed ------------------------------------------- */
+
+struct qoai_failcache {
+    pthread_mutex_t mu;
+    int cap, n, next;
+    struct fc_entry {
+        uint8_t digest[32];
+        qoai_error e;
+    } *e;
+};
+
+qoai_failcache *qoai_failcache_new(int cap)
+{
+    qoai_failcache *c = calloc(1, sizeof *c);
+    if (!c || cap < 1 || !(c->e = calloc((size_t)cap, sizeof *c->e))) {
+        free(c);
+        return NULL;
+    }
+    c->cap = cap;
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+void qoai_failcache_free(qoai_failcache *c)
+{
+    if (!c) return;
+    pthread_mutex_destroy(&c->mu);
+    free(c->e);
+    free(c);
+}
+
+/* The error of a key that failed before into *e: 1, or 0. */
+static int failcache_get(qoai_failcache *c, const uint8_t digest[32], qoai_error *e)
+{
+    int hit = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n && !hit; i++)
+        if (!memcmp(c->e[i].digest, digest, 32)) *e = c->e[i].e, hit = 1;
+    pthread_mutex_unlock(&c->mu);
+    return hit;
+}
+
+static void failcache_put(qoai_failcache *c, const uint8_t digest[32], const qoai_error *e)
+{
+    pthread_mutex_lock(&c->mu);
+    struct fc_entry *x = &c->e[c->next];
+    memcpy(x->digest, digest, 32);
+    x->e = *e;
+    c->next = (c->next + 1) % c->cap;
+    if (c->n < c->cap) c->n++;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /* The output's grammar from response_format or guided_json / guided_regex /
  * guided_choice, into r->grammar and r->p. */
 static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
@@ -128,6 +183,12 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         r->p.grammar_vocab = lim->gvocab;
         return 0;
     }
+    uint8_t digest[32];
+    if (key) qsha256(key, strlen(key), digest);
+    if (key && lim->gfail && failcache_get(lim->gfail, digest, e)) {
+        free(key);
+        return QERR_INVAL;
+    }
     if (gr) {
         if (!json_is_string(gr)) {
             free(key);
@@ -169,9 +230,17 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         return 0;
     }
     if (!rc && key && lim->gcache) gram_cache_put(lim->gcache, key, strlen(key), r->grammar);
+    if (rc == QERR_NOMEM) {
+        free(key);
+        return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    }
+    if (rc) {
+        const int frc = qoai_fail(e, 400, INVALID, param, "%s", err);
+        if (key && lim->gfail) failcache_put(lim->gfail, digest, e);
+        free(key);
+        return frc;
+    }
     free(key);
-    if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
-    if (rc) return qoai_fail(e, 400, INVALID, param, "%s", err);
     r->p.grammar = r->grammar;
     r->p.grammar_vocab = lim->gvocab;
     return 0;

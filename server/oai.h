@@ -58,7 +58,17 @@ typedef struct {
     const struct gram_vocab *gvocab;
     /* Compiled grammars shared by requests that ask for the same one, or NULL. */
     struct gram_cache *gcache;
+    /* Grammars that failed to compile, with their errors, or NULL: a request
+     * that repeats one is refused at once instead of compiling it again. */
+    struct qoai_failcache *gfail;
 } qoai_limits;
+
+/* A cache of structure requests that failed to compile: the SHA-256 of the
+ * request's key, its param and message; least recently added out.  Safe
+ * from several threads.  NULL when out of memory. */
+typedef struct qoai_failcache qoai_failcache;
+qoai_failcache *qoai_failcache_new(int cap);
+void qoai_failcache_free(qoai_failcache *c);
 
 typedef struct {
     qoai_kind kind;

@@ -34,6 +34,8 @@ typedef struct {
     int max_connections;    /* --max-connections: open at once; more are closed at once */
     float idle_timeout;     /* --idle-timeout: seconds a kept-alive connection may wait for a request */
     float request_timeout;  /* --request-timeout: seconds a request may take to arrive whole */
+    int max_pending_mb;     /* --max-pending: output a connection's client has not read, at most */
+    int prep_threads;       /* --prep-threads: threads that parse, template, tokenize and compile */
     int tensor_parallel;    /* --tensor-parallel: GPUs the model is split among */
     float gpu_mem_util, grace;
 } serve_opts;
@@ -48,6 +50,19 @@ typedef struct {
     int started; /* a streamed chat choice has sent its role */
     qoai_calls *calls; /* a request with tools: its output read back as tool calls */
 } acc;
+
+/* A connection as its requests and preparation jobs see it: it may close
+ * (lws thread) while they run on other threads.  Reference-counted: the
+ * connection, each request and each job hold one; every field under S.mu. */
+typedef struct sconn {
+    int refs;
+    int closed;         /* the connection is gone */
+    size_t pending;     /* output its requests made that the socket has not taken */
+    int over;           /* past --max-pending: its requests failed, the socket closes */
+    struct lws *wsi;    /* while open */
+} sconn;
+/* Drops a reference (S.mu held, or one thread left). */
+void sconn_unref(sconn *c);
 
 /* A request given to the engine.  Shared between the threads: every field
  * is read and written under S.mu. */
@@ -65,6 +80,7 @@ typedef struct sreq {
     size_t out_len, out_cap;
     int failed;         /* out of memory while building the output */
     struct lws *wsi;    /* NULL once the connection closed */
+    sconn *conn;        /* its connection (a reference), for the output budget */
     double t0, t_last;  /* arrival, last token */
     int ws;             /* a WebSocket request: out holds frames, each ending in '\n' */
     int want_ids;       /* ws: token ids in the deltas */
@@ -114,19 +130,18 @@ typedef struct {
     qstore *store;      /* the database (NULL with --no-persist) */
     struct gram_vocab *gvocab; /* the tokenizer as the grammars see it (guided decoding) */
     struct gram_cache *gcache; /* compiled grammars, shared by requests that repeat one */
+    qoai_failcache *gfail;     /* grammars that failed to compile, with their errors */
     sjob *sjobs;        /* jobs in the store for the lws thread */
     qengine_opts eo;
     int ready;          /* the model is loaded and the engine runs (under mu) */
     int broken;         /* the backend can run no more passes (qengine_broken; under mu) */
     int load_failed;
     int n_conns;        /* open connections (lws thread) */
+    lws_sorted_usec_list_t stop_tick; /* wakes the lws loop while it drains at the stop */
 } serve_state;
 
 extern serve_state S;
 
-/* Output a client has not taken yet, at most: a reader slower than the
- * engine past this has its request cancelled (the engine never waits). */
-#define MAX_PENDING ((size_t)8 << 20)
 
 /* The longest request target (414 past it). */
 #define QSERVE_MAX_URI 8192
@@ -149,6 +164,7 @@ typedef struct {
     const char *endpoint;
     int job;            /* HTTP: waiting for the store's answer */
     int key;            /* the API key the connection showed (index into S.keys) */
+    sconn *conn;        /* what other threads know of the connection */
     /* WebSocket connections: frames in, the connection's own frames out
      * (errors of messages that made no request; '\n'-separated), control. */
     int ws;
@@ -161,6 +177,42 @@ typedef struct {
     char ping[126];
     size_t ping_len;
 } pss;
+
+/* A body given to the preparation pool (serve_prep.c). */
+typedef enum { PREP_SUBMIT = 0, PREP_CHECK } prep_what;
+typedef struct sprep {
+    struct sprep *next, *pnext;
+    prep_what what;     /* SUBMIT: serve_submit; CHECK: a session turn as sent, checked */
+    sconn *conn;        /* a reference */
+    pss *p;             /* the connection's state, valid while conn is open (lws thread) */
+    char *body;
+    size_t len;
+    qoai_kind kind;
+    char cid[64];       /* ws: the client's id ("" for HTTP) */
+    int want_ids;
+    char session[QSTORE_ID_MAX];
+    json_t *msg;        /* ws: the client's message (a reference), for the answer */
+    int cancel;         /* ws: cancelled while being prepared (under S.mu) */
+    void (*answer)(struct sprep *j); /* lws thread, with the result, while the connection is open */
+    sreq *r;            /* SUBMIT: the request given to the engine, or NULL with e */
+    int ok;
+    qoai_error e;
+    json_t *norm;       /* CHECK: the messages as role and text */
+} sprep;
+
+/* ---- serve_prep.c ---- */
+/* Starts n workers: 0, or -1. */
+int serve_prep_start(int n);
+/* Stops them; jobs not answered are dropped. */
+void serve_prep_stop(void);
+/* A job for connection p with a copy of body, or NULL (out of memory). */
+sprep *serve_prep_new(pss *p, const char *body, size_t len, qoai_kind kind);
+/* Gives j to the pool (taken): 0, or an error in e (429 with the pool full; j freed). */
+int serve_prep_submit(sprep *j, qoai_error *e);
+/* The job being prepared for connection c under WebSocket id cid, or NULL. */
+sprep *serve_prep_find(sconn *c, const char *cid);
+/* Answers of the pool (lws thread). */
+void serve_prep_answers(void);
 
 /* ---- cmd_serve.c ---- */
 /* pre, JSON j (taken), post into r's output (S.mu held). */
@@ -190,8 +242,10 @@ int serve_broken(void);
 /* Parses body as a request of kind and gives it to the engine (ws: with
  * the client's id cid; session: the conversation it continues, or NULL):
  * the new request, or NULL with *e filled. */
-sreq *serve_submit(struct lws *wsi, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
+sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                    const char *session, qoai_error *e);
+/* Output of connection c taken by the socket (lws thread). */
+void serve_taken(sconn *c, size_t n);
 
 /* ---- serve_http.c ---- */
 /* lws's callback for every connection (raw sockets: HTTP read by http.c). */
@@ -207,6 +261,8 @@ void serve_ws_upgrade(struct lws *wsi, pss *p);
 int serve_ws_rx(struct lws *wsi, pss *p, const void *in, size_t len);
 int serve_ws_writable(struct lws *wsi, pss *p);
 void serve_ws_closed(struct lws *wsi, pss *p);
+/* The pool's answer to a WebSocket chat (also a session's). */
+void serve_ws_chat_answer(sprep *j);
 
 /* ---- serve_sessions.c ---- */
 

@@ -253,13 +253,13 @@ static void handle_get(struct lws *wsi, pss *p, qroute route, const char *uri)
     }
 }
 
-/* A complete POST body: parse it, give it to the engine. */
-static void handle_post(struct lws *wsi, pss *p)
+/* The pool's answer to a POST: the reply's start, or its error. */
+static void post_answer(sprep *j)
 {
-    qoai_error e;
-    const qhttp_req *rq = &p->h.req;
-    sreq *r = serve_submit(wsi, rq->body ? rq->body : "", rq->body_len, (qoai_kind)p->kind, NULL, 0, NULL, &e);
-    if (!r) return serve_reply_error(wsi, p, &e);
+    pss *p = j->p;
+    struct lws *wsi = p->wsi;
+    if (!j->ok) return serve_reply_error(wsi, p, &j->e);
+    sreq *r = j->r;
     p->r = r;
     p->stream = r->req.stream;
     qmetrics_request(S.metrics, p->endpoint, 200);
@@ -271,8 +271,20 @@ static void handle_post(struct lws *wsi, pss *p)
                                      p->keep_alive && p->h.req.minor == 1, "cache-control: no-cache\r\n");
         if (p->h.req.minor == 0) p->keep_alive = 0;
         if (!hl || serve_put(p, head, hl)) p->keep_alive = 0;
-        serve_want_write(p);
     }
+    serve_want_write(p);
+}
+
+/* A complete POST body: to the preparation pool, then the engine. */
+static void handle_post(struct lws *wsi, pss *p)
+{
+    qoai_error e;
+    const qhttp_req *rq = &p->h.req;
+    sprep *j = serve_prep_new(p, rq->body ? rq->body : "", rq->body_len, (qoai_kind)p->kind);
+    if (!j) return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
+    j->answer = post_answer;
+    p->st = ST_WAIT; /* p->r comes with the answer */
+    if (serve_prep_submit(j, &e)) return serve_reply_error(wsi, p, &e);
 }
 
 /* A whole request: route it. */
@@ -415,6 +427,7 @@ static int http_writable(struct lws *wsi, pss *p)
         char *data = done ? r->out : NULL;
         const size_t dl = done ? r->out_len : 0;
         if (done) r->out = NULL, r->out_len = r->out_cap = 0;
+        if (done && r->conn) r->conn->pending = r->conn->pending > dl ? r->conn->pending - dl : 0;
         pthread_mutex_unlock(&S.mu);
         if (done) {
             if (failed || !data) {
@@ -434,6 +447,7 @@ static int http_writable(struct lws *wsi, pss *p)
         const size_t len = r->out_len;
         const int done = r->finished, failed = r->failed;
         r->out = NULL, r->out_len = r->out_cap = 0;
+        if (r->conn) r->conn->pending = r->conn->pending > len ? r->conn->pending - len : 0;
         pthread_mutex_unlock(&S.mu);
         if (failed) {
             free(data);
@@ -476,19 +490,31 @@ static void conn_closed(struct lws *wsi, pss *p)
 {
     sess_closed(wsi);
     if (p->ws) serve_ws_closed(wsi, p);
-    if (p->r) {
-        pthread_mutex_lock(&S.mu);
-        sreq *r = p->r;
+    /* Every request of the connection (one being answered, one whose
+     * preparation finished meanwhile, a WebSocket's): cancelled if the
+     * engine still runs it, else freed. */
+    pthread_mutex_lock(&S.mu);
+    p->conn->closed = 1;
+    p->conn->wsi = NULL;
+    for (sreq **pp = &S.reqs; *pp;) {
+        sreq *r = *pp;
+        if (r->conn != p->conn) {
+            pp = &r->next;
+            continue;
+        }
         r->wsi = NULL;
         if (!r->finished) {
             qengine_cancel(S.eng, r->id);
+            pp = &r->next;
         } else {
-            serve_sreq_unlink(r);
+            *pp = r->next;
             serve_sreq_free(r);
         }
-        pthread_mutex_unlock(&S.mu);
-        p->r = NULL;
     }
+    p->r = NULL;
+    sconn_unref(p->conn);
+    pthread_mutex_unlock(&S.mu);
+    p->conn = NULL;
     qhttp_free(&p->h);
     free(p->out);
     p->out = NULL;
@@ -502,6 +528,9 @@ int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
     case LWS_CALLBACK_RAW_ADOPT:
         if (!p) return -1;
         memset(p, 0, sizeof *p);
+        if (!(p->conn = calloc(1, sizeof *p->conn))) return -1;
+        p->conn->refs = 1;
+        p->conn->wsi = wsi;
         p->wsi = wsi;
         p->open = 1;
         S.n_conns++;
@@ -554,11 +583,13 @@ int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         }
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        serve_prep_answers();
         sess_answers();
         /* The engine produced output: writable callbacks where it waits. */
         pthread_mutex_lock(&S.mu);
         for (sreq *r = S.reqs; r; r = r->next)
             if (r->wsi && (r->out_len || r->finished || r->failed)) lws_callback_on_writable(r->wsi);
+        /* Failed connections (a slow reader) close from their writable callback. */
         pthread_mutex_unlock(&S.mu);
         return 0;
     default:

@@ -160,6 +160,34 @@ static void http_answer(sjob *sj)
 
 /* ---- WebSocket ---------------------------------------------------------------------- */
 
+/* The turn as sent is checked (the pool's answer): stored, then the whole
+ * conversation goes to the engine (ws_answer). */
+static void turn_checked(sprep *pj)
+{
+    qoai_error e;
+    pss *p = pj->p;
+    struct lws *wsi = p->wsi;
+    json_t *m = pj->msg;
+    const char *cid = pj->cid;
+    if (!pj->ok) return serve_ws_error(wsi, p, cid, &pj->e);
+    json_t *sid = json_object_get(m, "session"), *keep = json_object_get(m, "keep_messages");
+    const int has_id = sid && !json_is_null(sid);
+    qstore_job *j = qstore_job_new(QSTORE_TURN);
+    if (!j) {
+        qoai_fail(&e, 500, "server_error", NULL, "%s", "out of memory");
+        return serve_ws_error(wsi, p, cid, &e);
+    }
+    if (has_id) snprintf(j->id, sizeof j->id, "%s", json_string_value(sid));
+    if (keep && !json_is_null(keep)) j->truncate = 1, j->keep = (int)json_integer_value(keep);
+    sess_owner(p->key, j->owner);
+    j->msgs = pj->norm;
+    pj->norm = NULL;
+    if (start_job(wsi, p, j, json_incref(m), cid)) {
+        qoai_fail(&e, 503, "server_error", NULL, "%s", "the server is shutting down");
+        serve_ws_error(wsi, p, cid, &e);
+    }
+}
+
 void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid)
 {
     qoai_error e;
@@ -205,43 +233,41 @@ void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid)
         return serve_ws_error(wsi, p, cid, &e);
     }
     /* The request as sent must be valid on its own (parameters, messages):
-     * nothing is stored for a bad one. */
+     * nothing is stored for a bad one.  The check runs on the preparation
+     * pool (a template or a schema can take long); turn_checked goes on. */
     char *text = json_dumps(m, JSON_COMPACT);
-    qoai_req tmp;
-    json_t *norm = NULL;
-    if (!text) {
-        qoai_fail(&e, 500, "server_error", NULL, "%s", "out of memory");
-        return serve_ws_error(wsi, p, cid, &e);
-    }
-    int rc = qoai_parse(text, strlen(text), QOAI_CHAT, &S.lim, S.model, S.tok, &tmp, &e);
+    sprep *j = text ? serve_prep_new(p, text, strlen(text), QOAI_CHAT) : NULL;
     free(text);
-    if (rc) return serve_ws_error(wsi, p, cid, &e);
-    qoai_req_free(&tmp);
-    if (qoai_messages(json_object_get(m, "messages"), &norm, &e)) return serve_ws_error(wsi, p, cid, &e);
-    /* Stored as role and text. */
-    json_t *msgs = json_array();
-    size_t i;
-    json_t *x;
-    json_array_foreach(norm, i, x) {
-        const char *c = json_string_value(json_object_get(x, "content"));
-        json_array_append_new(msgs, json_pack("{s:O, s:s}", "role", json_object_get(x, "role"), "content", c ? c : ""));
-    }
-    json_decref(norm);
-    qstore_job *j = qstore_job_new(QSTORE_TURN);
-    if (!j || !msgs || json_array_size(msgs) != i) {
-        json_decref(msgs);
-        qstore_job_free(j);
+    if (!j) {
         qoai_fail(&e, 500, "server_error", NULL, "%s", "out of memory");
         return serve_ws_error(wsi, p, cid, &e);
     }
-    if (has_id) snprintf(j->id, sizeof j->id, "%s", json_string_value(sid));
-    if (keep && !json_is_null(keep)) j->truncate = 1, j->keep = (int)json_integer_value(keep);
-    sess_owner(p->key, j->owner);
-    j->msgs = msgs;
-    if (start_job(wsi, p, j, json_incref(m), cid)) {
-        qoai_fail(&e, 503, "server_error", NULL, "%s", "the server is shutting down");
-        serve_ws_error(wsi, p, cid, &e);
+    j->what = PREP_CHECK;
+    j->msg = json_incref(m);
+    snprintf(j->cid, sizeof j->cid, "%s", cid);
+    j->answer = turn_checked;
+    if (serve_prep_submit(j, &e)) serve_ws_error(wsi, p, cid, &e);
+}
+
+/* A stored turn that will have no reply: an empty one marked partial keeps
+ * the conversation's roles alternating. */
+static void reply_none(const char *id)
+{
+    qstore_job *rj = qstore_job_new(QSTORE_REPLY);
+    if (rj) {
+        snprintf(rj->id, sizeof rj->id, "%s", id);
+        rj->text = strdup("");
+        rj->partial = 1;
+        rj->done = qstore_job_free;
     }
+    if (rj && (!rj->text || qstore_submit(S.store, rj))) qstore_job_free(rj);
+}
+
+/* The pool's answer to a stored turn's conversation. */
+static void turn_answer(sprep *pj)
+{
+    if (!pj->ok) reply_none(pj->session);
+    serve_ws_chat_answer(pj);
 }
 
 /* The turn is stored: the whole conversation goes to the engine. */
@@ -268,22 +294,17 @@ static void ws_answer(sjob *sj)
         qoai_fail(&e, 500, "server_error", NULL, "%s", "out of memory");
         return serve_ws_error(sj->wsi, p, sj->cid, &e);
     }
-    if (!serve_submit(sj->wsi, body, strlen(body), QOAI_CHAT, sj->cid, json_is_true(json_object_get(sj->msg, "token_ids")),
-                      j->id, &e)) {
-        /* The turn is stored and will have no reply: an empty one marked
-         * partial keeps the conversation's roles alternating. */
-        qstore_job *rj = qstore_job_new(QSTORE_REPLY);
-        if (rj) {
-            snprintf(rj->id, sizeof rj->id, "%s", j->id);
-            rj->text = strdup("");
-            rj->partial = 1;
-            rj->done = qstore_job_free;
-        }
-        if (rj && (!rj->text || qstore_submit(S.store, rj))) qstore_job_free(rj);
+    sprep *pj = serve_prep_new(p, body, strlen(body), QOAI_CHAT);
+    if (pj) {
+        snprintf(pj->cid, sizeof pj->cid, "%s", sj->cid);
+        snprintf(pj->session, sizeof pj->session, "%s", j->id);
+        pj->want_ids = json_is_true(json_object_get(sj->msg, "token_ids"));
+        pj->answer = turn_answer;
+    }
+    if (!pj) qoai_fail(&e, 500, "server_error", NULL, "%s", "out of memory");
+    if (!pj || serve_prep_submit(pj, &e)) {
+        reply_none(j->id);
         serve_ws_error(sj->wsi, p, sj->cid, &e);
-    } else {
-        qmetrics_request(S.metrics, "ws", 200);
-        lws_callback_on_writable(sj->wsi);
     }
     free(body);
 }

@@ -40,10 +40,32 @@ void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *
     char *s = f ? json_dumps(f, JSON_COMPACT) : NULL;
     json_decref(f);
     if (!s) return;
+    if (p->wsout_len + strlen(s) > ((size_t)S.o.max_pending_mb << 20)) {
+        /* A client that sends bad messages and reads none of the answers. */
+        if (!p->ws_close) {
+            QLOGW("serve: a WebSocket client left %zu bytes of error frames unread (--max-pending); its connection is "
+                  "closed",
+                  p->wsout_len);
+            qmetrics_conn_closed(S.metrics, QCONN_SLOW_READER);
+        }
+        p->ws_close = 1008;
+        p->wsout_len = 0;
+        free(s);
+        return;
+    }
     if (!q_append(&p->wsout, &p->wsout_len, &p->wsout_cap, s, strlen(s)) &&
         !q_append(&p->wsout, &p->wsout_len, &p->wsout_cap, "\n", 1))
         lws_callback_on_writable(wsi);
     free(s);
+}
+
+/* The pool's answer to a chat: its error, or its frames to come. */
+void serve_ws_chat_answer(sprep *j)
+{
+    pss *p = j->p;
+    if (!j->ok) return serve_ws_error(p->wsi, p, j->cid, &j->e);
+    qmetrics_request(S.metrics, "ws", 200);
+    serve_want_write(p);
 }
 
 /* A whole client message: chat (a request) or cancel. */
@@ -61,29 +83,38 @@ static void ws_message(struct lws *wsi, pss *p)
         return;
     }
     const char *t = json_string_value(ty);
+    /* The id runs if the engine has it, or the pool prepares it. */
+    sprep *prep = serve_prep_find(p->conn, cid);
     pthread_mutex_lock(&S.mu);
     sreq *same = S.reqs;
-    while (same && !(same->wsi == wsi && !strcmp(same->cid, cid) && !same->finished)) same = same->next;
+    while (same && !(same->conn == p->conn && !strcmp(same->cid, cid) && !same->finished)) same = same->next;
     if (same && !strcmp(t, "cancel")) qengine_cancel(S.eng, same->id);
+    if (prep && !strcmp(t, "cancel")) prep->cancel = 1;
     pthread_mutex_unlock(&S.mu);
     if (!strcmp(t, "cancel")) {
-        if (!same) {
+        if (!same && !prep) {
             qoai_fail(&e, 404, "invalid_request_error", "id", "no request '%s' runs on this connection", cid);
             serve_ws_error(wsi, p, cid, &e);
         }
     } else if (!strcmp(t, "chat")) {
         json_t *ti = json_object_get(m, "token_ids");
-        if (same) {
+        if (same || prep) {
             qoai_fail(&e, 400, "invalid_request_error", "id", "a request '%s' already runs on this connection", cid);
             serve_ws_error(wsi, p, cid, &e);
         } else if (json_object_get(m, "session") || json_object_get(m, "new_session")) {
             sess_ws_chat(wsi, p, m, cid);
-        } else if (!serve_submit(wsi, p->w.msg, p->w.msg_len, json_object_get(m, "messages") ? QOAI_CHAT : QOAI_COMPLETION, cid,
-                           json_is_true(ti), NULL, &e)) {
-            serve_ws_error(wsi, p, cid, &e);
         } else {
-            qmetrics_request(S.metrics, "ws", 200);
-            lws_callback_on_writable(wsi);
+            sprep *j = serve_prep_new(p, p->w.msg, p->w.msg_len,
+                                      json_object_get(m, "messages") ? QOAI_CHAT : QOAI_COMPLETION);
+            if (!j) {
+                qoai_fail(&e, 500, "server_error", NULL, "%s", "out of memory");
+                serve_ws_error(wsi, p, cid, &e);
+            } else {
+                snprintf(j->cid, sizeof j->cid, "%s", cid);
+                j->want_ids = json_is_true(ti);
+                j->answer = serve_ws_chat_answer;
+                if (serve_prep_submit(j, &e)) serve_ws_error(wsi, p, cid, &e);
+            }
         }
     } else {
         qoai_fail(&e, 400, "invalid_request_error", "type", "unknown message type '%s' (chat or cancel)", t);
@@ -105,23 +136,25 @@ static int next_frame(struct lws *wsi, pss *p)
     pthread_mutex_lock(&S.mu);
     sreq *pick = NULL;
     int failed = 0;
-    for (sreq *r = S.reqs; r; r = r->next) failed |= r->wsi == wsi && r->failed;
+    for (sreq *r = S.reqs; r; r = r->next) failed |= r->conn == p->conn && r->failed;
     if (failed) { /* a request's output was lost (a reader too slow, or memory): the socket closes */
         pthread_mutex_unlock(&S.mu);
         free(buf);
         return -1;
     }
     for (sreq *r = S.reqs; !buf && r; r = r->next)
-        if (r->wsi == wsi && r->out_len && (!pick || r->frames < pick->frames)) pick = r;
+        if (r->conn == p->conn && r->out_len && (!pick || r->frames < pick->frames)) pick = r;
     for (sreq **pp = &S.reqs; *pp;) {
         sreq *r = *pp;
-        if (r->wsi != wsi) {
+        if (r->conn != p->conn) {
             pp = &r->next;
             continue;
         }
         if (r == pick) {
             r->frames++;
+            const size_t before = r->out_len;
             buf = take_frame(r->out, &r->out_len, &n);
+            if (r->conn) r->conn->pending = r->conn->pending > before - r->out_len ? r->conn->pending - (before - r->out_len) : 0;
         }
         if (r->out_len) more = 1;
         if (r->finished && !r->out_len) {
@@ -147,23 +180,7 @@ static int next_frame(struct lws *wsi, pss *p)
  * ones freed. */
 void serve_ws_closed(struct lws *wsi, pss *p)
 {
-    pthread_mutex_lock(&S.mu);
-    for (sreq **pp = &S.reqs; *pp;) {
-        sreq *r = *pp;
-        if (r->wsi != wsi) {
-            pp = &r->next;
-            continue;
-        }
-        r->wsi = NULL;
-        if (!r->finished) {
-            qengine_cancel(S.eng, r->id);
-            pp = &r->next;
-        } else {
-            *pp = r->next;
-            serve_sreq_free(r);
-        }
-    }
-    pthread_mutex_unlock(&S.mu);
+    (void)wsi;
     qws_free(&p->w);
     free(p->wsout);
     p->wsout = NULL;
@@ -208,6 +225,7 @@ void serve_ws_upgrade(struct lws *wsi, pss *p)
     qhttp_free(h);
     if (left) p->ws_close = 1009;
     serve_want_write(p);
+    if (!left && serve_ws_rx(wsi, p, NULL, 0)) p->ws_close = 1011; /* frames that came with the handshake */
 }
 
 /* A control frame onto the output (before any other frame not yet begun). */

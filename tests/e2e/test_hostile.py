@@ -302,3 +302,52 @@ def test_session_turn_refused_after_storing_keeps_alternation(quire):
         assert msgs[-1]["content"] == "" and msgs[-1]["status"] == "partial"
     finally:
         assert s.stop() == 0
+
+
+def big_schema_body(n=2000):
+    """A schema of n alternatives whose grammar is too large: it compiles for
+    about a second here before it is refused."""
+    schema = {"anyOf": [{"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": i, "maximum": i + 5000},
+        "b": {"type": "string", "maxLength": i % 50 + 1}}, "required": ["a", "b"]} for i in range(n)]}
+    return {"prompt": "x", "max_tokens": 2,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "big", "schema": schema}}}
+
+
+def test_health_answers_while_a_schema_compiles(server):
+    """Request preparation runs off the socket thread: /health answers within
+    100 ms while an anyOf of 2,000 alternatives compiles (beside 400
+    patternProperties and a prompt of 1 MB); a schema that failed is refused
+    again at once."""
+    import threading
+    results = {}
+
+    def post(name, body):
+        t = time.time()
+        results[name] = (server.post("/v1/completions", body), time.time() - t)
+
+    pp = {"prompt": "x", "max_tokens": 2, "guided_json": {
+        "type": "object", "patternProperties": {f"^p{i}[a-z]+$": {"type": "integer"} for i in range(400)}}}
+    big_prompt = {"prompt": "Once upon a time " * 60000, "max_tokens": 1}
+    threads = [threading.Thread(target=post, args=("schema", big_schema_body())),
+               threading.Thread(target=post, args=("pp", pp)),
+               threading.Thread(target=post, args=("prompt", big_prompt))]
+    for th in threads:
+        th.start()
+    worst, polls = 0.0, 0
+    while threads[0].is_alive():
+        t = time.time()
+        assert server.get("/health")[0] == 200
+        worst = max(worst, time.time() - t)
+        polls += 1
+        time.sleep(0.02)
+    for th in threads:
+        th.join()
+    (status, body), took = results["schema"]
+    assert status == 400 and "too many states" in body
+    assert polls >= 5, f"the compile took {took:.2f} s: too short to measure"
+    assert worst < 0.1, f"/health took {worst * 1000:.0f} ms while the schema compiled"
+    assert results["pp"][0][0] == 200 and results["prompt"][0][0] in (200, 400)
+    (status2, body2), again = (lambda t: (server.post("/v1/completions", big_schema_body()), time.time() - t))(time.time())
+    assert status2 == 400 and json.loads(body2) == json.loads(body)
+    assert again < max(0.2, took / 5), f"refused again in {again:.2f} s (first: {took:.2f} s)"

@@ -29,7 +29,7 @@ def free_port():
 
 
 class Server:
-    def __init__(self, quire, *extra, db=None, port=None, model=MODEL, env=None):
+    def __init__(self, quire, *extra, db=None, port=None, model=MODEL, env=None, log=None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A database of its own (a fresh one unless db names one), so that
@@ -40,7 +40,9 @@ class Server:
             extra = (*extra, "--db", self.db)
         self.proc = subprocess.Popen(
             [quire, "serve", "-m", model, "--port", str(self.port), "--kv-mem", "64", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+            stdout=subprocess.PIPE, stderr=open(log, "w") if log else subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})})
+        self.log = log
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
@@ -49,7 +51,7 @@ class Server:
             except OSError:
                 pass
             if self.proc.poll() is not None:
-                raise RuntimeError("quire serve exited: " + self.proc.stderr.read())
+                raise RuntimeError("quire serve exited: " + (open(log).read() if log else self.proc.stderr.read()))
             time.sleep(0.05)
         raise RuntimeError("quire serve did not come up")
 
@@ -85,6 +87,10 @@ class Server:
         _, text = self.get("/metrics")
         m = re.search("^" + re.escape(name) + r" ([0-9.e+-]+)$", text, re.M)
         return float(m.group(1)) if m else None
+
+    def rss_kb(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

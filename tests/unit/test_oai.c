@@ -11,15 +11,17 @@
 #include "gram.h"
 #include "qtest.h"
 #include "tokenizer.h"
+#include "util.h"
 
 static qmodel *g_model;
 static qtok *g_tok;
 static gram_vocab *g_vocab;
 static gram_cache *g_cache;
+static qoai_failcache *g_fail;
 
 static int parse(const char *body, qoai_kind kind, int cap, qoai_req *r, qoai_error *e)
 {
-    const qoai_limits lim = { cap, g_vocab, g_cache };
+    const qoai_limits lim = { cap, g_vocab, g_cache, g_fail };
     return qoai_parse(body, strlen(body), kind, &lim, g_model, g_tok, r, e);
 }
 
@@ -427,7 +429,7 @@ static void test_guided(void)
     REQUIRE(parse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", QOAI_COMPLETION, 0, &r, &e) == 0);
     CHECK(r.grammar == NULL);
     qoai_req_free(&r);
-    const qoai_limits bare = { 0, NULL, NULL };
+    const qoai_limits bare = { 0, NULL, NULL, NULL };
     CHECK(qoai_parse(ok[0], strlen(ok[0]), QOAI_COMPLETION, &bare, g_model, g_tok, &r, &e) != 0);
     CHECK_STR_CONTAINS(e.message, "tokenizer");
 }
@@ -563,6 +565,40 @@ static void test_tools(void)
     qoai_calls_free(nm);
 }
 
+/* A structure request that failed to compile is refused again at once,
+ * with the same error, without compiling (a hostile schema costs its
+ * compile once). */
+static void test_failed_grammar_cached(void)
+{
+    /* 1,500 alternatives of bounded integers and strings: too many states. */
+    size_t cap = 1 << 20, n = 0;
+    char *body = malloc(cap);
+    REQUIRE(body);
+    n += (size_t)snprintf(body + n, cap - n, "{\"prompt\": \"x\", \"guided_json\": {\"anyOf\": [");
+    for (int i = 0; i < 1500; i++)
+        n += (size_t)snprintf(body + n, cap - n,
+                              "%s{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\", "
+                              "\"minimum\": %d, \"maximum\": %d}, \"b\": {\"type\": \"string\", \"maxLength\": %d}}, "
+                              "\"required\": [\"a\", \"b\"]}",
+                              i ? ", " : "", i, i + 5000, i % 50 + 1);
+    snprintf(body + n, cap - n, "]}}");
+    qoai_req r;
+    qoai_error e1, e2;
+    double t0 = q_now();
+    const int rc1 = parse(body, QOAI_COMPLETION, 0, &r, &e1);
+    const double first = q_now() - t0;
+    t0 = q_now();
+    const int rc2 = parse(body, QOAI_COMPLETION, 0, &r, &e2);
+    const double again = q_now() - t0;
+    free(body);
+    REQUIRE(rc1 && rc2);
+    CHECK_EQ_INT(e1.status, 400);
+    CHECK(!strcmp(e1.param, "guided_json") && !strcmp(e1.message, e2.message) && !strcmp(e1.param, e2.param));
+    CHECK_STR_CONTAINS(e1.message, "too many states");
+    fprintf(stderr, "  failed compile %.3f s, refused again in %.4f s\n", first, again);
+    CHECK(again < first / 5);
+}
+
 int main(void)
 {
     char path[1024], err[256];
@@ -572,6 +608,7 @@ int main(void)
         return 1;
     }
     g_cache = gram_cache_new(8);
+    g_fail = qoai_failcache_new(4);
     if (!g_cache || qengine_grammar_vocab(g_tok, &g_vocab)) {
         fprintf(stderr, "cannot build the grammar vocabulary\n");
         return 1;
@@ -584,8 +621,10 @@ int main(void)
     QT_RUN(test_context_length);
     QT_RUN(test_error_json);
     QT_RUN(test_replies);
+    QT_RUN(test_failed_grammar_cached);
     gram_vocab_free(g_vocab);
     gram_cache_free(g_cache);
+    qoai_failcache_free(g_fail);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
     QT_MAIN_END();
