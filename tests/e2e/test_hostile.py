@@ -351,3 +351,27 @@ def test_health_answers_while_a_schema_compiles(server):
     (status2, body2), again = (lambda t: (server.post("/v1/completions", big_schema_body()), time.time() - t))(time.time())
     assert status2 == 400 and json.loads(body2) == json.loads(body)
     assert again < max(0.2, took / 5), f"refused again in {again:.2f} s (first: {took:.2f} s)"
+
+
+def test_max_connections(quire):
+    """Past --max-connections a new connection is closed at once (counted);
+    once others close, connections are taken again."""
+    s = Server(quire, "--max-connections", "4")
+    try:
+        time.sleep(2.5)  # the start's /health polls closed (a closing connection lingers up to 2 s)
+        held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(4)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", s.port))
+        extra.settimeout(5)
+        try:
+            assert extra.recv(10) == b""
+        except ConnectionResetError:
+            pass
+        extra.close()
+        for c in held:
+            c.close()
+        time.sleep(0.2)
+        assert s.get("/health")[0] == 200
+        assert s.metric('quire_connections_closed_total{reason="too_many"}') == 1
+    finally:
+        assert s.stop() == 0
