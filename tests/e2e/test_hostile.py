@@ -375,3 +375,17 @@ def test_max_connections(quire):
         assert s.metric('quire_connections_closed_total{reason="too_many"}') == 1
     finally:
         assert s.stop() == 0
+
+
+def test_refusals_name_their_field(server):
+    """400s name the field at fault (top_p 0, a stop string past 512 bytes),
+    and the range said is the one the server takes."""
+    for body, param, words in [({"prompt": "x", "top_p": 0}, "top_p", "(0, 1]"),
+                               ({"prompt": "x", "top_p": 1.5}, "top_p", "outside"),
+                               ({"prompt": "x", "stop": ["a" * 600]}, "stop", "at most 512 bytes"),
+                               ({"prompt": "x", "stop": "b" * 513}, "stop", "at most 512 bytes")]:
+        status, text = server.post("/v1/completions", body)
+        err = json.loads(text)["error"]
+        assert status == 400 and err["param"] == param and words in err["message"], (body, err)
+    status, _ = server.post("/v1/completions", {"prompt": "x", "top_p": 1, "max_tokens": 1, "stop": ["a" * 512]})
+    assert status == 200
