@@ -317,7 +317,7 @@ static void n_edge(nfa *a, int from, int to, int sym, int lo, int hi) { gram_nfa
 
 /* Any JSON string content but the names of e: the product of the any-string
  * pattern's DFA and a trie of the names, built breadth-first. */
-static void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
+static __attribute__((noinline)) void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
 {
     const gram_re *re = b->res[e->re];
     /* The trie: node 0 the root; child[node * 256 + byte], 0 for none. */
@@ -332,6 +332,8 @@ static void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
     uint8_t *term = calloc((size_t)cap_t, 1);
     const int na = gram_re_states(re);
     int32_t *map = NULL, *queue = NULL;
+    uint8_t lo[256], hi[256];
+    int32_t to[256];
     if (!child || !term) goto oom;
     int nt = 1;
     for (size_t p = e->off; p < e->off + e->len;) {
@@ -352,7 +354,7 @@ static void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
     map = malloc(np * sizeof *map);
     queue = q_mallocn(np, sizeof *queue);
     if (!map || !queue) goto oom;
-    for (size_t i = 0; i < np; i++) map[i] = -1;
+    memset(map, 0xff, np * sizeof *map); /* -1: no state yet */
     int qh = 0, qt = 0;
     const size_t s0 = (size_t)gram_re_start(re) * (size_t)(nt + 1) + 1;
     map[s0] = n_state(a);
@@ -362,16 +364,24 @@ static void n_except(nfa *a, const gram_b *b, const xnode *e, int in, int out)
         const size_t ps = (size_t)queue[qh++];
         const int as = (int)(ps / (size_t)(nt + 1)), tn = (int)(ps % (size_t)(nt + 1)) - 1;
         if (gram_re_accepts(re, as) && (tn < 0 || !term[tn])) EPS(a, map[ps], out);
-        for (int c = 0; c < 256; c++) {
-            const int a2 = gram_re_step(re, as, (uint8_t)c);
-            if (a2 < 0) continue;
-            const int t2 = tn >= 0 ? child[(size_t)tn * 256 + (size_t)c] : 0;
-            const size_t q = (size_t)a2 * (size_t)(nt + 1) + (size_t)(tn >= 0 && t2 ? t2 + 1 : 0);
-            if (map[q] < 0) {
-                map[q] = n_state(a);
-                queue[qt++] = (int32_t)q;
+        /* By ranges of the pattern's next state; in the trie, a byte that
+         * has a child stands alone.  States are made in byte order. */
+        const int32_t *kids = tn >= 0 ? &child[(size_t)tn * 256] : NULL;
+        const int nr = gram_re_ranges(re, as, lo, hi, to);
+        for (int i = 0; i < nr; i++) {
+            if (to[i] < 0) continue;
+            for (int c = lo[i], d; c <= hi[i]; c = d + 1) {
+                const int t2 = kids ? kids[c] : 0;
+                d = c;
+                if (!t2)
+                    while (d < hi[i] && !(kids && kids[d + 1])) d++;
+                const size_t q = (size_t)to[i] * (size_t)(nt + 1) + (size_t)(t2 ? t2 + 1 : 0);
+                if (map[q] < 0) {
+                    map[q] = n_state(a);
+                    queue[qt++] = (int32_t)q;
+                }
+                n_edge(a, map[ps], map[q], GRAM_BYTES, c, d);
             }
-            n_edge(a, map[ps], map[q], GRAM_BYTES, c, c);
         }
     }
     free(child);
@@ -385,6 +395,30 @@ oom:
     free(term);
     free(map);
     free(queue);
+}
+
+/* A pattern's DFA between in and out, state for state: an edge a range of
+ * bytes with one next state, the accepting states lead out.  (Not inlined
+ * in n_expr: its arrays would sit in every frame of that recursion.) */
+static __attribute__((noinline)) void n_regex(nfa *a, const gram_re *re, int in, int out)
+{
+    const int ns = gram_re_states(re);
+    int32_t *map = q_mallocn((size_t)ns, sizeof *map);
+    if (!map) {
+        a->rc = QERR_NOMEM;
+        return;
+    }
+    for (int s = 0; s < ns; s++) map[s] = n_state(a);
+    EPS(a, in, map[gram_re_start(re)]);
+    uint8_t lo[256], hi[256];
+    int32_t to[256];
+    for (int s = 0; s < ns && !a->rc; s++) {
+        if (gram_re_accepts(re, s)) EPS(a, map[s], out);
+        const int nr = gram_re_ranges(re, s, lo, hi, to);
+        for (int i = 0; i < nr; i++)
+            if (to[i] >= 0) n_edge(a, map[s], map[to[i]], GRAM_BYTES, lo[i], hi[i]);
+    }
+    free(map);
 }
 
 static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth);
@@ -431,30 +465,9 @@ static void n_expr(nfa *a, const gram_b *b, int x, int *in, int *out, int depth)
         if (!e->len) EPS(a, *in, *out);
         break;
     }
-    case X_RE: {
-        /* The pattern's DFA, state for state; its accepting states lead out. */
-        const gram_re *re = b->res[e->re];
-        const int ns = gram_re_states(re);
-        int32_t *map = q_mallocn((size_t)ns, sizeof *map);
-        if (!map) {
-            a->rc = QERR_NOMEM;
-            return;
-        }
-        for (int s = 0; s < ns; s++) map[s] = n_state(a);
-        EPS(a, *in, map[gram_re_start(re)]);
-        for (int s = 0; s < ns && !a->rc; s++) {
-            if (gram_re_accepts(re, s)) EPS(a, map[s], *out);
-            for (int c = 0; c < 256;) {
-                const int t = gram_re_step(re, s, (uint8_t)c);
-                int d = c + 1;
-                while (d < 256 && gram_re_step(re, s, (uint8_t)d) == t) d++;
-                if (t >= 0) n_edge(a, map[s], map[t], GRAM_BYTES, c, d - 1);
-                c = d;
-            }
-        }
-        free(map);
+    case X_RE:
+        n_regex(a, b->res[e->re], *in, *out);
         break;
-    }
     case X_REF:
         n_edge(a, *in, *out, e->rule, 0, 0);
         break;
@@ -554,12 +567,13 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     for (int i = 0; i < a->n_e; i++)
         if (a->e[i].sym == GRAM_BYTES) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
     int nc = 0;
-    uint8_t lo_of[256], hi_of[256];
+    uint8_t lo_of[256], hi_of[256], cls[256];
     for (int c = 0; c < 256; c++) {
         if (cut[c]) {
             if (nc) hi_of[nc - 1] = (uint8_t)(c - 1);
             lo_of[nc++] = (uint8_t)c;
         }
+        cls[c] = (uint8_t)(nc - 1);
     }
     hi_of[nc - 1] = 255;
     /* The rules this one calls. */
@@ -574,6 +588,8 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     n_callees = k;
 
     gram_sets m = { 0 };
+    gram_moves mv = { 0 };
+    gram_closures cl = { 0 };
     int32_t *set = q_mallocn((size_t)a->n_s, sizeof *set), *stack = q_mallocn((size_t)a->n_s, sizeof *stack);
     uint32_t *mark = calloc((size_t)a->n_s, sizeof *mark);
     int32_t *gid = NULL; /* per subset: the global state */
@@ -583,7 +599,7 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     if (!rc) {
         set[0] = in;
         const int n = gram_nfa_closure(a, set, 1, mark, ++stamp, stack);
-        if (gram_sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
+        if (gram_sets_get(&m, set, n, mark, stamp) < 0) rc = QERR_NOMEM;
     }
     /* Byte edges and calls of a state are gathered here, then appended. */
     gbyte *bytes = q_mallocn((size_t)nc, sizeof *bytes);
@@ -609,31 +625,23 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
         const int len = m.len[d];
         int accept = 0, nb = 0, ncall = 0;
         for (int i = 0; i < len; i++) accept |= m.items[m.off[d] + i] == fin;
+        /* Byte classes are columns 0..nc-1, callees[c] column nc + c. */
+        if (gram_nfa_moves(a, m.items + m.off[d], len, cls, nc, callees, n_callees, &mv)) {
+            rc = QERR_NOMEM;
+            break;
+        }
         for (int c = 0; c < nc && !rc; c++) {
-            int n = 0;
-            ++stamp;
-            for (int i = 0; i < len; i++)
-                for (int32_t e = a->head[m.items[m.off[d] + i]]; e >= 0; e = a->next[e])
-                    if (a->e[e].sym == GRAM_BYTES && a->e[e].lo <= lo_of[c] && lo_of[c] <= a->e[e].hi &&
-                        mark[a->e[e].to] != stamp)
-                        mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
+            const int n = gram_moves_set(&mv, c, set, mark, ++stamp);
             if (!n) continue;
-            n = gram_nfa_closure(a, set, n, mark, ++stamp, stack);
-            const int id = gram_sets_get(&m, set, n);
+            const int id = gram_closure_id(a, &cl, &m, set, n, mark, &stamp, stack);
             if (id < 0) rc = QERR_NOMEM;
             /* Subset id: its global state is base + id (assigned in order). */
             else bytes[nb++] = (gbyte){ g->start[r] + id, lo_of[c], hi_of[c] };
         }
         for (int c = 0; c < n_callees && !rc; c++) {
-            int n = 0;
-            ++stamp;
-            for (int i = 0; i < len; i++)
-                for (int32_t e = a->head[m.items[m.off[d] + i]]; e >= 0; e = a->next[e])
-                    if (a->e[e].sym == callees[c] && mark[a->e[e].to] != stamp)
-                        mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
+            const int n = gram_moves_set(&mv, nc + c, set, mark, ++stamp);
             if (!n) continue;
-            n = gram_nfa_closure(a, set, n, mark, ++stamp, stack);
-            const int id = gram_sets_get(&m, set, n);
+            const int id = gram_closure_id(a, &cl, &m, set, n, mark, &stamp, stack);
             if (id < 0) rc = QERR_NOMEM;
             else calls[ncall++] = (gcall){ callees[c], g->start[r] + id };
         }
@@ -660,6 +668,8 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
         }
     }
     gram_sets_free(&m);
+    gram_moves_free(&mv);
+    gram_closures_free(&cl);
     free(set);
     free(stack);
     free(mark);

@@ -9,7 +9,10 @@
  *      in JSON-string mode the code points a JSON string escapes become
  *      their escape sequences instead;
  *   3. DFA: subset construction over byte classes (bytes that no edge tells
- *      apart share a column), at most GRAM_RE_MAX_STATES states.
+ *      apart share a column), at most GRAM_RE_MAX_STATES states.  A subset's
+ *      moves are gathered for all classes in one pass over its edges, and a
+ *      move set met before gives its subset without a new closure
+ *      (gram_nfa.h).
  *
  * Unanchored alternatives get "any string" before and after them, so the
  * DFA answers whole-input questions only. */
@@ -26,8 +29,10 @@
 #define MAX_CP 0x10FFFF
 #define MAX_REPEAT 1000
 #define MAX_NFA 100000
-/* NFA states visited while building the DFA, at most: a pattern that needs
- * more is refused (compiling stays in the tens of milliseconds). */
+/* The work of building the DFA, at most: each subset's size times the byte
+ * classes, plus the size of the subset each transition leads to (counted
+ * whether it is made or found again).  A pattern that needs more is refused
+ * (compiling stays in the tens of milliseconds). */
 #define MAX_WORK 20000000LL
 
 /* ---- code-point sets ------------------------------------------------------------- */
@@ -745,9 +750,19 @@ struct gram_re {
     uint8_t cls[256];
     int32_t *next;      /* (n_states, n_classes); -1 dead */
     uint8_t *accept;    /* (n_states) */
+    int n_runs;         /* runs of bytes of one class: run r starts at byte run_lo[r] */
+    uint8_t run_lo[256];
 };
 
 static int prune(gram_re *re);
+
+/* The runs of cls (set once cls is). */
+static void set_runs(gram_re *re)
+{
+    re->n_runs = 0;
+    for (int b = 0; b < 256; b++)
+        if (!b || re->cls[b] != re->cls[b - 1]) re->run_lo[re->n_runs++] = (uint8_t)b;
+}
 
 static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err, size_t errlen)
 {
@@ -757,13 +772,14 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
     for (int i = 0; i < a->n_e; i++)
         if (a->e[i].sym == GRAM_BYTES) cut[a->e[i].lo] = 1, cut[a->e[i].hi + 1] = 1;
     int nc = 0;
-    uint8_t rep[256];
     for (int b = 0; b < 256; b++) {
-        if (cut[b]) rep[nc++] = (uint8_t)b;
+        nc += cut[b];
         re->cls[b] = (uint8_t)(nc - 1);
     }
     re->n_classes = nc;
     gram_sets m = { 0 };
+    gram_moves mv = { 0 };
+    gram_closures cl = { 0 };
     int32_t *set = q_mallocn((size_t)a->n_s, sizeof *set), *stack = q_mallocn((size_t)a->n_s, sizeof *stack);
     uint32_t *mark = calloc((size_t)a->n_s, sizeof *mark);
     int rc = 0, cap_next = 0;
@@ -773,11 +789,11 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
     if (!rc) {
         set[0] = start;
         int n = gram_nfa_closure(a, set, 1, mark, ++stamp, stack);
-        if (gram_sets_get(&m, set, n) < 0) rc = QERR_NOMEM;
+        if (gram_sets_get(&m, set, n, mark, stamp) < 0) rc = QERR_NOMEM;
     }
     for (int d = 0; !rc && d < m.n; d++) {
         if (m.n > cap_next) {
-            int cap = cap_next ? cap_next * 2 : 256;
+            int cap = cap_next ? cap_next * 2 : 16;
             while (cap < m.n) cap *= 2;
             int32_t *nx = q_reallocn(re->next, (size_t)cap * (size_t)nc, sizeof *nx);
             uint8_t *ac = nx ? realloc(re->accept, (size_t)cap) : NULL;
@@ -797,30 +813,38 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
         }
         re->accept[d] = 0;
         for (int i = 0; i < len; i++) re->accept[d] |= cur[i] == accept;
+        if (gram_nfa_moves(a, cur, len, re->cls, nc, NULL, 0, &mv)) {
+            rc = QERR_NOMEM;
+            break;
+        }
         for (int c = 0; c < nc && !rc; c++) {
-            const uint8_t b = rep[c];
-            int n = 0;
-            ++stamp;
-            cur = m.items + m.off[d]; /* the items may have moved */
-            for (int i = 0; i < len; i++)
-                for (int32_t e = a->head[cur[i]]; e >= 0; e = a->next[e])
-                    if (a->e[e].sym == GRAM_BYTES && a->e[e].lo <= b && b <= a->e[e].hi && mark[a->e[e].to] != stamp)
-                        mark[a->e[e].to] = stamp, set[n++] = a->e[e].to;
+            const int n = gram_moves_set(&mv, c, set, mark, ++stamp);
             if (!n) {
                 re->next[(size_t)d * (size_t)nc + (size_t)c] = -1;
                 continue;
             }
-            n = gram_nfa_closure(a, set, n, mark, ++stamp, stack);
-            work += n;
-            const int id = gram_sets_get(&m, set, n);
-            if (id < 0) rc = QERR_NOMEM;
-            else if (m.n > GRAM_RE_MAX_STATES) rc = QERR_LIMIT;
+            const int id = gram_closure_id(a, &cl, &m, set, n, mark, &stamp, stack);
+            if (id < 0) {
+                rc = QERR_NOMEM;
+                break;
+            }
+            work += m.len[id]; /* the closure's size, whether made now or looked up */
+            if (m.n > GRAM_RE_MAX_STATES) rc = QERR_LIMIT;
             else re->next[(size_t)d * (size_t)nc + (size_t)c] = id;
         }
     }
     re->n_states = m.n;
-    if (!rc) rc = prune(re);
+    set_runs(re);
+    /* Every subset reaches an accepting one when every NFA state reaches
+     * the NFA's accepting state (a word that leads one member there leads
+     * the subset to a subset holding it): then there is nothing to prune. */
+    if (!rc) {
+        const int all = gram_nfa_all_reach(a, accept);
+        rc = all < 0 ? QERR_NOMEM : all ? 0 : prune(re);
+    }
     gram_sets_free(&m);
+    gram_moves_free(&mv);
+    gram_closures_free(&cl);
     free(set);
     free(stack);
     free(mark);
@@ -883,6 +907,20 @@ int gram_re_start(const gram_re *re)
 int gram_re_step(const gram_re *re, int s, uint8_t b)
 {
     return re->next[(size_t)s * (size_t)re->n_classes + re->cls[b]];
+}
+
+int gram_re_ranges(const gram_re *re, int s, uint8_t *lo, uint8_t *hi, int32_t *to)
+{
+    const int32_t *row = re->next + (size_t)s * (size_t)re->n_classes;
+    int n = 0;
+    for (int r = 0; r < re->n_runs; r++) {
+        const int32_t t = row[re->cls[re->run_lo[r]]];
+        if (n && to[n - 1] == t) continue;
+        if (n) hi[n - 1] = (uint8_t)(re->run_lo[r] - 1);
+        lo[n] = re->run_lo[r], to[n] = t, n++;
+    }
+    hi[n - 1] = 255;
+    return n;
 }
 
 int gram_re_accepts(const gram_re *re, int s) { return s >= 0 && re->accept[s]; }
@@ -979,6 +1017,7 @@ int gram_re_multiples(int k, gram_re **out, char *err, size_t errlen)
     for (int r = 0; r < k; r++)
         for (int d = 0; d <= 9; d++) re->next[(size_t)(3 + r) * nc + d] = 3 + (int)((10LL * r + d) % k);
     re->accept[2] = 1, re->accept[3] = 1;
+    set_runs(re);
     const int rc = prune(re);
     if (rc) {
         gram_re_free(re);
@@ -996,26 +1035,40 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
 {
     *out = NULL;
     const int ny = y->n_states + (and_not ? 1 : 0);
-    /* Product states by pair, breadth first; 256 columns, compressed after. */
+    /* Joint classes: bytes in one class of x and one of y, numbered in
+     * order of their first byte; all bytes of one act alike on every pair. */
+    uint8_t jcls[256], jrep[256];
+    int nj = 0;
+    int16_t *joint = q_mallocn((size_t)x->n_classes * (size_t)y->n_classes, sizeof *joint);
+    /* Product states by pair, breadth first; a column a joint class,
+     * compressed after. */
     const size_t np = (size_t)x->n_states * (size_t)ny;
     int32_t *id = malloc(np * sizeof *id), *pairs = NULL, *wide = NULL;
     int n = 0, cap = 0, rc = 0;
     gram_re *re = calloc(1, sizeof *re);
-    if (!id || !re) rc = QERR_NOMEM;
-    for (size_t i = 0; !rc && i < np; i++) id[i] = -1;
+    if (!id || !re || !joint) rc = QERR_NOMEM;
     if (!rc) {
+        memset(joint, 0xff, sizeof *joint * (size_t)x->n_classes * (size_t)y->n_classes);
+        for (int c = 0; c < 256; c++) {
+            int16_t *j = &joint[(size_t)x->cls[c] * (size_t)y->n_classes + y->cls[c]];
+            if (*j < 0) jrep[nj] = (uint8_t)c, *j = (int16_t)nj++;
+            jcls[c] = (uint8_t)*j;
+        }
+        memset(id, 0xff, np * sizeof *id); /* -1: not met */
         id[0] = 0; /* both start at 0 */
         cap = 64;
         pairs = q_mallocn((size_t)cap, 2 * sizeof *pairs);
-        wide = q_mallocn((size_t)cap, 256 * sizeof *wide);
+        wide = q_mallocn((size_t)cap, (size_t)nj * sizeof *wide);
         if (!pairs || !wide) rc = QERR_NOMEM;
         else pairs[0] = 0, pairs[1] = 0, n = 1;
     }
+    free(joint);
     for (int s = 0; !rc && s < n; s++) {
         const int a = pairs[2 * s], b = pairs[2 * s + 1];
-        for (int c = 0; c < 256; c++) {
-            const int na = gram_re_step(x, a, (uint8_t)c);
-            int nb = na < 0 || b == y->n_states ? -1 : gram_re_step(y, b, (uint8_t)c);
+        for (int j = 0; j < nj; j++) {
+            const uint8_t c = jrep[j];
+            const int na = gram_re_step(x, a, c);
+            int nb = na < 0 || b == y->n_states ? -1 : gram_re_step(y, b, c);
             if (and_not && nb < 0) nb = y->n_states; /* y is dead: it never matches */
             int t = -1;
             if (na >= 0 && nb >= 0) {
@@ -1029,7 +1082,7 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
                         cap *= 2;
                         int32_t *p2 = q_reallocn(pairs, (size_t)cap, 2 * sizeof *p2);
                         if (p2) pairs = p2;
-                        int32_t *w2 = p2 ? q_reallocn(wide, (size_t)cap, 256 * sizeof *w2) : NULL;
+                        int32_t *w2 = p2 ? q_reallocn(wide, (size_t)cap, (size_t)nj * sizeof *w2) : NULL;
                         if (!w2) {
                             rc = QERR_NOMEM;
                             break;
@@ -1042,23 +1095,27 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
                 }
                 t = id[k];
             }
-            wide[(size_t)s * 256 + (size_t)c] = t;
+            wide[(size_t)s * (size_t)nj + (size_t)j] = t;
         }
     }
     if (!rc) {
-        /* Byte classes: bytes whose columns are equal. */
+        /* Byte classes: bytes whose columns are equal, numbered in order of
+         * their first byte (a joint class's bytes share a column). */
         int nc = 0;
-        uint8_t rep[256];
-        for (int c = 0; c < 256; c++) {
+        uint8_t rep[256], fin[256];
+        for (int j = 0; j < nj; j++) {
             int same = -1;
             for (int k = 0; k < nc && same < 0; k++) {
                 int eq = 1;
-                for (int s = 0; s < n && eq; s++) eq = wide[(size_t)s * 256 + c] == wide[(size_t)s * 256 + rep[k]];
+                for (int s = 0; s < n && eq; s++)
+                    eq = wide[(size_t)s * (size_t)nj + (size_t)j] == wide[(size_t)s * (size_t)nj + rep[k]];
                 if (eq) same = k;
             }
-            if (same < 0) rep[nc] = (uint8_t)c, same = nc++;
-            re->cls[c] = (uint8_t)same;
+            if (same < 0) rep[nc] = (uint8_t)j, same = nc++;
+            fin[j] = (uint8_t)same;
         }
+        for (int c = 0; c < 256; c++) re->cls[c] = fin[jcls[c]];
+        set_runs(re);
         re->n_states = n, re->n_classes = nc;
         re->next = q_mallocn((size_t)n * (size_t)nc, sizeof *re->next);
         re->accept = malloc((size_t)n);
@@ -1066,7 +1123,7 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
         for (int s = 0; !rc && s < n; s++) {
             const int yb = pairs[2 * s + 1], ya = yb < y->n_states && y->accept[yb];
             re->accept[s] = (uint8_t)(x->accept[pairs[2 * s]] && (and_not ? !ya : ya));
-            for (int k = 0; k < nc; k++) re->next[(size_t)s * (size_t)nc + (size_t)k] = wide[(size_t)s * 256 + rep[k]];
+            for (int k = 0; k < nc; k++) re->next[(size_t)s * (size_t)nc + (size_t)k] = wide[(size_t)s * (size_t)nj + rep[k]];
         }
         if (!rc) rc = prune(re);
     }

@@ -60,6 +60,11 @@ int gram_re_start(const gram_re *re);
 /* The state after byte b from state s (>= 0), or -1 when no input that
  * continues this way can match.  Cannot fail. */
 int gram_re_step(const gram_re *re, int s, uint8_t b);
+/* State s's transitions as the fewest ranges of bytes with one next state
+ * each: bytes lo[i]..hi[i] lead to to[i] (-1: none), i below the count
+ * returned (1 to 256), in byte order, all 256 bytes in all.  The arrays
+ * have room for 256.  Cannot fail. */
+int gram_re_ranges(const gram_re *re, int s, uint8_t *lo, uint8_t *hi, int32_t *to);
 /* 1 when the input read so far matches.  Cannot fail. */
 int gram_re_accepts(const gram_re *re, int s);
 /* States of the automaton.  Cannot fail. */
