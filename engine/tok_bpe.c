@@ -74,7 +74,7 @@ static int merge_grow(tok_bpe *b)
     size_t cap = b->merges ? (b->merge_mask + 1) * 2 : 1024;
     tok_merge *m = q_mallocn(cap, sizeof *m);
     if (!m) return QERR_NOMEM;
-    for (size_t i = 0; i < cap; i++) m[i].key = UINT64_MAX;
+    memset(m, 0xff, cap * sizeof *m); /* every key UINT64_MAX: empty */
     if (b->merges) {
         for (size_t i = 0; i <= b->merge_mask; i++) {
             if (b->merges[i].key == UINT64_MAX) continue;
@@ -124,16 +124,33 @@ int tok_bpe_finish(tok_bpe *b)
                 break;
             }
     }
-    b->bmp_ids = q_mallocn(65536, sizeof *b->bmp_ids);
-    if (!b->bmp_ids) return QERR_NOMEM;
-    for (uint32_t cp = 0; cp < 65536; cp++) {
-        char s[4];
-        if (cp >= 0xd800 && cp < 0xe000) {
-            b->bmp_ids[cp] = -1;
-            continue;
+    /* The vocabulary's one-character tokens, found in one walk over it
+     * rather than by looking up every code point: a token whose bytes are
+     * the UTF-8 of a code point below 65536 (not a surrogate) is that code
+     * point's.  Pages are made only where there are such tokens. */
+    memset(b->bmp_page, 0, sizeof b->bmp_page);
+    int pages = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) {
+            b->bmp_ids = q_mallocn((size_t)(pages ? pages : 1) * 256, sizeof *b->bmp_ids);
+            if (!b->bmp_ids) return QERR_NOMEM;
+            memset(b->bmp_ids, 0xff, (size_t)(pages ? pages : 1) * 256 * sizeof *b->bmp_ids); /* -1: absent */
         }
-        int n = tok_u8enc(cp, s);
-        b->bmp_ids[cp] = tok_strmap_get(&b->vocab, s, (size_t)n);
+        for (uint32_t e = 0; e < b->vocab.n; e++) {
+            const uint32_t len = b->vocab.len[e];
+            if (len < 1 || len > 3) continue;
+            const unsigned char *t = (const unsigned char *)b->vocab.pool.p + b->vocab.off[e];
+            const uint32_t cp = len == 1   ? t[0]
+                                : len == 2 ? (t[0] & 0x1fu) << 6 | (t[1] & 0x3fu)
+                                           : (t[0] & 0x0fu) << 12 | (t[1] & 0x3fu) << 6 | (t[2] & 0x3fu);
+            char enc[4];
+            if ((cp >= 0xd800 && cp < 0xe000) || tok_u8enc(cp, enc) != (int)len || memcmp(enc, t, len)) continue;
+            if (!pass) {
+                if (!b->bmp_page[cp >> 8]) b->bmp_page[cp >> 8] = (uint16_t)++pages;
+            } else {
+                b->bmp_ids[(size_t)(b->bmp_page[cp >> 8] - 1) * 256 + (cp & 255)] = b->vocab.val[e];
+            }
+        }
     }
     return 0;
 }
@@ -303,7 +320,8 @@ typedef struct {
 } cslot;
 
 struct tok_cache {
-    cslot *slots;   /* CACHE_SLOTS */
+    cslot *slots;   /* cap slots (a power of two, at most CACHE_SLOTS), NULL before the first word */
+    uint32_t cap;
     size_t count;
     tok_buf keys;
     int32_t *ids;
@@ -312,14 +330,7 @@ struct tok_cache {
 
 tok_cache *tok_cache_new(void)
 {
-    tok_cache *c = q_callocn(1, sizeof *c);
-    if (!c) return NULL;
-    c->slots = q_callocn(CACHE_SLOTS, sizeof *c->slots);
-    if (!c->slots) {
-        free(c);
-        return NULL;
-    }
-    return c;
+    return q_callocn(1, sizeof(tok_cache));
 }
 
 void tok_cache_free(tok_cache *c)
@@ -333,22 +344,44 @@ void tok_cache_free(tok_cache *c)
 
 static const cslot *cache_get(const tok_cache *c, uint64_t h, const char *s, size_t n)
 {
-    for (uint32_t i = (uint32_t)h & (CACHE_SLOTS - 1);; i = (i + 1) & (CACHE_SLOTS - 1)) {
+    if (!c->slots) return NULL;
+    for (uint32_t i = (uint32_t)h & (c->cap - 1);; i = (i + 1) & (c->cap - 1)) {
         const cslot *e = &c->slots[i];
         if (!e->h) return NULL;
         if (e->h == h && e->klen == n && !memcmp(c->keys.p + e->koff, s, n)) return e;
     }
 }
 
+/* Room for one more entry at most half full: the table doubles (up to
+ * CACHE_SLOTS, which CACHE_MAX_ENTRIES keeps half full), so a tokenizer
+ * that encodes little keeps a small one.  0, or -1 (no room: skip). */
+static int cache_room(tok_cache *c)
+{
+    if (c->slots && (c->count + 1) * 2 <= c->cap) return 0;
+    const uint32_t cap = c->slots ? c->cap * 2 : 256;
+    if (cap > CACHE_SLOTS) return -1;
+    cslot *t = q_callocn(cap, sizeof *t);
+    if (!t) return -1;
+    for (uint32_t i = 0; c->slots && i < c->cap; i++) {
+        if (!c->slots[i].h) continue;
+        uint32_t j = (uint32_t)c->slots[i].h & (cap - 1);
+        while (t[j].h) j = (j + 1) & (cap - 1);
+        t[j] = c->slots[i];
+    }
+    free(c->slots);
+    c->slots = t, c->cap = cap;
+    return 0;
+}
+
 static void cache_put(tok_cache *c, uint64_t h, const char *s, size_t n, const int32_t *ids, size_t k)
 {
     if (c->count >= CACHE_MAX_ENTRIES || c->keys.len + n > CACHE_MAX_BYTES || c->n_ids + k > CACHE_MAX_BYTES) {
-        memset(c->slots, 0, CACHE_SLOTS * sizeof *c->slots);
+        if (c->slots) memset(c->slots, 0, c->cap * sizeof *c->slots);
         c->count = 0;
         c->keys.len = 0;
         c->n_ids = 0;
     }
-    if (k > UINT16_MAX) return;
+    if (k > UINT16_MAX || cache_room(c)) return;
     if (k && c->n_ids + k > c->cap_ids) {
         size_t cap = c->cap_ids ? c->cap_ids * 2 : 4096;
         while (cap < c->n_ids + k) cap *= 2;
@@ -360,8 +393,8 @@ static void cache_put(tok_cache *c, uint64_t h, const char *s, size_t n, const i
     size_t koff = c->keys.len;
     if (tok_buf_put(&c->keys, s, n)) return;
     if (k) memcpy(c->ids + c->n_ids, ids, k * sizeof *ids);
-    uint32_t i = (uint32_t)h & (CACHE_SLOTS - 1);
-    while (c->slots[i].h) i = (i + 1) & (CACHE_SLOTS - 1);
+    uint32_t i = (uint32_t)h & (c->cap - 1);
+    while (c->slots[i].h) i = (i + 1) & (c->cap - 1);
     c->slots[i] = (cslot){ .h = h, .koff = (uint32_t)koff, .ioff = (uint32_t)c->n_ids, .klen = (uint16_t)n,
                            .nids = (uint16_t)k };
     c->n_ids += k;
@@ -377,7 +410,10 @@ static int32_t char_id(const tok_bpe *b, tok_work *w, const char *s, int cl, uin
     if (b->bmp_ids) {
         *full = s;
         *full_len = (size_t)cl;
-        if (cp < 65536) return b->bmp_ids[cp];
+        if (cp < 65536) {
+            const unsigned pg = b->bmp_page[cp >> 8];
+            return pg ? b->bmp_ids[(size_t)(pg - 1) * 256 + (cp & 255)] : -1;
+        }
         return tok_strmap_get(&b->vocab, s, (size_t)cl);
     }
     tok_buf *t = &w->nb[2];

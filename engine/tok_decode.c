@@ -42,6 +42,7 @@
 typedef struct {
     tok_buf tmp;   /* per-token scratch (Replace, Metaspace) */
     tok_buf hold;  /* ByteFallback run / Replace tail / Strip trailing characters */
+    size_t ok;     /* ByteFallback: hold's longest prefix of whole characters (tok_u8valid), kept as the run grows */
     int seen;      /* Metaspace: a token went through; Strip (fused): leading strip done */
     int left;      /* Strip (fused): leading characters still to remove */
     int bad;       /* ByteFallback: the current run is invalid */
@@ -98,13 +99,13 @@ static int run_end(qdetok *d, int k)
     dstate *st = &d->st[k];
     int rc = 0;
     if (!st->bad && st->hold.len) {
-        if (tok_u8valid(st->hold.p, st->hold.len) == st->hold.len) {
+        if (st->ok == st->hold.len) {
             rc = tok_push(d, k + 1, st->hold.p, st->hold.len);
         } else {
             for (size_t i = 0; i < st->hold.len && !rc; i++) rc = tok_push(d, k + 1, FFFD, 3);
         }
     }
-    st->hold.len = 0;
+    st->hold.len = st->ok = 0;
     st->bad = 0;
     return rc;
 }
@@ -114,20 +115,25 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
     const qtok *t = d->t;
     if (k == d->fuse_at) {
         if (k < t->n_decs && t->decs[k].kind == TD_BYTELEVEL) {
-            /* all characters through the byte table, else the raw bytes */
-            size_t at = d->bl.len;
+            /* all characters through the byte table, else the raw bytes
+             * (at most n either way: room is made once) */
+            if (tok_buf_reserve(&d->bl, n)) return QERR_NOMEM;
+            char *const at = d->bl.p + d->bl.len;
+            char *o = at;
             int ok = 1;
             for (size_t i = 0; i < n && ok;) {
                 uint32_t cp;
                 i += (size_t)tok_u8dec(s + i, &cp);
                 int b = tok_cp_to_byte(cp);
                 if (b < 0) ok = 0;
-                else if (tok_buf_putc(&d->bl, (char)b)) return QERR_NOMEM;
+                else *o++ = (char)b;
             }
             if (!ok) {
-                d->bl.len = at;
-                if (tok_buf_put(&d->bl, s, n)) return QERR_NOMEM;
+                memcpy(at, s, n);
+                o = at + n;
             }
+            d->bl.len = (size_t)(o - d->bl.p);
+            d->bl.p[d->bl.len] = 0;
             tok_buf *tmp = &d->st[k].tmp;
             tmp->len = 0;
             int held = tok_u8lossy(d->bl.p, d->bl.len, 1, tmp);
@@ -153,11 +159,14 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
         char c = (char)b;
         if (st->bad) return tok_push(d, k + 1, FFFD, 3);
         if (tok_buf_putc(&st->hold, c)) return QERR_NOMEM;
-        size_t v = tok_u8valid(st->hold.p, st->hold.len);
+        /* Whole characters stay whole: only the bytes after them are read
+         * again (a run of n bytes costs n, not n * n / 2). */
+        size_t v = st->ok + tok_u8valid(st->hold.p + st->ok, st->hold.len - st->ok);
+        st->ok = v;
         if (v < st->hold.len && !tok_u8partial(st->hold.p + v, st->hold.len - v)) {
             /* not UTF-8 whatever follows: every byte of the run is U+FFFD */
             size_t nb = st->hold.len;
-            st->hold.len = 0;
+            st->hold.len = st->ok = 0;
             st->bad = 1;
             for (size_t i = 0; i < nb; i++)
                 if ((rc = tok_push(d, k + 1, FFFD, 3))) return rc;
@@ -397,8 +406,8 @@ void qdetok_drop_held(qdetok *d)
      * was pushed so far; a run that ends mid-character may still complete. */
     for (int k = 0; k < d->t->n_decs; k++) {
         dstate *st = &d->st[k];
-        if (d->t->decs[k].kind == TD_BYTEFALLBACK && !st->bad && tok_u8valid(st->hold.p, st->hold.len) == st->hold.len)
-            st->hold.len = 0;
+        if (d->t->decs[k].kind == TD_BYTEFALLBACK && !st->bad && st->ok == st->hold.len)
+            st->hold.len = st->ok = 0;
     }
 }
 
@@ -407,7 +416,7 @@ void qdetok_reset(qdetok *d)
     const qtok *t = d->t;
     for (int k = 0; k < t->n_decs; k++) {
         dstate *st = &d->st[k];
-        st->hold.len = st->tmp.len = 0;
+        st->hold.len = st->tmp.len = st->ok = 0;
         st->seen = st->bad = st->held = 0;
         st->left = t->decs[k].kind == TD_STRIP ? t->decs[k].start : 0;
     }

@@ -150,7 +150,12 @@ typedef struct {
     tok_merge *merges;     /* open addressing, mask + 1 slots */
     size_t merge_mask, n_merges;
     int32_t byte_ids[256]; /* "<0xXX>" tokens, -1 where absent */
-    int32_t *bmp_ids;      /* (65536) one-character tokens by code point, -1 where absent */
+    /* One-character tokens by code point below 65536, in pages of 256
+     * code points: page cp >> 8 is bmp_ids[(bmp_page[cp >> 8] - 1) * 256 ..],
+     * bmp_page 0 for a page without such tokens (all absent); absent: -1.
+     * NULL when characters are looked up with affixes. */
+    int32_t *bmp_ids;
+    uint16_t bmp_page[256];
     int byte_fallback, ignore_merges, fuse_unk;
     int split_meta;        /* no token has '▁' after another character: long words split there */
     int32_t unk_id;        /* -1: no unknown token (unknown characters are dropped) */

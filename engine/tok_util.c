@@ -39,8 +39,10 @@ int tok_buf_reserve(tok_buf *b, size_t extra)
 
 int tok_buf_put(tok_buf *b, const void *s, size_t n)
 {
-    int rc = tok_buf_reserve(b, n);
-    if (rc) return rc;
+    if (n >= b->cap - b->len) { /* no room for n bytes and the NUL */
+        int rc = tok_buf_reserve(b, n);
+        if (rc) return rc;
+    }
     if (n) memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = 0;
