@@ -2,15 +2,16 @@
 # The whole test suite, as CI runs it (.ci/run calls this).
 #   1. release build with warnings as errors (CUDA backend too where nvcc is found), ctest;
 #   2. ASan + UBSan build of the unit tests, ctest;
-#   3. libFuzzer targets, FUZZ_SECONDS each (default 60);
+#   3. libFuzzer targets, each to FUZZ_RUNS executions (default 1,000,000) or
+#      FUZZ_MAX_TIME seconds (default 150), FUZZ_JOBS (default 2) at a time;
 #   4. end-to-end tests: pytest against the real binary, in a venv with the
-#      pinned versions of tests/e2e/requirements.txt.
-# Environment: FUZZ_SECONDS, FUZZ_SEED (libFuzzer seed, default 1: CI runs
+#      pinned versions of tests/e2e/requirements.txt;
+#   5. the server's end-to-end tests against the ASan + UBSan binary.
+# Environment: FUZZ_RUNS, FUZZ_MAX_TIME, FUZZ_JOBS, FUZZ_STRICT, FUZZ_SEED (libFuzzer seed, default 1: CI runs
 # are reproducible; other seeds explore further locally), JOBS (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 bash scripts/deps.sh test
 [ -d /usr/local/cuda/bin ] && export PATH="/usr/local/cuda/bin:$PATH"
 
@@ -30,25 +31,86 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS" | tee build/asan-ctest.log
 n_asan=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' build/asan-ctest.log)
 
-section "fuzz targets, ${FUZZ_SECONDS}s each"
+# Every tests/fuzz/fuzz_*.c target runs until FUZZ_RUNS executions (default
+# 1,000,000) from a scratch copy of its seed corpus, with FUZZ_MAX_TIME seconds
+# (default 240) as a safety net, FUZZ_JOBS (default 2) targets at a time, each
+# with its own log (build/fuzz/<target>.log).  A target fails the suite when it
+# crashes, leaks, times out, or ends below FUZZ_RUNS executions.  A target's
+# header comment may give "max_len: N" (the longest input worth trying).
+FUZZ_RUNS=${FUZZ_RUNS:-1000000}
+FUZZ_MAX_TIME=${FUZZ_MAX_TIME:-150}
+# FUZZ_STRICT=1 fails a target that ends below FUZZ_RUNS.  Off by default
+# until fuzz_regex, fuzz_schema and fuzz_tokenizer_encode are fast enough on
+# CI's two cores (about 450, 1,600 and 2,200 exec/s today); each run prints
+# which targets ended below.
+FUZZ_STRICT=${FUZZ_STRICT:-0}
+fuzz_below=()
+FUZZ_JOBS=${FUZZ_JOBS:-2}
+section "fuzz targets, ${FUZZ_RUNS} executions each (at most ${FUZZ_MAX_TIME}s), ${FUZZ_JOBS} at a time"
+fuzz_start=$SECONDS
+# The slow targets first, so that the last to finish are the quick ones.
+fuzz_names=()
+for n in fuzz_regex fuzz_schema fuzz_tokenizer_encode fuzz_tokenizer_load fuzz_chat fuzz_oai; do
+  [ -f "tests/fuzz/$n.c" ] && fuzz_names+=("$n")
+done
+for src in tests/fuzz/fuzz_*.c; do
+  n=$(basename "$src" .c)
+  [[ " ${fuzz_names[*]} " == *" $n "* ]] || fuzz_names+=("$n")
+done
 CC=clang cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIRE_CUDA=OFF -DQUIRE_FUZZ=ON \
   -DBUILD_TESTING=OFF >/dev/null
-cmake --build build/fuzz -j "$JOBS"
-fuzz_pass=0
-for f in build/fuzz/fuzz_*; do
-  name=$(basename "$f")
-  corpus_src=tests/fuzz/corpus/${name#fuzz_}
-  work=build/fuzz/corpus-$name
+cmake --build build/fuzz -j "$JOBS" --target "${fuzz_names[@]}"
+echo "fuzz build: $((SECONDS - fuzz_start))s"
+fuzz_run() { # name: runs one target; its log is build/fuzz/<name>.log
+  local name=$1 work=build/fuzz/corpus-$1 max_len
+  max_len=$(sed -n 's/^\( \*\|\/\/\) *max_len: *\([0-9][0-9]*\).*/\2/p' "tests/fuzz/$name.c" | head -1)
   rm -rf "$work" && mkdir -p "$work"
-  [ -d "$corpus_src" ] && cp -r "$corpus_src"/. "$work"/
-  echo "-- $name"
-  rc=0
-  "$f" -max_total_time="$FUZZ_SECONDS" -seed="${FUZZ_SEED:-1}" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix=build/fuzz/ "$work" >"build/fuzz/$name.log" 2>&1 || rc=$?
-  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|ERROR|SUMMARY" "build/fuzz/$name.log" || true
-  if [ "$rc" -ne 0 ]; then tail -50 "build/fuzz/$name.log"; echo "FAIL $name"; exit 1; fi
+  [ -d "tests/fuzz/corpus/${name#fuzz_}" ] && cp -r "tests/fuzz/corpus/${name#fuzz_}"/. "$work"/
+  exec "build/fuzz/$name" -runs="$FUZZ_RUNS" -max_total_time="$FUZZ_MAX_TIME" -seed="${FUZZ_SEED:-1}" \
+    ${max_len:+-max_len="$max_len"} -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix=build/fuzz/ "$work" >"build/fuzz/$name.log" 2>&1
+}
+fuzz_check() { # name rc seconds: prints the target's line; 0 when it passed
+  local name=$1 rc=$2 secs=$3 units rate
+  units=$(sed -n 's/^stat::number_of_executed_units: *//p' "build/fuzz/$name.log")
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "build/fuzz/$name.log")
+  echo "-- $name: ${units:-0} executions, ${rate:-0} exec/s, ${secs}s"
+  grep -E "^(stat::peak_rss_mb)|ERROR|SUMMARY" "build/fuzz/$name.log" || true
+  if [ "$rc" -ne 0 ]; then
+    tail -50 "build/fuzz/$name.log"
+    echo "FAIL $name: exit status $rc (crash, leak, timeout or out of memory; see build/fuzz/$name.log)"
+    return 1
+  fi
+  if [ "${units:-0}" -lt "$FUZZ_RUNS" ]; then
+    if [ "$FUZZ_STRICT" = 1 ]; then
+      echo "FAIL $name: ${units:-0} executions in ${FUZZ_MAX_TIME}s, fewer than $FUZZ_RUNS"
+      return 1
+    fi
+    echo "BELOW $name: ${units:-0} executions in ${FUZZ_MAX_TIME}s, fewer than $FUZZ_RUNS (issue 25: not yet fast enough)"
+    fuzz_below+=("$name")
+  fi
+}
+declare -A fuzz_pid_name=() fuzz_began=()
+fuzz_pass=0
+fuzz_reap() { # waits for one running target and checks it
+  local pid rc=0
+  wait -n -p pid "${!fuzz_pid_name[@]}" || rc=$?
+  local name=${fuzz_pid_name[$pid]}
+  unset "fuzz_pid_name[$pid]"
+  if ! fuzz_check "$name" "$rc" $((SECONDS - ${fuzz_began[$name]})); then
+    for pid in "${!fuzz_pid_name[@]}"; do kill "$pid" 2>/dev/null || true; done
+    exit 1
+  fi
   fuzz_pass=$((fuzz_pass + 1))
+}
+for name in "${fuzz_names[@]}"; do
+  while [ "${#fuzz_pid_name[@]}" -ge "$FUZZ_JOBS" ]; do fuzz_reap; done
+  fuzz_began[$name]=$SECONDS
+  fuzz_run "$name" &
+  fuzz_pid_name[$!]=$name
 done
+while [ "${#fuzz_pid_name[@]}" -gt 0 ]; do fuzz_reap; done
+echo "fuzz: $((SECONDS - fuzz_start))s in all; below $FUZZ_RUNS executions: ${fuzz_below[*]:-none}"
 echo "fuzz: $fuzz_pass passed, 0 failed"
 
 if [ -d tests/e2e ] && ls tests/e2e/test_*.py >/dev/null 2>&1; then
@@ -57,7 +119,18 @@ if [ -d tests/e2e ] && ls tests/e2e/test_*.py >/dev/null 2>&1; then
   build/venv/bin/pip install -q -r tests/e2e/requirements.txt
   QUIRE_BIN=build/ci/quire build/venv/bin/python -m pytest -q tests/e2e | tee build/e2e.log
   n_e2e=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/e2e.log | tail -1)
+
+  # The server's own tests once more on the sanitizer build: a memory error,
+  # undefined behaviour or a leak at exit kills the server or its exit status,
+  # and the test that saw it fails.
+  section "end-to-end server tests on the ASan + UBSan build"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 QUIRE_SANITIZED=1 \
+    QUIRE_BIN=build/asan/quire build/venv/bin/python -m pytest -q tests/e2e/test_hostile.py \
+    tests/e2e/test_serve_openai.py tests/e2e/test_serve_ws.py tests/e2e/test_sessions.py tests/e2e/test_soak.py \
+    tests/e2e/test_store_damage.py | tee build/e2e-asan.log
+  n_e2e_asan=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/e2e-asan.log | tail -1)
 fi
 section "summary"
-echo "release ctest ${n_release:-0}, asan ctest ${n_asan:-0}, fuzz targets $fuzz_pass, e2e ${n_e2e:-0}"
-echo "suite: $(( ${n_release:-0} + ${n_asan:-0} + fuzz_pass + ${n_e2e:-0} )) passed, 0 failed"
+echo "release ctest ${n_release:-0}, asan ctest ${n_asan:-0}, fuzz targets $fuzz_pass, e2e ${n_e2e:-0}," \
+  "e2e on the sanitizer build ${n_e2e_asan:-0}"
+echo "suite: $(( ${n_release:-0} + ${n_asan:-0} + fuzz_pass + ${n_e2e:-0} + ${n_e2e_asan:-0} )) passed, 0 failed"

@@ -9,6 +9,10 @@
  * chunk, each chunk whole UTF-8 characters.  Invalid UTF-8 must be refused.
  * The input is also read as ids (4 bytes each) and decoded.
  *
+ * max_len: 1024 (scripts/test.sh passes it: 256 ids, all the target reads
+ * as ids; words past the 256-byte cache limit and the 48-symbol heap
+ * threshold fit; longer text only repeats words)
+ *
  *   CC=clang cmake -B build-fuzz -DQUIRE_FUZZ=ON -DBUILD_TESTING=OFF
  *   cmake --build build-fuzz --target fuzz_tokenizer_encode
  *   cp -r tests/fuzz/corpus/tokenizer_encode /tmp/corpus && ./build-fuzz/fuzz_tokenizer_encode /tmp/corpus
