@@ -38,6 +38,9 @@ char *q_strndup(const char *s, size_t n);
 /* Appends s[0..n) to the buffer *b (*len bytes used of *cap) and keeps a
  * NUL after them: 0, or QERR_NOMEM with the buffer unchanged. */
 int q_append(char **b, size_t *len, size_t *cap, const char *s, size_t n);
+/* Whether s[0..n) is UTF-8 (RFC 3629: no overlong forms, no surrogates,
+ * nothing past U+10FFFF).  Cannot fail. */
+int q_utf8_valid(const void *s, size_t n);
 void q_set_alloc_limit(size_t bytes);
 /* Allocates size bytes aligned to 64 (for SIMD); free with q_free_aligned. */
 void *q_malloc_aligned(size_t size);

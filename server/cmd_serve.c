@@ -129,11 +129,9 @@ static void out_put(sreq *r, const char *s, size_t n)
     else if (c) c->pending += n;
 }
 
-void serve_taken(sconn *c, size_t n)
+void sconn_taken(sconn *c, size_t n)
 {
-    pthread_mutex_lock(&S.mu);
-    c->pending = c->pending > n ? c->pending - n : 0;
-    pthread_mutex_unlock(&S.mu);
+    if (c) c->pending = c->pending > n ? c->pending - n : 0;
 }
 
 /* pre, JSON j (taken), post: an SSE event ("data: ", "\n\n"), a WebSocket
@@ -161,7 +159,7 @@ void serve_sreq_free(sreq *r)
         qoai_calls_free(r->ch[i].calls);
     }
     free(r->ch);
-    if (r->conn) r->conn->pending = r->conn->pending > r->out_len ? r->conn->pending - r->out_len : 0;
+    sconn_taken(r->conn, r->out_len);
     sconn_unref(r->conn);
     free(r->out);
     json_decref(r->held);

@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util.h"
 #include <strings.h>
 
 #define SLACK ((size_t)64 << 10)
@@ -76,32 +78,6 @@ static int hexval(int c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* Whether s[0..n) is UTF-8 (no overlong forms, no surrogates). */
-static int utf8_ok(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        const unsigned c = s[i];
-        size_t k;
-        unsigned cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) k = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) k = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) k = 3, cp = c & 0x07;
-        else return 0;
-        if (n - i <= k) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 static const struct {
     const char *name;
     qhttp_method m;
@@ -142,7 +118,7 @@ static qhttp_rc parse_target(qhttp *h, char *t)
         s += 2;
     }
     *w = 0;
-    if (!utf8_ok((const unsigned char *)t, (size_t)(w - t))) return fail(h, 400, "the path is not UTF-8");
+    if (!q_utf8_valid(t, (size_t)(w - t))) return fail(h, 400, "the path is not UTF-8");
     r->path = t;
     return QHTTP_R_MORE;
 }
@@ -383,7 +359,6 @@ qhttp_rc qhttp_parse(qhttp *h)
         h->body_len = 0;
         h->phase = r->chunked ? 2 : 1;
         if (r->content_length > 0 || r->chunked) {
-            h->head_told = 1;
             return QHTTP_R_HEAD;
         }
     }
@@ -407,7 +382,7 @@ void qhttp_next(qhttp *h)
     const size_t used = h->phase == 6 ? h->pos : 0;
     memmove(h->in, h->in + used, h->in_len - used);
     h->in_len -= used;
-    h->scan = 0, h->pos = 0, h->head_len = 0, h->phase = 0, h->chunk_left = 0, h->head_told = 0;
+    h->scan = 0, h->pos = 0, h->head_len = 0, h->phase = 0, h->chunk_left = 0;
     h->body_len = 0;
     memset(&h->req, 0, sizeof h->req);
     h->req.content_length = -1;

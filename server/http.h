@@ -82,7 +82,6 @@ typedef struct {
     qhttp_req req;
     int status;        /* QHTTP_R_ERROR: the status to answer */
     char err[160];     /* QHTTP_R_ERROR: why, for the client */
-    int head_told;
 } qhttp;
 
 /* A parser with limits lim; qhttp_free releases it.  Cannot fail. */

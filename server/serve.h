@@ -244,8 +244,9 @@ int serve_broken(void);
  * the new request, or NULL with *e filled. */
 sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                    const char *session, qoai_error *e);
-/* Output of connection c taken by the socket (lws thread). */
-void serve_taken(sconn *c, size_t n);
+/* n bytes of connection c's output taken by the socket, or dropped (S.mu
+ * held; c may be NULL). */
+void sconn_taken(sconn *c, size_t n);
 
 /* ---- serve_http.c ---- */
 /* lws's callback for every connection (raw sockets: HTTP read by http.c). */
@@ -255,6 +256,9 @@ void serve_reply_ex(struct lws *wsi, pss *p, int status, const char *ctype, char
 /* Bytes onto the connection's output: 0, or -1 out of memory. */
 int serve_put(pss *p, const void *s, size_t n);
 void serve_want_write(pss *p);
+/* Up to 64 KiB of the output onto the socket (another writable callback
+ * asked for while more is left): 0, or -1 when the write failed. */
+int serve_flush(struct lws *wsi, pss *p);
 
 /* ---- serve_ws.c ---- */
 void serve_ws_upgrade(struct lws *wsi, pss *p);

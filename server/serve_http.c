@@ -40,7 +40,7 @@ void serve_reply_ex(struct lws *wsi, pss *p, int status, const char *ctype, char
     char head[1024];
     if (status >= 400 && status != 401 && status != 404 && status != 405 && status != 429 && status != 503)
         p->keep_alive = 0; /* framing or size errors: the rest of the stream is not to be trusted */
-    if (p->h.phase == 7) p->keep_alive = 0;
+    if (p->h.status) p->keep_alive = 0; /* the parser refused the request */
     const size_t hl = qhttp_head(head, sizeof head, status, ctype, (long long)len, 0, p->keep_alive, extra);
     if (!hl || serve_put(p, head, hl) || (!p->head_only && len && serve_put(p, body, len))) p->keep_alive = 0;
     free(body);
@@ -316,8 +316,7 @@ static void handle_request(struct lws *wsi, pss *p)
     }
     case QR_NONE:
         p->endpoint = "other";
-        return serve_fail(wsi, p, 404, "invalid_request_error", strchr(rq->path, '%') ? "%s" : "no such endpoint: %s",
-                          strchr(rq->path, '%') ? "no such endpoint" : rq->path);
+        return serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: %s", rq->path);
     case QR_WS:
         return serve_ws_upgrade(wsi, p);
     case QR_SESSIONS:
@@ -349,7 +348,7 @@ static void process(struct lws *wsi, pss *p)
             return;
         }
         if (rc == QHTTP_R_HEAD) {
-            /* A body follows: refused now if nobody is to read it, else "100 Continue". */
+            /* A body follows; a client that waits to be asked for it is. */
             if (p->h.req.expect_continue && serve_put(p, "HTTP/1.1 100 Continue\r\n\r\n", 25) == 0) serve_want_write(p);
             continue;
         }
@@ -402,8 +401,7 @@ static int transaction_done(struct lws *wsi, pss *p)
     return 0;
 }
 
-/* Up to 64 KiB of the output onto the socket. */
-static int flush_some(struct lws *wsi, pss *p)
+int serve_flush(struct lws *wsi, pss *p)
 {
     if (p->out_off >= p->out_len) return 0;
     unsigned char buf[LWS_PRE + 65536];
@@ -427,7 +425,7 @@ static int http_writable(struct lws *wsi, pss *p)
         char *data = done ? r->out : NULL;
         const size_t dl = done ? r->out_len : 0;
         if (done) r->out = NULL, r->out_len = r->out_cap = 0;
-        if (done && r->conn) r->conn->pending = r->conn->pending > dl ? r->conn->pending - dl : 0;
+        if (done) sconn_taken(r->conn, dl);
         pthread_mutex_unlock(&S.mu);
         if (done) {
             if (failed || !data) {
@@ -447,7 +445,7 @@ static int http_writable(struct lws *wsi, pss *p)
         const size_t len = r->out_len;
         const int done = r->finished, failed = r->failed;
         r->out = NULL, r->out_len = r->out_cap = 0;
-        if (r->conn) r->conn->pending = r->conn->pending > len ? r->conn->pending - len : 0;
+        sconn_taken(r->conn, len);
         pthread_mutex_unlock(&S.mu);
         if (failed) {
             free(data);
@@ -473,7 +471,7 @@ static int http_writable(struct lws *wsi, pss *p)
         serve_want_write(p);
         return 0;
     }
-    if (flush_some(wsi, p)) return -1;
+    if (serve_flush(wsi, p)) return -1;
     if (p->st == ST_REPLY && !p->out_len) {
         if (lws_partial_buffered(wsi)) {
             serve_want_write(p);

@@ -154,7 +154,7 @@ static int next_frame(struct lws *wsi, pss *p)
             r->frames++;
             const size_t before = r->out_len;
             buf = take_frame(r->out, &r->out_len, &n);
-            if (r->conn) r->conn->pending = r->conn->pending > before - r->out_len ? r->conn->pending - (before - r->out_len) : 0;
+            sconn_taken(r->conn, before - r->out_len);
         }
         if (r->out_len) more = 1;
         if (r->finished && !r->out_len) {
@@ -299,13 +299,7 @@ int serve_ws_writable(struct lws *wsi, pss *p)
     }
     if (!p->out_len && !p->ws_closing && next_frame(wsi, p)) return -1;
     if (p->out_off < p->out_len) {
-        unsigned char buf[LWS_PRE + 65536];
-        size_t n = p->out_len - p->out_off;
-        if (n > 65536) n = 65536;
-        memcpy(buf + LWS_PRE, p->out + p->out_off, n);
-        if (lws_write(wsi, buf + LWS_PRE, n, LWS_WRITE_RAW) < (int)n) return -1;
-        p->out_off += n;
-        if (p->out_off == p->out_len) p->out_off = p->out_len = 0;
+        if (serve_flush(wsi, p)) return -1;
         lws_callback_on_writable(wsi);
     } else if (p->ws_closing || p->ws_close) {
         lws_callback_on_writable(wsi);

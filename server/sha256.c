@@ -1,4 +1,4 @@
-/* sha256.c - SHA-256 (FIPS 180-4), one-shot (sha256.h). */
+/* sha256.c - SHA-256 and SHA-1 (FIPS 180-4), one-shot (sha256.h). */
 #include "sha256.h"
 
 #include <stdio.h>
@@ -18,7 +18,7 @@ static const uint32_t K[64] = {
 static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 /* One 64-byte block into the state h. */
-static void block(uint32_t h[8], const uint8_t *p)
+static void sha256_block(uint32_t *h, const uint8_t *p)
 {
     uint32_t w[64];
     for (int i = 0; i < 16; i++)
@@ -37,13 +37,16 @@ static void block(uint32_t h[8], const uint8_t *p)
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
 }
 
-void qsha256(const void *data, size_t n, uint8_t out[32])
+/* Runs data's 64-byte blocks, then the padded tail (0x80, zeros, the length
+ * in bits, big-endian), through block on the state h of nh words, and
+ * writes the state big-endian to out: the Merkle-Damgard frame both
+ * digests share. */
+static void md_digest(uint32_t *h, int nh, void (*block)(uint32_t *, const uint8_t *), const void *data, size_t n,
+                      uint8_t *out)
 {
-    uint32_t h[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
     const uint8_t *p = data;
     size_t left = n;
     for (; left >= 64; left -= 64, p += 64) block(h, p);
-    /* The tail, 0x80, zeros, and the length in bits (big-endian). */
     uint8_t t[128] = { 0 };
     memcpy(t, p, left);
     t[left] = 0x80;
@@ -52,9 +55,39 @@ void qsha256(const void *data, size_t n, uint8_t out[32])
     for (int i = 0; i < 8; i++) t[tl - 1 - i] = (uint8_t)(bits >> (8 * i));
     block(h, t);
     if (tl == 128) block(h, t + 64);
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < nh; i++)
         out[4 * i] = (uint8_t)(h[i] >> 24), out[4 * i + 1] = (uint8_t)(h[i] >> 16), out[4 * i + 2] = (uint8_t)(h[i] >> 8),
         out[4 * i + 3] = (uint8_t)h[i];
+}
+
+void qsha256(const void *data, size_t n, uint8_t out[32])
+{
+    uint32_t h[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
+    md_digest(h, 8, sha256_block, data, n, out);
+}
+
+static uint32_t rol(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
+
+static void sha1_block(uint32_t *h, const uint8_t *p)
+{
+    uint32_t w[80];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 80; i++) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    for (int i = 0; i < 80; i++) {
+        const uint32_t f = i < 20 ? (b & c) | (~b & d) : i < 40 ? b ^ c ^ d : i < 60 ? (b & c) | (b & d) | (c & d) : b ^ c ^ d;
+        const uint32_t k = i < 20 ? 0x5a827999 : i < 40 ? 0x6ed9eba1 : i < 60 ? 0x8f1bbcdc : 0xca62c1d6;
+        const uint32_t t = rol(a, 5) + f + e + k + w[i];
+        e = d, d = c, c = rol(b, 30), b = a, a = t;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
+}
+
+void qsha1(const void *data, size_t n, uint8_t out[20])
+{
+    uint32_t h[5] = { 0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0 };
+    md_digest(h, 5, sha1_block, data, n, out);
 }
 
 void qsha256_hex(const void *data, size_t n, char out[65])

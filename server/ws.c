@@ -4,44 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- SHA-1 (FIPS 180-4), for the handshake only ----------------------------------- */
-
-static uint32_t rol(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
-
-static void sha1_block(uint32_t h[5], const uint8_t *p)
-{
-    uint32_t w[80];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (int i = 16; i < 80; i++) w[i] = rol(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        const uint32_t f = i < 20 ? (b & c) | (~b & d) : i < 40 ? b ^ c ^ d : i < 60 ? (b & c) | (b & d) | (c & d) : b ^ c ^ d;
-        const uint32_t k = i < 20 ? 0x5a827999 : i < 40 ? 0x6ed9eba1 : i < 60 ? 0x8f1bbcdc : 0xca62c1d6;
-        const uint32_t t = rol(a, 5) + f + e + k + w[i];
-        e = d, d = c, c = rol(b, 30), b = a, a = t;
-    }
-    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e;
-}
-
-static void sha1(const void *data, size_t n, uint8_t out[20])
-{
-    uint32_t h[5] = { 0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0 };
-    const uint8_t *p = data;
-    size_t left = n;
-    for (; left >= 64; left -= 64, p += 64) sha1_block(h, p);
-    uint8_t t[128] = { 0 };
-    memcpy(t, p, left);
-    t[left] = 0x80;
-    const size_t tl = left < 56 ? 64 : 128;
-    const uint64_t bits = (uint64_t)n * 8;
-    for (int i = 0; i < 8; i++) t[tl - 1 - i] = (uint8_t)(bits >> (8 * i));
-    sha1_block(h, t);
-    if (tl == 128) sha1_block(h, t + 64);
-    for (int i = 0; i < 5; i++)
-        out[4 * i] = (uint8_t)(h[i] >> 24), out[4 * i + 1] = (uint8_t)(h[i] >> 16), out[4 * i + 2] = (uint8_t)(h[i] >> 8),
-        out[4 * i + 3] = (uint8_t)h[i];
-}
+#include "sha256.h"
+#include "util.h"
 
 void qws_accept(const char *key, char out[29])
 {
@@ -53,7 +17,7 @@ void qws_accept(const char *key, char out[29])
     memcpy(buf, key, kl);
     memcpy(buf + kl, guid, sizeof guid - 1);
     uint8_t d[21] = { 0 };
-    sha1(buf, kl + sizeof guid - 1, d);
+    qsha1(buf, kl + sizeof guid - 1, d);
     size_t o = 0;
     for (int i = 0; i < 21; i += 3) {
         const uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | d[i + 2];
@@ -105,33 +69,6 @@ static qws_rc bad(qws *w, int code, const char *why)
     w->close_code = code;
     w->err = why;
     return QWS_ERROR;
-}
-
-/* Whether s[0..n) is UTF-8 (RFC 3629). */
-static int utf8_ok(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        const unsigned c = s[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) k = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) k = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) k = 3, cp = c & 0x07;
-        else return 0;
-        if (n - i <= k) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return 0;
-        i += k + 1;
-    }
-    return 1;
 }
 
 qws_rc qws_parse(qws *w)
@@ -201,7 +138,7 @@ qws_rc qws_parse(qws *w)
             w->msg_len += (size_t)len;
             w->msg[w->msg_len] = 0;
             if (fin) {
-                if (w->msg_op == QWS_TEXT && !utf8_ok((const unsigned char *)w->msg, w->msg_len))
+                if (w->msg_op == QWS_TEXT && !q_utf8_valid(w->msg, w->msg_len))
                     return bad(w, 1007, "a text message that is not UTF-8");
                 w->op = w->msg_op;
                 w->msg_op = 0;

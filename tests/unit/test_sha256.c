@@ -1,5 +1,6 @@
-/* test_sha256.c - SHA-256 (server/sha256.c) against FIPS 180-4's examples
+/* test_sha256.c - SHA-256 and SHA-1 (server/sha256.c) against FIPS 180-4's examples
  * and lengths around the padding boundary (checked with Python's hashlib). */
+#include <stdio.h>
 #include <string.h>
 
 #include "qtest.h"
@@ -25,8 +26,32 @@ static void test_vectors(void)
     CHECK(!strcmp(hex, "c2a908d98f5df987ade41b5fce213067efbcc21ef2240212a41e54b5e7c28ae5"));
 }
 
+/* SHA-1 (the WebSocket handshake's) of s[0..n) in hex is want. */
+static int sha1_is(const char *s, size_t n, const char *want)
+{
+    uint8_t d[20];
+    char hex[41];
+    qsha1(s, n, d);
+    for (int i = 0; i < 20; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return !strcmp(hex, want);
+}
+
+static void test_sha1_vectors(void)
+{
+    const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    char a[200];
+    memset(a, 'a', sizeof a);
+    CHECK(sha1_is("", 0, "da39a3ee5e6b4b0d3255bfef95601890afd80709"));
+    CHECK(sha1_is("abc", 3, "a9993e364706816aba3e25717850c26c9cd0d89d"));
+    CHECK(sha1_is(two, strlen(two), "84983e441c3bd26ebaae4aa1f95129e5e54670f1"));
+    CHECK(sha1_is(a, 55, "c1c8bbdc22796e28c0e15163d20899b65621d65a"));
+    CHECK(sha1_is(a, 64, "0098ba824b5c16427bd7a1122a5a442a25ec644d"));
+    CHECK(sha1_is(a, 200, "e61cfffe0d9195a525fc6cf06ca2d77119c24a40"));
+}
+
 int main(void)
 {
     QT_RUN(test_vectors);
+    QT_RUN(test_sha1_vectors);
     QT_MAIN_END();
 }
