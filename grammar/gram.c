@@ -23,7 +23,7 @@
 #include "qerr.h"
 #include "util.h"
 
-#define MAX_STATES 1000000
+#define MAX_NFA 1000000 /* NFA states of one rule */
 
 /* ---- the builder ------------------------------------------------------------------ */
 
@@ -551,16 +551,74 @@ int gram_states(const gram *g) { return g->n_st; }
 
 static int g_push_state(gram *g)
 {
-    if (g->n_st >= MAX_STATES) return QERR_LIMIT;
+    if (g->n_st >= gram_limits_now()->states) return QERR_LIMIT;
     if (gram_grow((void **)&g->st, g->n_st, &g->cap_st, sizeof *g->st)) return QERR_NOMEM;
     memset(&g->st[g->n_st], 0, sizeof g->st[0]);
     return g->n_st++;
 }
 
+/* What compiling a rule needs beside the rule: kept from one rule to the
+ * next, its buffers cleared, not freed (a schema's grammar has many small
+ * rules; allocating afresh for each was most of their cost). */
+typedef struct {
+    gram_sets m;
+    gram_moves mv;
+    gram_closures cl;
+    int32_t *set, *stack;   /* (cap_s) */
+    uint32_t *mark;         /* (cap_s), stamps go on rising across rules */
+    int cap_s;
+    uint32_t stamp;
+    int32_t *callees;       /* (cap_e) */
+    gcall *calls;           /* (cap_e) */
+    int cap_e;
+    int32_t *gid;           /* per subset: the global state */
+    int cap_gid;
+    gbyte bytes[256];
+} rule_work;
+
+/* Room in w for an NFA of n_s states and n_e edges.  0 or QERR_NOMEM. */
+static int work_fit(rule_work *w, int n_s, int n_e)
+{
+    if (n_s > w->cap_s) {
+        int32_t *set = q_reallocn(w->set, (size_t)n_s, sizeof *set);
+        if (set) w->set = set;
+        int32_t *stack = set ? q_reallocn(w->stack, (size_t)n_s, sizeof *stack) : NULL;
+        if (stack) w->stack = stack;
+        uint32_t *mark = stack ? q_reallocn(w->mark, (size_t)n_s, sizeof *mark) : NULL;
+        if (!mark) return QERR_NOMEM;
+        memset(mark + w->cap_s, 0, sizeof *mark * (size_t)(n_s - w->cap_s));
+        w->mark = mark, w->cap_s = n_s;
+    }
+    if (n_e + 1 > w->cap_e) {
+        int32_t *c = q_reallocn(w->callees, (size_t)n_e + 1, sizeof *c);
+        if (c) w->callees = c;
+        gcall *k = c ? q_reallocn(w->calls, (size_t)n_e + 1, sizeof *k) : NULL;
+        if (!k) return QERR_NOMEM;
+        w->calls = k, w->cap_e = n_e + 1;
+    }
+    return 0;
+}
+
+static void work_free(rule_work *w)
+{
+    gram_sets_free(&w->m);
+    gram_moves_free(&w->mv);
+    gram_closures_free(&w->cl);
+    free(w->set);
+    free(w->stack);
+    free(w->mark);
+    free(w->callees);
+    free(w->calls);
+    free(w->gid);
+}
+
 /* Compiles rule r's NFA (start in, accepting fin) into g's states; the rule's
  * start state to g->start[r]. */
-static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
+static int compile_rule(gram *g, const nfa *a, int in, int fin, int r, rule_work *w)
 {
+    if (work_fit(w, a->n_s, a->n_e)) return QERR_NOMEM;
+    gram_sets_clear(&w->m);
+    gram_closures_clear(&w->cl);
     /* Byte classes of this rule. */
     uint8_t cut[257] = { 0 };
     cut[0] = 1;
@@ -577,43 +635,45 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
     }
     hi_of[nc - 1] = 255;
     /* The rules this one calls. */
-    int32_t *callees = q_mallocn((size_t)a->n_e + 1, sizeof *callees);
+    int32_t *callees = w->callees;
     int n_callees = 0;
-    for (int i = 0; callees && i < a->n_e; i++)
+    for (int i = 0; i < a->n_e; i++)
         if (a->e[i].sym >= 0) callees[n_callees++] = a->e[i].sym;
-    if (callees) qsort(callees, (size_t)n_callees, sizeof *callees, gram_cmp_i32);
+    if (n_callees > 1) qsort(callees, (size_t)n_callees, sizeof *callees, gram_cmp_i32);
     int k = 0;
     for (int i = 0; i < n_callees; i++)
         if (!k || callees[k - 1] != callees[i]) callees[k++] = callees[i];
     n_callees = k;
 
-    gram_sets m = { 0 };
-    gram_moves mv = { 0 };
-    gram_closures cl = { 0 };
-    int32_t *set = q_mallocn((size_t)a->n_s, sizeof *set), *stack = q_mallocn((size_t)a->n_s, sizeof *stack);
-    uint32_t *mark = calloc((size_t)a->n_s, sizeof *mark);
-    int32_t *gid = NULL; /* per subset: the global state */
-    int cap_gid = 0, rc = 0;
-    uint32_t stamp = 0;
-    if (!set || !stack || !mark || !callees) rc = QERR_NOMEM;
-    if (!rc) {
+    gram_sets *m = &w->m;
+    int32_t *set = w->set, *stack = w->stack;
+    uint32_t *mark = w->mark;
+    int rc = 0;
+    {
         set[0] = in;
-        const int n = gram_nfa_closure(a, set, 1, mark, ++stamp, stack);
-        if (gram_sets_get(&m, set, n, mark, stamp) < 0) rc = QERR_NOMEM;
+        const int n = gram_nfa_closure(a, set, 1, mark, ++w->stamp, stack);
+        if (gram_sets_get(m, set, n, mark, w->stamp) < 0) rc = QERR_NOMEM;
     }
     /* Byte edges and calls of a state are gathered here, then appended. */
-    gbyte *bytes = q_mallocn((size_t)nc, sizeof *bytes);
-    gcall *calls = q_mallocn((size_t)n_callees + 1, sizeof *calls);
-    if (!bytes || !calls) rc = QERR_NOMEM;
-    for (int d = 0; !rc && d < m.n; d++) {
-        if (d >= cap_gid) {
-            int cap = cap_gid ? cap_gid * 2 : 64;
-            int32_t *ng = q_reallocn(gid, (size_t)cap, sizeof *ng);
+    gbyte *bytes = w->bytes;
+    gcall *calls = w->calls;
+    for (int d = 0; !rc && d < m->n; d++) {
+        if (!(d & 15) && gram_late()) {
+            rc = QERR_LIMIT;
+            break;
+        }
+        if (w->stamp > 0xf0000000u) { /* marks afresh before the stamps could wrap (none is kept across states) */
+            memset(w->mark, 0, sizeof *w->mark * (size_t)w->cap_s);
+            w->stamp = 0;
+        }
+        if (d >= w->cap_gid) {
+            int cap = w->cap_gid ? w->cap_gid * 2 : 64;
+            int32_t *ng = q_reallocn(w->gid, (size_t)cap, sizeof *ng);
             if (!ng) {
                 rc = QERR_NOMEM;
                 break;
             }
-            gid = ng, cap_gid = cap;
+            w->gid = ng, w->cap_gid = cap;
         }
         /* The global ids of subsets are assigned in order: d -> base + d. */
         const int s = g_push_state(g);
@@ -621,38 +681,38 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
             rc = s;
             break;
         }
-        gid[d] = s;
-        const int len = m.len[d];
+        w->gid[d] = s;
+        const int len = m->len[d];
         int accept = 0, nb = 0, ncall = 0;
-        for (int i = 0; i < len; i++) accept |= m.items[m.off[d] + i] == fin;
+        for (int i = 0; i < len; i++) accept |= m->items[m->off[d] + i] == fin;
         /* Byte classes are columns 0..nc-1, callees[c] column nc + c. */
-        if (gram_nfa_moves(a, m.items + m.off[d], len, cls, nc, callees, n_callees, &mv)) {
+        if (gram_nfa_moves(a, m->items + m->off[d], len, cls, nc, callees, n_callees, &w->mv)) {
             rc = QERR_NOMEM;
             break;
         }
         for (int c = 0; c < nc && !rc; c++) {
-            const int n = gram_moves_set(&mv, c, set, mark, ++stamp);
+            const int n = gram_moves_set(&w->mv, c, set, mark, ++w->stamp);
             if (!n) continue;
-            const int id = gram_closure_id(a, &cl, &m, set, n, mark, &stamp, stack);
+            const int id = gram_closure_id(a, &w->cl, m, set, n, mark, &w->stamp, stack);
             if (id < 0) rc = QERR_NOMEM;
             /* Subset id: its global state is base + id (assigned in order). */
             else bytes[nb++] = (gbyte){ g->start[r] + id, lo_of[c], hi_of[c] };
         }
         for (int c = 0; c < n_callees && !rc; c++) {
-            const int n = gram_moves_set(&mv, nc + c, set, mark, ++stamp);
+            const int n = gram_moves_set(&w->mv, nc + c, set, mark, ++w->stamp);
             if (!n) continue;
-            const int id = gram_closure_id(a, &cl, &m, set, n, mark, &stamp, stack);
+            const int id = gram_closure_id(a, &w->cl, m, set, n, mark, &w->stamp, stack);
             if (id < 0) rc = QERR_NOMEM;
             else calls[ncall++] = (gcall){ callees[c], g->start[r] + id };
         }
         if (rc) break;
         /* Adjacent ranges with one target merge. */
-        int w = 0;
+        int wr = 0;
         for (int i = 0; i < nb; i++) {
-            if (w && bytes[w - 1].to == bytes[i].to && bytes[w - 1].hi + 1 == bytes[i].lo) bytes[w - 1].hi = bytes[i].hi;
-            else bytes[w++] = bytes[i];
+            if (wr && bytes[wr - 1].to == bytes[i].to && bytes[wr - 1].hi + 1 == bytes[i].lo) bytes[wr - 1].hi = bytes[i].hi;
+            else bytes[wr++] = bytes[i];
         }
-        nb = w;
+        nb = wr;
         gstate *st = &g->st[s];
         st->accept = (uint8_t)accept;
         st->perm = g->perm_of[r];
@@ -667,16 +727,6 @@ static int compile_rule(gram *g, const nfa *a, int in, int fin, int r)
             else g->ce[g->n_ce++] = calls[i];
         }
     }
-    gram_sets_free(&m);
-    gram_moves_free(&mv);
-    gram_closures_free(&cl);
-    free(set);
-    free(stack);
-    free(mark);
-    free(gid);
-    free(bytes);
-    free(calls);
-    free(callees);
     return rc;
 }
 
@@ -829,17 +879,24 @@ int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen)
     g->root = root;
     atomic_init(&g->refs, 1);
     int rc = copy_perms(g, b) ? qerr_set(err, errlen, QERR_NOMEM, "out of memory") : 0;
+    nfa a = { 0 };
+    rule_work w = { 0 };
     for (int r = 0; r < b->n_rules && !rc; r++) {
-        nfa a = { 0 };
-        a.max_s = MAX_STATES;
+        gram_nfa_clear(&a);
+        a.max_s = MAX_NFA;
         int in, fin;
         n_expr(&a, b, b->body[r], &in, &fin, 0);
+        a.fin1 = fin + 1;
         g->start[r] = g->n_st; /* the rule's states follow, its start first */
-        rc = a.rc ? a.rc : compile_rule(g, &a, in, fin, r);
-        gram_nfa_free(&a);
-        if (rc) qerr_set(err, errlen, rc, rc == QERR_LIMIT ? "rule '%s': too many states" : "rule '%s': out of memory",
-                         b->names[r]);
+        rc = a.rc ? a.rc : compile_rule(g, &a, in, fin, r, &w);
+        if (rc == QERR_LIMIT && gram_late())
+            qerr_set(err, errlen, rc, "grammar: compiling took longer than the time budget (%g s)", gram_limits_now()->seconds);
+        else if (rc)
+            qerr_set(err, errlen, rc, rc == QERR_LIMIT ? "rule '%s': too many states" : "rule '%s': out of memory",
+                     b->names[r]);
     }
+    gram_nfa_free(&a);
+    work_free(&w);
     if (!rc) {
         int oom;
         const int lr = left_recursive(g, &oom);

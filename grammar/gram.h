@@ -106,6 +106,27 @@ int gram_b_build(gram_b *b, int root, gram **out, char *err, size_t errlen);
 gram *gram_retain(gram *g);
 void gram_free(gram *g);
 
+/* ---- the compile budget ------------------------------------------------------------ */
+
+/* What compiling may spend on this thread: gram_b_build, gram_re_compile,
+ * gram_re_intersect / gram_re_minus and the schema, regex, choice and tools
+ * compilers above them (schema.h) stop with QERR_LIMIT and a message that
+ * names the limit.  A field at 0 keeps the default; a limit above the
+ * default is taken as the default (the defaults are what an unset budget
+ * allows). */
+typedef struct {
+    double seconds;     /* wall time from gram_budget_set, for all compiles until the next (0: none) */
+    int re_states;      /* states of one pattern's automaton (default GRAM_RE_MAX_STATES, 20,000) */
+    long long re_work;  /* steps building one pattern's automaton (default 20,000,000, tens of ms) */
+    int re_nfa;         /* states of the NFA a pattern's automaton is built from (default 100,000) */
+    int states;         /* states of a grammar's rules together (default 1,000,000) */
+} gram_budget;
+/* Sets this thread's budget (NULL: the defaults, no time limit).  A server
+ * sets it before each request's compile; a fuzz target sets smaller limits
+ * to spend its time on many inputs rather than on a few large ones.
+ * Cannot fail. */
+void gram_budget_set(const gram_budget *b);
+
 /* ---- a cache of compiled grammars ------------------------------------------------- */
 
 /* Compiled grammars by key (a canonical text of what was compiled), the

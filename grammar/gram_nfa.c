@@ -88,6 +88,20 @@ void gram_sets_free(gram_sets *m)
     memset(m, 0, sizeof *m);
 }
 
+void gram_sets_clear(gram_sets *m)
+{
+    /* Each set's slot is found from its hash by a probe that passes over
+     * empty slots (those emptied here before it), so clearing costs the
+     * sets kept, not the table's size. */
+    for (int i = 0; i < m->n; i++) {
+        size_t j = m->hash[i] & (m->tcap - 1);
+        while (m->tab[j] != i + 1) j = (j + 1) & (m->tcap - 1);
+        m->tab[j] = 0;
+    }
+    m->n = 0;
+    m->n_items = 0;
+}
+
 int gram_nfa_state(gram_nfa *a)
 {
     if (a->rc) return -1;
@@ -138,7 +152,7 @@ int gram_nfa_closure(const gram_nfa *a, int32_t *set, int n, uint32_t *mark, uin
         if (mark[set[i]] != stamp) mark[set[i]] = stamp, stack[sp++] = set[i];
     while (sp) {
         const int32_t s = stack[--sp];
-        set[out++] = s;
+        if (!a->fin1 || a->head[s] >= 0 || s == a->fin1 - 1) set[out++] = s;
         for (int32_t e = a->eps_head[s]; e >= 0; e = a->next[e])
             if (mark[a->e[e].to] != stamp) mark[a->e[e].to] = stamp, stack[sp++] = a->e[e].to;
     }
@@ -160,6 +174,8 @@ int gram_closure_id(const gram_nfa *a, gram_closures *c, gram_sets *m, int32_t *
     n = gram_nfa_closure(a, s, n, mark, ++*stamp, stack);
     return c->subset[k] = gram_sets_get(m, s, n, mark, *stamp);
 }
+
+void gram_closures_clear(gram_closures *c) { gram_sets_clear(&c->seen); }
 
 void gram_closures_free(gram_closures *c)
 {
@@ -281,6 +297,13 @@ int gram_nfa_all_reach(const gram_nfa *a, int fin)
     free(queue);
     free(seen);
     return reached;
+}
+
+void gram_nfa_clear(gram_nfa *a)
+{
+    a->n_s = a->n_e = 0;
+    a->rc = 0;
+    a->fin1 = 0;
 }
 
 void gram_nfa_free(gram_nfa *a)

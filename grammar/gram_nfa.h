@@ -34,6 +34,8 @@ typedef struct {
 int gram_sets_get(gram_sets *m, const int32_t *s, int n, const uint32_t *mark, uint32_t stamp);
 /* Frees what m holds and zeroes it. */
 void gram_sets_free(gram_sets *m);
+/* Empties m, keeping its buffers. */
+void gram_sets_clear(gram_sets *m);
 
 /* An NFA: per state two lists of edges, those that read nothing apart (a
  * closure walks only them, a move only the others). */
@@ -55,6 +57,8 @@ typedef struct {
     int n_s, cap_s;
     int max_s;          /* states allowed (more: rc QERR_LIMIT) */
     int rc;             /* sticky: QERR_LIMIT, QERR_NOMEM */
+    int32_t fin1;       /* 0, or 1 + the accepting state: closures then keep only it
+                         * and the states with edges that read or call */
 } gram_nfa;
 
 /* A new state's id, or -1 with a->rc set. */
@@ -63,14 +67,21 @@ int gram_nfa_state(gram_nfa *a);
 void gram_nfa_edge(gram_nfa *a, int from, int to, int sym, int lo, int hi);
 #define GRAM_EPS_EDGE(a, f, t) gram_nfa_edge(a, f, t, GRAM_EPS, 0, 0)
 /* The epsilon closure of set[0..n) in place (room for every state), in
- * the order found; its size.  mark: one entry a state, stamp a value not
- * used before in it (afterwards mark[x] == stamp exactly for the members of
- * the closure); stack: room for every state. */
+ * the order found; its size.  With a->fin1 set, only the states a subset's
+ * moves and acceptance depend on are kept (the accepting state, those with
+ * an edge that reads or calls): closures that differ only in states with
+ * nothing but epsilon edges are one subset, and sets stay small.  mark: one
+ * entry a state, stamp a value not used before in it (afterwards mark[x] ==
+ * stamp exactly for the states reached, kept or not: as gram_sets_get
+ * wants, since no kept set holds a state a closure drops); stack: room for
+ * every state. */
 int gram_nfa_closure(const gram_nfa *a, int32_t *set, int n, uint32_t *mark, uint32_t stamp, int32_t *stack);
 /* 1 when every state reaches state fin (by edges of any kind), 0 when
  * one does not, -1 when out of memory. */
 int gram_nfa_all_reach(const gram_nfa *a, int fin);
 void gram_nfa_free(gram_nfa *a);
+/* Empties a (no states, no edges, rc and fin1 0), keeping its buffers. */
+void gram_nfa_clear(gram_nfa *a);
 /* Where a set of NFA states goes, column by column: a column is a byte
  * class (bytes no edge tells apart) or a called rule.  Column c's targets
  * are to[off[c]..off[c + 1]), in the order of the set and of each state's
@@ -110,12 +121,26 @@ typedef struct {
 int gram_closure_id(const gram_nfa *a, gram_closures *c, gram_sets *m, int32_t *s, int n, uint32_t *mark, uint32_t *stamp,
                     int32_t *stack);
 void gram_closures_free(gram_closures *c);
+/* Empties c, keeping its buffers. */
+void gram_closures_clear(gram_closures *c);
 
 /* Builds one copy of a part between fresh states *in and *out. */
 typedef void (*gram_nfa_part)(gram_nfa *a, void *ctx, int *in, int *out);
 /* From in to out: min copies of part, then (max - min) optional ones, or
  * (max < 0) a loop over one more. */
 void gram_nfa_repeat(gram_nfa *a, int in, int out, int min, int max, gram_nfa_part part, void *ctx);
+
+/* This thread's compile budget (gram.h gram_budget) with its defaults
+ * filled in: the deadline in q_now() seconds (0: none). */
+typedef struct {
+    double deadline, seconds;
+    int re_states;
+    long long re_work;
+    int re_nfa, states;
+} gram_limits;
+const gram_limits *gram_limits_now(void);
+/* 1 when this thread's compile deadline has passed. */
+int gram_late(void);
 
 /* qsort's comparison of int32_t. */
 int gram_cmp_i32(const void *a, const void *b);

@@ -28,12 +28,12 @@
 
 #define MAX_CP 0x10FFFF
 #define MAX_REPEAT 1000
-#define MAX_NFA 100000
-/* The work of building the DFA, at most: each subset's size times the byte
- * classes, plus the size of the subset each transition leads to (counted
- * whether it is made or found again).  A pattern that needs more is refused
- * (compiling stays in the tens of milliseconds). */
-#define MAX_WORK 20000000LL
+/* The work of building the DFA is counted as each subset's size times the
+ * byte classes, plus the size of the subset each transition leads to
+ * (counted whether it is made or found again); a pattern that needs more
+ * than the compile budget allows (gram.h gram_budget: 20,000,000 steps,
+ * tens of milliseconds, by default) is refused, as is one that needs more
+ * states or runs past the budget's deadline (checked every 16 subsets). */
 
 /* ---- code-point sets ------------------------------------------------------------- */
 
@@ -785,6 +785,7 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
     int rc = 0, cap_next = 0;
     uint32_t stamp = 0;
     long long work = 0;
+    const gram_limits *lim = gram_limits_now();
     if (!set || !stack || !mark) rc = QERR_NOMEM;
     if (!rc) {
         set[0] = start;
@@ -807,7 +808,7 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
         const int32_t *cur = m.items + m.off[d];
         const int len = m.len[d];
         work += (long long)len * nc;
-        if (work > MAX_WORK) {
+        if (work > lim->re_work || (!(d & 15) && gram_late())) {
             rc = QERR_LIMIT;
             break;
         }
@@ -829,7 +830,7 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
                 break;
             }
             work += m.len[id]; /* the closure's size, whether made now or looked up */
-            if (m.n > GRAM_RE_MAX_STATES) rc = QERR_LIMIT;
+            if (m.n > lim->re_states) rc = QERR_LIMIT;
             else re->next[(size_t)d * (size_t)nc + (size_t)c] = id;
         }
     }
@@ -848,9 +849,11 @@ static int build_dfa(const nfa *a, int start, int accept, gram_re *re, char *err
     free(set);
     free(stack);
     free(mark);
+    if (rc == QERR_LIMIT && gram_late())
+        return qerr_set(err, errlen, rc, "pattern: compiling took longer than the time budget (%g s)", lim->seconds);
     if (rc == QERR_LIMIT)
         return qerr_set(err, errlen, rc, "pattern: too complex (more than %d automaton states, or too much work to build them)",
-                        GRAM_RE_MAX_STATES);
+                        lim->re_states);
     if (rc) return qerr_set(err, errlen, rc, "pattern: out of memory");
     return 0;
 }
@@ -861,7 +864,7 @@ int gram_re_compile(const char *pattern, size_t len, unsigned flags, gram_re **o
     parser ps = { pattern, pattern + len, pattern, flags, NULL, 0, 0, 0, err, errlen, 0 };
     int top = parse_top(&ps);
     nfa a = { 0 };
-    a.max_s = MAX_NFA;
+    a.max_s = gram_limits_now()->re_nfa;
     gram_re *re = NULL;
     int rc = ps.rc;
     if (!rc && top >= 0) {
@@ -869,10 +872,14 @@ int gram_re_compile(const char *pattern, size_t len, unsigned flags, gram_re **o
         nfa_node(&a, ps.nodes, top, (flags & GRAM_RE_JSON_STRING) != 0, &in, &fin, 0);
         if (a.rc) {
             rc = a.rc;
-            qerr_set(err, errlen, rc, rc == QERR_LIMIT ? "pattern: too large an automaton" : "pattern: out of memory");
+            if (rc == QERR_LIMIT)
+                qerr_set(err, errlen, rc, "pattern: too large an automaton (more than %d NFA states)", a.max_s);
+            else
+                qerr_set(err, errlen, rc, "pattern: out of memory");
         } else if (!(re = calloc(1, sizeof *re))) {
             rc = qerr_set(err, errlen, QERR_NOMEM, "pattern: out of memory");
         } else {
+            a.fin1 = fin + 1;
             rc = build_dfa(&a, in, fin, re, err, errlen);
         }
     } else if (!rc) {
@@ -993,7 +1000,7 @@ int gram_re_empty(const gram_re *re)
 int gram_re_multiples(int k, gram_re **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (k < 1 || k > GRAM_RE_MAX_STATES - 3) return qerr_set(err, errlen, QERR_LIMIT, "multipleOf %d: too large", k);
+    if (k < 1 || k > gram_limits_now()->re_states - 3) return qerr_set(err, errlen, QERR_LIMIT, "multipleOf %d: too large", k);
     /* States: 0 start, 1 after '-', 2 a lone 0, 3 + r: digits read so far,
      * their value r modulo k.  Classes: '-', '0', '1'..'9' one each, the rest. */
     gram_re *re = calloc(1, sizeof *re);
@@ -1029,12 +1036,65 @@ int gram_re_multiples(int k, gram_re **out, char *err, size_t errlen)
 
 /* ---- intersection ------------------------------------------------------------------------- */
 
+/* Product states met, by pair: open addressing over pair keys (a x ny + b),
+ * room kept at twice the states, so memory follows the states made, not
+ * the product of the two automata's sizes. */
+typedef struct {
+    uint64_t *key; /* key + 1, 0 empty */
+    int32_t *val;
+    size_t cap;
+} pairmap;
+
+static uint64_t pair_hash(uint64_t k)
+{
+    k = (k ^ (k >> 31)) * 0x7fb5d329728ea185ULL;
+    return k ^ (k >> 29);
+}
+
+/* The product state of key k, or -1 when not met. */
+static int32_t pair_get(const pairmap *p, uint64_t k)
+{
+    for (size_t j = pair_hash(k) & (p->cap - 1);; j = (j + 1) & (p->cap - 1)) {
+        if (!p->key[j]) return -1;
+        if (p->key[j] == k + 1) return p->val[j];
+    }
+}
+
+/* Keeps k -> v (k not met); n: the states kept so far.  0 or QERR_NOMEM. */
+static int pair_put(pairmap *p, uint64_t k, int32_t v, int n)
+{
+    if ((size_t)(n + 1) * 2 > p->cap) {
+        pairmap q = { NULL, NULL, p->cap ? p->cap * 2 : 256 };
+        q.key = q_callocn(q.cap, sizeof *q.key);
+        q.val = q_mallocn(q.cap, sizeof *q.val);
+        if (!q.key || !q.val) {
+            free(q.key);
+            free(q.val);
+            return QERR_NOMEM;
+        }
+        for (size_t i = 0; i < p->cap; i++)
+            if (p->key[i]) {
+                size_t j = pair_hash(p->key[i] - 1) & (q.cap - 1);
+                while (q.key[j]) j = (j + 1) & (q.cap - 1);
+                q.key[j] = p->key[i], q.val[j] = p->val[i];
+            }
+        free(p->key);
+        free(p->val);
+        *p = q;
+    }
+    size_t j = pair_hash(k) & (p->cap - 1);
+    while (p->key[j]) j = (j + 1) & (p->cap - 1);
+    p->key[j] = k + 1, p->val[j] = v;
+    return 0;
+}
+
 /* The product of x and y: with and_not, the inputs x matches and y does
  * not (y may die: its dead state is index ny). */
 static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **out, char *err, size_t errlen)
 {
     *out = NULL;
     const int ny = y->n_states + (and_not ? 1 : 0);
+    const gram_limits *lim = gram_limits_now();
     /* Joint classes: bytes in one class of x and one of y, numbered in
      * order of their first byte; all bytes of one act alike on every pair. */
     uint8_t jcls[256], jrep[256];
@@ -1042,11 +1102,11 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
     int16_t *joint = q_mallocn((size_t)x->n_classes * (size_t)y->n_classes, sizeof *joint);
     /* Product states by pair, breadth first; a column a joint class,
      * compressed after. */
-    const size_t np = (size_t)x->n_states * (size_t)ny;
-    int32_t *id = malloc(np * sizeof *id), *pairs = NULL, *wide = NULL;
+    pairmap ids = { 0 };
+    int32_t *pairs = NULL, *wide = NULL;
     int n = 0, cap = 0, rc = 0;
     gram_re *re = calloc(1, sizeof *re);
-    if (!id || !re || !joint) rc = QERR_NOMEM;
+    if (!re || !joint) rc = QERR_NOMEM;
     if (!rc) {
         memset(joint, 0xff, sizeof *joint * (size_t)x->n_classes * (size_t)y->n_classes);
         for (int c = 0; c < 256; c++) {
@@ -1054,16 +1114,18 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
             if (*j < 0) jrep[nj] = (uint8_t)c, *j = (int16_t)nj++;
             jcls[c] = (uint8_t)*j;
         }
-        memset(id, 0xff, np * sizeof *id); /* -1: not met */
-        id[0] = 0; /* both start at 0 */
         cap = 64;
         pairs = q_mallocn((size_t)cap, 2 * sizeof *pairs);
         wide = q_mallocn((size_t)cap, (size_t)nj * sizeof *wide);
-        if (!pairs || !wide) rc = QERR_NOMEM;
+        if (!pairs || !wide || pair_put(&ids, 0, 0, 0)) rc = QERR_NOMEM; /* both start at 0 */
         else pairs[0] = 0, pairs[1] = 0, n = 1;
     }
     free(joint);
     for (int s = 0; !rc && s < n; s++) {
+        if (!(s & 15) && gram_late()) {
+            rc = QERR_LIMIT;
+            break;
+        }
         const int a = pairs[2 * s], b = pairs[2 * s + 1];
         for (int j = 0; j < nj; j++) {
             const uint8_t c = jrep[j];
@@ -1072,9 +1134,10 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
             if (and_not && nb < 0) nb = y->n_states; /* y is dead: it never matches */
             int t = -1;
             if (na >= 0 && nb >= 0) {
-                const size_t k = (size_t)na * (size_t)ny + (size_t)nb;
-                if (id[k] < 0) {
-                    if (n >= GRAM_RE_MAX_STATES) {
+                const uint64_t k = (uint64_t)na * (uint64_t)ny + (uint64_t)nb;
+                t = pair_get(&ids, k);
+                if (t < 0) {
+                    if (n >= lim->re_states) {
                         rc = QERR_LIMIT;
                         break;
                     }
@@ -1089,11 +1152,13 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
                         }
                         wide = w2;
                     }
-                    id[k] = n;
+                    if (pair_put(&ids, k, n, n)) {
+                        rc = QERR_NOMEM;
+                        break;
+                    }
                     pairs[2 * n] = na, pairs[2 * n + 1] = nb;
-                    n++;
+                    t = n++;
                 }
-                t = id[k];
             }
             wide[(size_t)s * (size_t)nj + (size_t)j] = t;
         }
@@ -1127,13 +1192,15 @@ static int combine(const gram_re *x, const gram_re *y, int and_not, gram_re **ou
         }
         if (!rc) rc = prune(re);
     }
-    free(id);
+    free(ids.key);
+    free(ids.val);
     free(pairs);
     free(wide);
     if (rc) {
         gram_re_free(re);
-        return rc == QERR_LIMIT ? qerr_set(err, errlen, rc, "pattern: the intersection has more than %d states",
-                                           GRAM_RE_MAX_STATES)
+        if (rc == QERR_LIMIT && gram_late())
+            return qerr_set(err, errlen, rc, "pattern: compiling took longer than the time budget (%g s)", lim->seconds);
+        return rc == QERR_LIMIT ? qerr_set(err, errlen, rc, "pattern: the intersection has more than %d states", lim->re_states)
                                 : qerr_set(err, errlen, rc, "pattern: out of memory");
     }
     *out = re;

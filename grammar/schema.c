@@ -484,7 +484,7 @@ static int any_match(gram_re *const *pre, int n, const char *k)
     char *e = js ? json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
     int hit = 0;
     for (int i = 0; e && i < n && !hit; i++) hit = gram_re_match(pre[i], e + 1, strlen(e) - 2);
-    free(e);
+    if (e) sc_dumps_free(e);
     json_decref(js);
     return hit;
 }
@@ -771,7 +771,8 @@ done:
     gram_re_free(pnames);
     for (int i = 0; i < npp && pre; i++) gram_re_free(pre[i]);
     free(pre);
-    for (int i = 0; i < n; i++) free(enc[i]);
+    for (int i = 0; i < n; i++)
+        if (enc[i]) sc_dumps_free(enc[i]);
     free(names);
     free(schemas);
     free(enc);
@@ -1136,7 +1137,7 @@ static gram_x one_call(sctx *c, const tools_arg *a)
         json_decref(nm);
         if (!q) return sc_fail(c, QERR_NOMEM, "out of memory");
         gram_x head = SEQ(LIT("{\"name\":"), SEQ(LIT(q), LIT(",\"arguments\":")));
-        free(q);
+        sc_dumps_free(q);
         /* The parameters are a schema of their own: its $refs start there. */
         gram_x args = as_root(c, a->t[i].params ? a->t[i].params : json_true());
         any = alt_add(c, any, sc_seq3(c, head, args, LIT("}")));

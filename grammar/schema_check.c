@@ -127,7 +127,7 @@ static int format_ok(chk *k, const char *f, const json_t *v)
     char *text = re ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
     int out = -1;
     if (text) out = gram_re_match(re, text + 1, strlen(text) - 2);
-    free(text);
+    if (text) sc_dumps_free(text);
     if (out < 0) k->why = "format";
     return out;
 }
@@ -407,7 +407,7 @@ static void text_of(tbuf *b, const json_t *v)
         char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         if (!s) b->bad = 1;
         else tput(b, s, strlen(s));
-        free(s);
+        if (s) sc_dumps_free(s);
     }
 }
 

@@ -134,4 +134,14 @@ gram_x sc_str(sctx *c, const json_t *s);
 /* The integer (integer != 0) or number alternative of schema s. */
 gram_x sc_num(sctx *c, const json_t *s, int integer);
 
+/* Frees a string json_dumps made: with jansson's free (json_set_alloc_funcs
+ * may have replaced malloc's; json_dumps then allocates with the
+ * replacement). */
+static inline void sc_dumps_free(char *s)
+{
+    json_free_t f;
+    json_get_alloc_funcs(NULL, &f);
+    f(s);
+}
+
 #endif

@@ -63,6 +63,7 @@ static const qopt serve_table[] = {
     { NULL, "--max-connections", "N", OPT_INT, F_(max_connections), "connections open at once; more are closed at once (default 1024)" },
     { NULL, "--max-pending", "MB", OPT_INT, F_(max_pending_mb), "output a connection's client has not read, at most; past it its requests are cancelled and the connection closed (default 8 MiB)" },
     { NULL, "--prep-threads", "N", OPT_INT, F_(prep_threads), "threads that parse, template, tokenize and compile requests, off the socket thread (default 2)" },
+    { NULL, "--grammar-timeout", "S", OPT_FLOAT, F_(grammar_timeout), "seconds a request's schema, regex, choice or tools may take to compile, else 400 (default 10)" },
     { NULL, "--idle-timeout", "S", OPT_FLOAT, F_(idle_timeout), "seconds a kept-alive connection may wait for its next request (default 10)" },
     { NULL, "--request-timeout", "S", OPT_FLOAT, F_(request_timeout), "seconds a request may take to arrive whole, else 408 (default 30)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
@@ -505,7 +506,7 @@ int cmd_serve(int argc, char **argv)
     o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256, o->gpu_mem_util = 0.9f;
     o->grace = 5;
     o->max_header_kb = 16, o->max_connections = 1024, o->idle_timeout = 10, o->request_timeout = 30;
-    o->max_pending_mb = 8, o->prep_threads = 2;
+    o->max_pending_mb = 8, o->prep_threads = 2, o->grammar_timeout = 10;
     o->host = "127.0.0.1";
     if (qopt_parse("serve", serve_table, N_SERVE_OPTS, argc, argv, o)) return 2;
     if (o->help) {
@@ -571,8 +572,10 @@ int cmd_serve(int argc, char **argv)
                         "--max-requests must be positive\n");
         return 2;
     }
-    if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || o->idle_timeout > 86400 || o->request_timeout > 86400) {
-        fprintf(stderr, "quire serve: --idle-timeout and --request-timeout are seconds, more than 0\n");
+    if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || !(o->grammar_timeout > 0) || o->idle_timeout > 86400 ||
+        o->request_timeout > 86400 || o->grammar_timeout > 86400) {
+        fprintf(stderr, "quire serve: --idle-timeout, --request-timeout and --grammar-timeout are seconds, more than 0 "
+                        "(at most 86400)\n");
         return 2;
     }
     qengine_opts eo;
@@ -628,6 +631,7 @@ int cmd_serve(int argc, char **argv)
     }
     S.eo = eo;
     S.lim.max_tokens_cap = o->max_tokens;
+    S.lim.grammar_seconds = o->grammar_timeout;
     if (o->name) S.name = o->name;
     else {
         const char *b = strrchr(o->model, '/');

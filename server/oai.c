@@ -109,9 +109,11 @@ void qoai_failcache_free(qoai_failcache *c)
     free(c);
 }
 
-/* The error of a key that failed before into *e: 1, or 0. */
-static int failcache_get(qoai_failcache *c, const uint8_t digest[32], qoai_error *e)
+int qoai_failcache_get(qoai_failcache *c, const char *key, qoai_error *e)
 {
+    if (!c || !key) return 0;
+    uint8_t digest[32];
+    qsha256(key, strlen(key), digest);
     int hit = 0;
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->n && !hit; i++)
@@ -120,8 +122,11 @@ static int failcache_get(qoai_failcache *c, const uint8_t digest[32], qoai_error
     return hit;
 }
 
-static void failcache_put(qoai_failcache *c, const uint8_t digest[32], const qoai_error *e)
+void qoai_failcache_put(qoai_failcache *c, const char *key, const qoai_error *e)
 {
+    if (!c || !key) return;
+    uint8_t digest[32];
+    qsha256(key, strlen(key), digest);
     pthread_mutex_lock(&c->mu);
     struct fc_entry *x = &c->e[c->next];
     memcpy(x->digest, digest, 32);
@@ -183,9 +188,7 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         r->p.grammar_vocab = lim->gvocab;
         return 0;
     }
-    uint8_t digest[32];
-    if (key) qsha256(key, strlen(key), digest);
-    if (key && lim->gfail && failcache_get(lim->gfail, digest, e)) {
+    if (qoai_failcache_get(lim->gfail, key, e)) {
         free(key);
         return QERR_INVAL;
     }
@@ -195,6 +198,7 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
             return qoai_fail(e, 400, INVALID, "guided_regex", "'guided_regex' must be a string");
         }
         param = "guided_regex";
+        gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
         rc = gram_regex_grammar(json_string_value(gr), json_string_length(gr), &r->grammar, err, sizeof err);
     } else if (gc) {
         const size_t n = json_is_array(gc) ? json_array_size(gc) : 0;
@@ -216,6 +220,7 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
             }
             s[i] = json_string_value(x), l[i] = json_string_length(x);
         }
+        if (!rc) gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
         if (!rc) rc = gram_choice_grammar(s, l, (int)n, &r->grammar, err, sizeof err);
         else snprintf(err, sizeof err, "out of memory");
         free(s);
@@ -223,12 +228,14 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     } else if (gj || schema || any_object) {
         if (gj) param = "guided_json";
         json_t *obj = any_object ? json_pack("{s:s}", "type", "object") : NULL;
+        gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
         rc = gram_schema_compile(gj ? gj : obj ? obj : schema, &r->grammar, err, sizeof err);
         json_decref(obj);
     } else {
         free(key);
         return 0;
     }
+    gram_budget_set(NULL);
     if (!rc && key && lim->gcache) gram_cache_put(lim->gcache, key, strlen(key), r->grammar);
     if (rc == QERR_NOMEM) {
         free(key);
@@ -236,7 +243,7 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     }
     if (rc) {
         const int frc = qoai_fail(e, 400, INVALID, param, "%s", err);
-        if (key && lim->gfail) failcache_put(lim->gfail, digest, e);
+        qoai_failcache_put(lim->gfail, key, e);
         free(key);
         return frc;
     }

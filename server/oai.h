@@ -61,6 +61,10 @@ typedef struct {
     /* Grammars that failed to compile, with their errors, or NULL: a request
      * that repeats one is refused at once instead of compiling it again. */
     struct qoai_failcache *gfail;
+    /* Seconds a request's grammar may take to compile (gram.h gram_budget;
+     * 0: no limit): past it the request is refused with a 400, and the
+     * refusal cached in gfail like any failed compile. */
+    double grammar_seconds;
 } qoai_limits;
 
 /* A cache of structure requests that failed to compile: the SHA-256 of the
@@ -69,6 +73,11 @@ typedef struct {
 typedef struct qoai_failcache qoai_failcache;
 qoai_failcache *qoai_failcache_new(int cap);
 void qoai_failcache_free(qoai_failcache *c);
+/* The error a request with this key failed with before, into *e: 1, or 0
+ * (c NULL: 0). */
+int qoai_failcache_get(qoai_failcache *c, const char *key, qoai_error *e);
+/* Keeps key's error (c NULL: nothing). */
+void qoai_failcache_put(qoai_failcache *c, const char *key, const qoai_error *e);
 
 typedef struct {
     qoai_kind kind;

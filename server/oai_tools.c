@@ -133,25 +133,38 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         r->p.grammar_vocab = lim->gvocab;
         return 0;
     }
+    if (qoai_failcache_get(lim->gfail, key, e)) {
+        free(key);
+        free(t);
+        return QERR_INVAL;
+    }
     json_t *dflt = no_params();
     for (size_t i = 0; i < n; i++)
         if (!t[i].params) t[i].params = dflt;
     char err[800];
     int bad = -1;
+    gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
     if (!dflt) rc = QERR_NOMEM;
     else if (mode == QOAI_TOOLS_NAMED) rc = gram_schema_compile(t[pick].params, &r->grammar, err, sizeof err), bad = pick;
     else rc = gram_tools_grammar(t, (int)n, mode == QOAI_TOOLS_AUTO, max_calls, &bad, &r->grammar, err, sizeof err);
+    gram_budget_set(NULL);
     json_decref(dflt);
     free(t);
     if (!rc && key && lim->gcache) gram_cache_put(lim->gcache, key, strlen(key), r->grammar);
-    free(key);
-    if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    if (rc == QERR_NOMEM) {
+        free(key);
+        return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    }
     if (rc) {
         char prm[48];
         if (bad >= 0) snprintf(prm, sizeof prm, "tools[%d].function.parameters", bad);
         else snprintf(prm, sizeof prm, "tools");
-        return qoai_fail(e, 400, INVALID, prm, "%s", err);
+        const int frc = qoai_fail(e, 400, INVALID, prm, "%s", err);
+        qoai_failcache_put(lim->gfail, key, e);
+        free(key);
+        return frc;
     }
+    free(key);
     r->p.grammar = r->grammar;
     r->p.grammar_vocab = lim->gvocab;
     return 0;

@@ -36,6 +36,7 @@ typedef struct {
     float request_timeout;  /* --request-timeout: seconds a request may take to arrive whole */
     int max_pending_mb;     /* --max-pending: output a connection's client has not read, at most */
     int prep_threads;       /* --prep-threads: threads that parse, template, tokenize and compile */
+    float grammar_timeout;  /* --grammar-timeout: seconds a request's structured-output grammar may take to compile */
     int tensor_parallel;    /* --tensor-parallel: GPUs the model is split among */
     float gpu_mem_util, grace;
 } serve_opts;

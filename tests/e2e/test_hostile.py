@@ -6,12 +6,13 @@ import asyncio
 import json
 import re
 import socket
+import subprocess
 import time
 
 import pytest
 import websockets
 
-from test_serve_openai import Server
+from test_serve_openai import MODEL, Server
 
 BODY = json.dumps({"prompt": "Once", "max_tokens": 2, "temperature": 0}).encode()
 
@@ -389,3 +390,33 @@ def test_refusals_name_their_field(server):
         assert status == 400 and err["param"] == param and words in err["message"], (body, err)
     status, _ = server.post("/v1/completions", {"prompt": "x", "top_p": 1, "max_tokens": 1, "stop": ["a" * 512]})
     assert status == 200
+
+
+def test_grammar_timeout(quire):
+    """--grammar-timeout bounds a compile's wall time: the 2,000-alternative
+    anyOf is refused with a 400 that names the budget and the field, a
+    schema that fits is still taken, and the refused one is refused again
+    from the cache of failures.  A budget that is not a positive number of
+    seconds stops the start."""
+    bad = subprocess.run([quire, "serve", "-m", MODEL, "--grammar-timeout", "0"], capture_output=True, text=True,
+                         timeout=30)
+    assert bad.returncode == 2 and "--grammar-timeout" in bad.stderr
+    s = Server(quire, "--grammar-timeout", "0.05")
+    try:
+        t = time.time()
+        status, body = s.post("/v1/completions", big_schema_body())
+        took = time.time() - t
+        err = json.loads(body)["error"]
+        assert status == 400 and err["param"] == "response_format.json_schema.schema", body
+        assert "time budget (0.05 s)" in err["message"], err
+        assert s.get("/health")[0] == 200
+        ok = {"prompt": "x", "max_tokens": 4, "guided_json": {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["n"]}}
+        assert s.post("/v1/completions", ok)[0] == 200
+        t = time.time()
+        status2, body2 = s.post("/v1/completions", big_schema_body())
+        again = time.time() - t
+        assert status2 == 400 and json.loads(body2) == json.loads(body)
+        print(f"refused after {took:.3f} s, again in {again:.3f} s")
+    finally:
+        assert s.stop() == 0

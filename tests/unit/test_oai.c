@@ -18,10 +18,11 @@ static qtok *g_tok;
 static gram_vocab *g_vocab;
 static gram_cache *g_cache;
 static qoai_failcache *g_fail;
+static double g_seconds; /* the grammar's time budget (0: none) */
 
 static int parse(const char *body, qoai_kind kind, int cap, qoai_req *r, qoai_error *e)
 {
-    const qoai_limits lim = { cap, g_vocab, g_cache, g_fail };
+    const qoai_limits lim = { cap, g_vocab, g_cache, g_fail, g_seconds };
     return qoai_parse(body, strlen(body), kind, &lim, g_model, g_tok, r, e);
 }
 
@@ -429,7 +430,7 @@ static void test_guided(void)
     REQUIRE(parse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", QOAI_COMPLETION, 0, &r, &e) == 0);
     CHECK(r.grammar == NULL);
     qoai_req_free(&r);
-    const qoai_limits bare = { 0, NULL, NULL, NULL };
+    const qoai_limits bare = { 0, NULL, NULL, NULL, 0 };
     CHECK(qoai_parse(ok[0], strlen(ok[0]), QOAI_COMPLETION, &bare, g_model, g_tok, &r, &e) != 0);
     CHECK_STR_CONTAINS(e.message, "tokenizer");
 }
@@ -599,6 +600,48 @@ static void test_failed_grammar_cached(void)
     CHECK(again < first / 5);
 }
 
+/* A grammar past the time budget (qoai_limits.grammar_seconds) is refused
+ * with a 400 that names the budget and its field, for response formats and
+ * tools alike; the refusal is cached: the same request is refused again
+ * even with no budget, and a request the budget allows is not refused. */
+static void test_grammar_time_budget(void)
+{
+    static const char *const bodies[] = {
+        "{\"prompt\": \"x\", \"guided_json\": {\"type\": \"object\", \"properties\": "
+        "{\"zip\": {\"type\": \"string\", \"pattern\": \"^[0-9]{5}$\"}}}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", "
+        "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": "
+        "{\"n\": {\"type\": \"integer\", \"minimum\": 3, \"maximum\": 97}}}}}], \"tool_choice\": \"required\"}",
+    };
+    static const char *const params[] = { "guided_json", "tools" };
+    for (int i = 0; i < 2; i++) {
+        const qoai_kind kind = i ? QOAI_CHAT : QOAI_COMPLETION;
+        qoai_req r;
+        qoai_error e1, e2;
+        g_seconds = 1e-9; /* past before the compile begins */
+        const int rc1 = parse(bodies[i], kind, 0, &r, &e1);
+        REQUIRE(rc1 != 0);
+        CHECK_EQ_INT(e1.status, 400);
+        CHECK(!strcmp(e1.param, params[i]));
+        CHECK_STR_CONTAINS(e1.message, "time budget");
+        g_seconds = 0;
+        REQUIRE(parse(bodies[i], kind, 0, &r, &e2) != 0); /* cached */
+        CHECK(!strcmp(e1.message, e2.message) && !strcmp(e1.param, e2.param));
+    }
+    /* A minute is plenty for a schema of this size. */
+    g_seconds = 60;
+    qoai_req r;
+    qoai_error e;
+    const char *ok = "{\"prompt\": \"x\", \"guided_json\": {\"type\": \"object\", \"properties\": "
+                     "{\"zip\": {\"type\": \"string\", \"pattern\": \"^[0-9]{4}$\"}}}}";
+    const int rc = parse(ok, QOAI_COMPLETION, 0, &r, &e);
+    if (rc) fprintf(stderr, "  %s\n", e.message);
+    REQUIRE(rc == 0);
+    CHECK(r.grammar != NULL);
+    qoai_req_free(&r);
+    g_seconds = 0;
+}
+
 int main(void)
 {
     char path[1024], err[256];
@@ -622,6 +665,7 @@ int main(void)
     QT_RUN(test_error_json);
     QT_RUN(test_replies);
     QT_RUN(test_failed_grammar_cached);
+    QT_RUN(test_grammar_time_budget);
     gram_vocab_free(g_vocab);
     gram_cache_free(g_cache);
     qoai_failcache_free(g_fail);

@@ -12,7 +12,9 @@
 
 #include "qerr.h"
 #include "qtest.h"
+#include "gram.h"
 #include "gram_re.h"
+#include "util.h"
 
 /* PCRE2's verdict: the pattern found in s (ECMA-262-like options). */
 static int oracle(const char *pat, const char *s, size_t n, int full)
@@ -224,6 +226,56 @@ static void test_intersect(void)
     gram_re_free(c);
 }
 
+/* The compile budget (gram.h): fewer states, less work or a deadline
+ * refuse with QERR_LIMIT and a message naming the limit; the defaults come
+ * back with gram_budget_set(NULL). */
+static void test_budget(void)
+{
+    char err[256];
+    gram_re *re = NULL, *a = NULL, *b = NULL;
+    const char *pat = "^[a-z]{0,300}$"; /* 302 states */
+    gram_budget_set(&(gram_budget){ .re_states = 100 });
+    CHECK_EQ_INT(gram_re_compile(pat, strlen(pat), 0, &re, err, sizeof err), QERR_LIMIT);
+    CHECK(re == NULL && strstr(err, "more than 100 automaton states"));
+    gram_budget_set(&(gram_budget){ .re_states = 1000000 }); /* above the default: the default */
+    REQUIRE(gram_re_compile(pat, strlen(pat), 0, &re, err, sizeof err) == 0);
+    CHECK(gram_re_states(re) > 300);
+    gram_re_free(re);
+    gram_budget_set(&(gram_budget){ .re_work = 1000 });
+    CHECK_EQ_INT(gram_re_compile(pat, strlen(pat), 0, &re, err, sizeof err), QERR_LIMIT);
+    CHECK(strstr(err, "too much work") != NULL);
+    gram_budget_set(&(gram_budget){ .re_nfa = 50 });
+    CHECK_EQ_INT(gram_re_compile(pat, strlen(pat), 0, &re, err, sizeof err), QERR_LIMIT);
+    CHECK(strstr(err, "more than 50 NFA states") != NULL);
+    gram_budget_set(NULL);
+    REQUIRE(gram_re_compile(pat, strlen(pat), 0, &re, err, sizeof err) == 0);
+    gram_re_free(re);
+    /* The product of two automata: its states within the budget too. */
+    REQUIRE(gram_re_compile("^[a-z]{0,200}$", 14, 0, &a, err, sizeof err) == 0);
+    REQUIRE(gram_re_compile("^[a-m]*$", 8, 0, &b, err, sizeof err) == 0);
+    gram_budget_set(&(gram_budget){ .re_states = 50 });
+    CHECK_EQ_INT(gram_re_intersect(a, b, &re, err, sizeof err), QERR_LIMIT);
+    CHECK(re == NULL && strstr(err, "more than 50 states"));
+    /* A deadline passed: every compile and product stops with a message
+     * that names the time budget. */
+    gram_budget_set(&(gram_budget){ .seconds = 1e-6 });
+    const double t0 = q_now();
+    while (q_now() < t0 + 1e-5) {
+    }
+    CHECK_EQ_INT(gram_re_compile(pat, strlen(pat), 0, &re, err, sizeof err), QERR_LIMIT);
+    CHECK(strstr(err, "time budget") != NULL);
+    CHECK_EQ_INT(gram_re_minus(a, b, &re, err, sizeof err), QERR_LIMIT);
+    CHECK(re == NULL && strstr(err, "time budget"));
+    /* A budget of a minute: both as without one. */
+    gram_budget_set(&(gram_budget){ .seconds = 60 });
+    REQUIRE(gram_re_intersect(a, b, &re, err, sizeof err) == 0);
+    CHECK(gram_re_match(re, "abc", 3) && !gram_re_match(re, "xyz", 3));
+    gram_re_free(re);
+    gram_budget_set(NULL);
+    gram_re_free(a);
+    gram_re_free(b);
+}
+
 int main(void)
 {
     QT_RUN(test_table);
@@ -231,5 +283,6 @@ int main(void)
     QT_RUN(test_refused);
     QT_RUN(test_json_mode);
     QT_RUN(test_intersect);
+    QT_RUN(test_budget);
     QT_MAIN_END();
 }

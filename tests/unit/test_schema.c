@@ -11,6 +11,7 @@
 #include "qerr.h"
 #include "qtest.h"
 #include "schema.h"
+#include "util.h"
 
 static gram *compile(const char *schema)
 {
@@ -399,11 +400,44 @@ static void test_tools(void)
     json_decref(p2);
 }
 
+/* The compile budget reaches a whole schema: its grammar's states, and a
+ * deadline passed mid-compile stop it with QERR_LIMIT and a message naming
+ * the limit; without a budget the same schema compiles. */
+static void test_budget(void)
+{
+    const char *text = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":40},"
+                       "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150}},\"required\":[\"name\",\"age\"]}";
+    json_t *s = json_loads(text, 0, NULL);
+    REQUIRE(s != NULL);
+    char err[512];
+    gram *g = NULL;
+    gram_budget_set(&(gram_budget){ .states = 20 });
+    CHECK_EQ_INT(gram_schema_compile(s, &g, err, sizeof err), QERR_LIMIT);
+    CHECK(g == NULL && strstr(err, "too many states"));
+    gram_budget_set(&(gram_budget){ .seconds = 1e-6 });
+    const double t0 = q_now();
+    while (q_now() < t0 + 1e-5) {
+    }
+    CHECK_EQ_INT(gram_schema_compile(s, &g, err, sizeof err), QERR_LIMIT);
+    CHECK(g == NULL && strstr(err, "time budget"));
+    gram_budget_set(&(gram_budget){ .seconds = 60 });
+    REQUIRE(gram_schema_compile(s, &g, err, sizeof err) == 0);
+    const int states = gram_states(g);
+    CHECK(states > 20 && takes(g, "{\"name\":\"Ann\",\"age\":30}"));
+    gram_free(g);
+    gram_budget_set(NULL);
+    REQUIRE(gram_schema_compile(s, &g, err, sizeof err) == 0);
+    CHECK_EQ_INT(gram_states(g), states);
+    gram_free(g);
+    json_decref(s);
+}
+
 int main(void)
 {
     QT_RUN(test_tools);
     QT_RUN(test_cases);
     QT_RUN(test_refused);
     QT_RUN(test_ranges);
+    QT_RUN(test_budget);
     QT_MAIN_END();
 }
