@@ -42,7 +42,12 @@ static json_t *merge_types(const json_t *x, const json_t *y)
 static int merge_addl(sctx *c, json_t *m, const json_t *a, const json_t *bb)
 {
     const json_t *side[2][2] = { { a, bb }, { bb, a } };
+    /* m's properties may still be a's or bb's own object (m is a shallow
+     * copy): it is copied before the first change, so that no input is
+     * changed (and none made to hold itself, a cycle no reference count
+     * frees). */
     json_t *props = json_object_get(m, "properties");
+    int own = 0;
     for (int i = 0; i < 2; i++) {
         const json_t *x = side[i][0], *y = side[i][1], *ax = json_object_get(x, "additionalProperties");
         if (!ax || json_is_true(ax)) continue;
@@ -77,6 +82,15 @@ static int merge_addl(sctx *c, json_t *m, const json_t *a, const json_t *bb)
             json_t *nv = !cur ? NULL : matched ? cur : json_is_false(ax) || json_is_false(cur) ? json_false() : sc_merge(c, cur, ax);
             if (!matched) json_decref(cur);
             if (!nv) return -1;
+            if (!own) {
+                json_t *mine = json_copy(props);
+                if (!mine || json_object_set_new(m, "properties", mine)) {
+                    json_decref(nv);
+                    sc_fail(c, QERR_NOMEM, "out of memory");
+                    return -1;
+                }
+                props = mine, own = 1;
+            }
             json_object_set_new(props, k, nv);
         }
     }
