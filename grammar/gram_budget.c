@@ -1,7 +1,5 @@
 /* gram_budget.c - this thread's compile budget (gram.h): the limits every
  * compile on the thread reads (gram_nfa.h gram_limits_now). */
-#include <string.h>
-
 #include "gram.h"
 #include "gram_nfa.h"
 #include "gram_re.h"
@@ -10,12 +8,14 @@
 #define DEFAULT_RE_WORK 20000000LL
 #define DEFAULT_STATES 1000000
 #define DEFAULT_RE_NFA 100000
+/* No deadline, the default limits (an unset budget). */
+#define DEFAULTS { 0, 0, GRAM_RE_MAX_STATES, DEFAULT_RE_WORK, DEFAULT_RE_NFA, DEFAULT_STATES }
 
-static _Thread_local gram_limits cur = { 0, 0, GRAM_RE_MAX_STATES, DEFAULT_RE_WORK, DEFAULT_RE_NFA, DEFAULT_STATES };
+static _Thread_local gram_limits cur = DEFAULTS;
 
 void gram_budget_set(const gram_budget *b)
 {
-    gram_limits l = { 0, 0, GRAM_RE_MAX_STATES, DEFAULT_RE_WORK, DEFAULT_RE_NFA, DEFAULT_STATES };
+    gram_limits l = DEFAULTS;
     if (b) {
         if (b->seconds > 0) l.seconds = b->seconds, l.deadline = q_now() + b->seconds;
         if (b->re_states > 0 && b->re_states < l.re_states) l.re_states = b->re_states;
