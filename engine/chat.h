@@ -128,4 +128,13 @@ int qchat_apply(const qchat_tmpl *t, const struct qmodel *m, const struct qtok *
 int qchat_apply_tokens(const qchat_tmpl *t, const struct qmodel *m, const struct qtok *tok, const json_t *ctx,
                        char **text, size_t *text_len, int32_t **ids, int *n_ids, char *err, size_t errlen);
 
+/* qchat_apply_tokens with flags: QCHAT_CONTINUE_FINAL ends the prompt right
+ * after the final message's content, as HF's continue_final_message (the
+ * model continues that message instead of starting a new one; QERR_INVAL
+ * when the content does not appear in the rendered chat). */
+#define QCHAT_CONTINUE_FINAL 1u
+int qchat_apply_tokens_ex(const qchat_tmpl *t, const struct qmodel *m, const struct qtok *tok, const json_t *ctx,
+                          unsigned flags, char **text, size_t *text_len, int32_t **ids, int *n_ids, char *err,
+                          size_t errlen);
+
 #endif

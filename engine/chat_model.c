@@ -173,8 +173,47 @@ static int defang_messages(const qtok *tok, json_t *ctx, stash *st)
     return 0;
 }
 
+/* The last occurrence of n bytes p in s[0, sl), or NULL. */
+static const char *last_of(const char *s, size_t sl, const char *p, size_t n)
+{
+    const char *found = NULL;
+    for (const char *at = s; n && (at = memmem(at, sl - (size_t)(at - s), p, n)); at++) found = at;
+    return found;
+}
+
+/* HF's continue_final_message: the rendered chat r (*rlen bytes) cut right
+ * after the last occurrence of the final message's content (its last text
+ * part; failing that, the content without surrounding whitespace). */
+static int cut_after_final(json_t *ctx, const char *r, size_t *rlen, char *err, size_t errlen)
+{
+    json_t *msgs = json_object_get(ctx, "messages");
+    json_t *c = json_object_get(json_array_get(msgs, json_array_size(msgs) - 1), "content");
+    if (json_is_array(c)) c = json_object_get(json_array_get(c, json_array_size(c) - 1), "text");
+    if (!json_is_string(c) || !json_string_length(c))
+        return qerr_set(err, errlen, QERR_INVAL, "continue_final_message needs a final message with content");
+    const char *s = json_string_value(c);
+    size_t n = json_string_length(c);
+    const char *at = last_of(r, *rlen, s, n);
+    if (!at) {
+        while (n && (s[0] == ' ' || s[0] == '\t' || s[0] == '\r' || s[0] == '\n')) s++, n--;
+        while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n')) n--;
+        at = last_of(r, *rlen, s, n);
+    }
+    if (!at)
+        return qerr_set(err, errlen, QERR_INVAL,
+                        "continue_final_message is set but the final message does not appear in the rendered chat");
+    *rlen = (size_t)(at - r) + n;
+    return 0;
+}
+
 int qchat_apply_tokens(const qchat_tmpl *t, const qmodel *m, const qtok *tok, const json_t *ctx, char **text,
                        size_t *text_len, int32_t **ids, int *n_ids, char *err, size_t errlen)
+{
+    return qchat_apply_tokens_ex(t, m, tok, ctx, 0, text, text_len, ids, n_ids, err, errlen);
+}
+
+int qchat_apply_tokens_ex(const qchat_tmpl *t, const qmodel *m, const qtok *tok, const json_t *ctx, unsigned flags,
+                          char **text, size_t *text_len, int32_t **ids, int *n_ids, char *err, size_t errlen)
 {
     *text = NULL;
     *ids = NULL;
@@ -192,6 +231,7 @@ int qchat_apply_tokens(const qchat_tmpl *t, const qmodel *m, const qtok *tok, co
         goto done;
     }
     if ((rc = qchat_apply(t, m, tok, c, &r, &rlen, err, errlen))) goto done;
+    if ((flags & QCHAT_CONTINUE_FINAL) && (rc = cut_after_final(c, r, &rlen, err, errlen))) goto done;
     /* Markers back to their text; each restored range is a plain span. */
     size_t total = rlen;
     for (size_t i = 0; i < st.n; i++) total += st.len[i];

@@ -224,12 +224,21 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
     r->top_logprobs = p->sp.top_logprobs;
     qsample_params sp = p->sp;
     sp.seed += (uint64_t)index;
+    /* min_tokens: EOS and the stop ids are banned until it is reached. */
+    int32_t ban[QENGINE_MAX_MIN_IDS];
+    if (p->min_tokens > 0) {
+        int nb = 0;
+        for (int i = 0; !p->ignore_eos && i < e->m->n_eos && nb < QENGINE_MAX_MIN_IDS; i++) ban[nb++] = e->m->eos_ids[i];
+        for (int i = 0; i < p->n_stop_ids && nb < QENGINE_MAX_MIN_IDS; i++) ban[nb++] = p->stop_ids[i];
+        sp.min_tokens = p->min_tokens, sp.min_ids = ban, sp.n_min_ids = nb;
+    }
+    r->min_tokens = p->min_tokens;
     if ((rc = qsampler_new(&sp, V, &r->smp, err, errlen)) ||
         (rc = qsampler_observe_prompt(r->smp, p->prompt, p->n_prompt))) {
         req_free(r);
         return rc;
     }
-    if (e->tok && !(r->detok = qdetok_new(e->tok, QTOK_SKIP_SPECIAL))) {
+    if (e->tok && !(r->detok = qdetok_new(e->tok, p->keep_special ? 0 : QTOK_SKIP_SPECIAL))) {
         req_free(r);
         return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
     }
@@ -245,10 +254,12 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
         }
     }
     if (r->detok) qdetok_drop_held(r->detok); /* the prompt's tail is not output */
-    if (e->tok && (rc = qstop_new(p->stop, NULL, p->n_stop, 0, &r->stop, err, errlen))) {
+    if (e->tok && (rc = qstop_new(p->stop, NULL, p->n_stop, p->include_stop_str ? QSTOP_INCLUDE : 0, &r->stop, err,
+                                  errlen))) {
         req_free(r);
         return rc;
     }
+    if (r->stop && p->min_tokens > 1) qstop_arm(r->stop, 0);
     r->gjob = -1;
     r->gpend = -1;
     r->spec = e->o.spec_mode != QSPEC_NONE && !p->no_spec;
@@ -278,6 +289,11 @@ int qengine_submit(qengine *e, const qreq_params *p, uint64_t *id, char *err, si
             return qerr_set(err, errlen, QERR_RANGE, "prompt token %d is %d, outside the vocabulary (%d)", i,
                             p->prompt[i], V);
     if (p->max_tokens < 1) return qerr_set(err, errlen, QERR_RANGE, "max_tokens must be at least 1");
+    if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
+        return qerr_set(err, errlen, QERR_RANGE, "min_tokens (%d) must be in [0, max_tokens (%d)]", p->min_tokens,
+                        p->max_tokens);
+    if (p->n_stop_ids < 0 || p->n_stop_ids > QENGINE_MAX_STOP_IDS)
+        return qerr_set(err, errlen, QERR_RANGE, "at most %d stop token ids", QENGINE_MAX_STOP_IDS);
     if (p->n_stop < 0 || p->n_stop > QENGINE_MAX_STOP)
         return qerr_set(err, errlen, QERR_RANGE, "at most %d stop strings", QENGINE_MAX_STOP);
     if (p->n_stop && !e->tok) return qerr_set(err, errlen, QERR_INVAL, "stop strings need the model's tokenizer");
@@ -541,6 +557,7 @@ qfinish qe_take_token(qengine *e, req *r, const sdraw *d)
     if (grow_tokens(r)) return QFINISH_ERROR;
     r->tokens[r->n_tokens++] = tok;
     r->n_gen++;
+    if (r->stop && r->min_tokens > 1 && r->n_gen == r->min_tokens) qstop_arm(r->stop, 1);
     int stopped = 0;
     if (r->detok) {
         const char *t;

@@ -153,6 +153,13 @@ typedef struct {
     int n_stop;
     const int32_t *stop_ids; /* extra stop token ids */
     int n_stop_ids;
+    int keep_special;       /* special tokens are output as their text (vLLM's skip_special_tokens false) */
+    int include_stop_str;   /* a stop string that ends the output is part of it (vLLM's include_stop_str_in_output) */
+    /* vLLM's min_tokens: the first min_tokens tokens are never EOS or a stop
+     * id (their logits are -inf), and stop strings count from the
+     * min_tokens-th token's text on (a stop string that ends earlier is
+     * output as text).  0: off; at most max_tokens. */
+    int min_tokens;
     int n;                  /* parallel samples (0 or 1: one).  They share the
                              * prompt's KV blocks; sample i draws with seed + i */
     /* Guided decoding (grammar/gram.h): every token is one the grammar
@@ -165,6 +172,10 @@ typedef struct {
 } qreq_params;
 
 #define QENGINE_MAX_N 64
+/* Most stop token ids a request may give. */
+#define QENGINE_MAX_STOP_IDS 256
+/* Most ids min_tokens bans (the model's EOS ids and the stop ids). */
+#define QENGINE_MAX_MIN_IDS (QENGINE_MAX_STOP_IDS + 16)
 
 typedef enum { QFINISH_NONE = 0, QFINISH_LENGTH, QFINISH_STOP, QFINISH_CANCELLED, QFINISH_ERROR } qfinish;
 const char *qfinish_name(qfinish f);

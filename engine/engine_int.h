@@ -32,6 +32,7 @@ typedef struct req {
     int max_tokens, ignore_eos;
     int32_t *stop_ids;
     int n_stop_ids;
+    int min_tokens;         /* stop strings count from this many output tokens on (qreq_params) */
     int n_computed;         /* tokens whose K/V are in the cache */
     int cached_tokens;      /* of the prompt, reused from the prefix cache (first admission) */
     int cached_disk;        /* of those, loaded from the persistent tier */

@@ -56,6 +56,8 @@ struct qsampler {
     float *prob;         /* (n_vocab) processed logits, then probabilities */
     int *idx;            /* (n_vocab) candidate ids */
     qlogit_bias *bias;   /* (p.n_logit_bias) owned copy */
+    int32_t *min_ids;    /* (p.n_min_ids) owned copy */
+    int n_accepted;      /* tokens accepted since the start (min_tokens) */
     int penalize;        /* a penalty is on: the arrays below exist */
     int32_t *count;      /* (n_vocab) output occurrences */
     uint32_t *in_prompt; /* (QSAMPLE_MASK_WORDS(n_vocab)) prompt bits */
@@ -150,6 +152,12 @@ int qsample_check(const qsample_params *p, char *err, size_t errlen)
             if (p->logit_bias[j].id == b->id)
                 return qerr_set(err, errlen, QERR_INVAL, "logit_bias names token %d twice", (int)b->id);
     }
+    if (p->min_tokens < 0) return qerr_set(err, errlen, QERR_RANGE, "min_tokens must be >= 0, got %d", p->min_tokens);
+    if (p->n_min_ids < 0 || (p->n_min_ids > 0 && !p->min_ids))
+        return qerr_set(err, errlen, QERR_INVAL, "min_tokens: %d banned ids but %s", p->n_min_ids,
+                        p->min_ids ? "a negative count" : "no array");
+    for (int i = 0; i < p->n_min_ids; i++)
+        if (p->min_ids[i] < 0) return qerr_set(err, errlen, QERR_RANGE, "min_tokens bans token %d", p->min_ids[i]);
     return 0;
 }
 
@@ -166,6 +174,10 @@ int qsampler_new(const qsample_params *p, int n_vocab, qsampler **out, char *err
         if (p->logit_bias[i].id >= n_vocab)
             return qerr_set(err, errlen, QERR_RANGE, "logit_bias names token %d, outside the vocabulary of %d tokens",
                             (int)p->logit_bias[i].id, n_vocab);
+    for (int i = 0; i < p->n_min_ids; i++)
+        if (p->min_ids[i] >= n_vocab)
+            return qerr_set(err, errlen, QERR_RANGE, "min_tokens bans token %d, outside the vocabulary of %d tokens",
+                            p->min_ids[i], n_vocab);
 
     qsampler *s = calloc(1, sizeof *s);
     if (!s) goto fail_nomem;
@@ -180,6 +192,11 @@ int qsampler_new(const qsample_params *p, int n_vocab, qsampler **out, char *err
         memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
     }
     s->p.logit_bias = s->bias;
+    if (p->n_min_ids > 0) {
+        if (!(s->min_ids = q_mallocn((size_t)p->n_min_ids, sizeof *s->min_ids))) goto fail_nomem;
+        memcpy(s->min_ids, p->min_ids, (size_t)p->n_min_ids * sizeof *s->min_ids);
+    }
+    s->p.min_ids = s->min_ids;
     s->penalize = p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f;
     if (s->penalize) {
         s->count = q_callocn((size_t)n_vocab, sizeof *s->count);
@@ -209,6 +226,7 @@ void qsampler_destroy(qsampler *s)
     free(s->prob);
     free(s->idx);
     free(s->bias);
+    free(s->min_ids);
     free(s->count);
     free(s->in_prompt);
     free(s->seen);
@@ -223,6 +241,7 @@ void qsampler_reset(qsampler *s)
         s->in_prompt[id >> 5] = 0;
     }
     s->n_seen = 0;
+    s->n_accepted = 0;
     qrng_seed(&s->rng, s->p.seed);
     qrng_seed(&s->prng, s->p.seed ^ PROPOSAL_SEED);
 }
@@ -249,6 +268,7 @@ int qsampler_observe_prompt(qsampler *s, const int32_t *ids, int n)
 int qsampler_accept(qsampler *s, int32_t id)
 {
     if (id < 0 || id >= s->n_vocab) return QERR_RANGE;
+    if (s->n_accepted < INT32_MAX) s->n_accepted++;
     if (!s->penalize) return 0;
     if (s->count[id] == 0 && !prompt_has(s, id)) s->seen[s->n_seen++] = id;
     if (s->count[id] < INT32_MAX) s->count[id]++;
@@ -272,6 +292,8 @@ int qsampler_process(qsampler *s, const float *logits, const uint32_t *allowed, 
         }
     }
     for (int i = 0; i < s->p.n_logit_bias; i++) out[s->bias[i].id] += s->bias[i].bias;
+    if (s->n_accepted < s->p.min_tokens)
+        for (int i = 0; i < s->p.n_min_ids; i++) out[s->min_ids[i]] = -INFINITY;
     if (s->penalize) {
         /* vLLM's apply_penalties: repetition on prompt | output tokens,
          * then frequency * count and presence * (count > 0) subtracted. */
@@ -293,15 +315,18 @@ int qsampler_process(qsampler *s, const float *logits, const uint32_t *allowed, 
 
 /* ---- drawing ---------------------------------------------------------------------- */
 
+/* min_tokens' ban is in force. */
+static int banning(const qsampler *s) { return s->p.n_min_ids > 0 && s->n_accepted < s->p.min_tokens; }
+
 int qsampler_is_greedy(const qsampler *s)
 {
-    return (s->p.temperature <= 0 || s->p.top_k == 1) && !s->penalize && s->p.n_logit_bias == 0;
+    return (s->p.temperature <= 0 || s->p.top_k == 1) && !s->penalize && s->p.n_logit_bias == 0 && !banning(s);
 }
 
 int qsampler_row_params(const qsampler *s, float *temperature, int *top_k, float *top_p, float *min_p)
 {
     const qsample_params *p = &s->p;
-    if (!(p->temperature > 0) || p->top_k == 1 || s->penalize || p->n_logit_bias) return 0;
+    if (!(p->temperature > 0) || p->top_k == 1 || s->penalize || p->n_logit_bias || banning(s)) return 0;
     *temperature = p->temperature;
     *top_k = p->top_k > 0 ? p->top_k : 0;
     *top_p = p->top_p;

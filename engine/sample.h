@@ -52,6 +52,12 @@ typedef struct {
      * Borrowed: the sampler copies them, the caller keeps ownership. */
     const qlogit_bias *logit_bias;
     int n_logit_bias;
+    /* vLLM's min_tokens: until min_tokens tokens have been accepted
+     * (qsampler_accept), the (n_min_ids) ids min_ids (the request's EOS and
+     * stop token ids) get -inf.  Borrowed like logit_bias; NULL with 0. */
+    int min_tokens;
+    const int32_t *min_ids;
+    int n_min_ids;
 } qsample_params;
 
 /* Defaults as in the OpenAI API and vLLM: temperature 1, filters and
@@ -122,12 +128,14 @@ int qsample(qsampler *s, const float *logits);
 int qsample_masked(qsampler *s, const float *logits, const uint32_t *allowed);
 
 /* 1 when qsample(s, logits) is qsample_argmax(logits) whatever came before:
- * greedy (temperature 0 or top_k 1) with no penalty and no logit_bias, so
+ * greedy (temperature 0 or top_k 1) with no penalty, no logit_bias and no
+ * min_tokens ban in force, so
  * the step can be reduced where the logits are (the GPU). */
 int qsampler_is_greedy(const qsampler *s);
 
 /* 1 when a step of s may be drawn by the backend (a QROW_SAMPLE row,
- * backend.h's qrow_sample): temperature > 0, no penalty and no logit_bias
+ * backend.h's qrow_sample): temperature > 0, no penalty, no logit_bias and
+ * no min_tokens ban in force
  * (top-k, top-p and min_p allowed); then the four outputs are set (top_k 0:
  * off).  The draw is the one qsample would make from the same logits (the
  * backend computes with its own exp and summation order, so a draw may

@@ -52,6 +52,7 @@ struct qstop {
     char *buf;             /* text not yet emitted, then one chunk */
     size_t cap, blen, off_win; /* buf capacity; window is buf[off_win .. blen) */
     int done;              /* stopped or flushed: emit nothing more */
+    int disarmed;          /* completed stops are text (qstop_arm) */
     int stopped, stop_index;
 };
 
@@ -225,6 +226,7 @@ int qstop_feed(qstop *m, const char *chunk, size_t len, qstop_out *out)
             uint32_t st = m->state[k];
             while (st > 0 && s[st] != c[i]) st = f[st - 1];
             if (s[st] == c[i]) st++;
+            if (st == m->len[k] && m->disarmed) st = f[st - 1]; /* not a stop yet: keep matching */
             m->state[k] = st;
             if (st == m->len[k] && (hit < 0 || m->len[k] > m->len[hit])) hit = k;
         }
@@ -250,6 +252,8 @@ int qstop_feed(qstop *m, const char *chunk, size_t len, qstop_out *out)
     set_out(m, out, m->buf, m->off_win);
     return 0;
 }
+
+void qstop_arm(qstop *m, int armed) { m->disarmed = !armed; }
 
 void qstop_flush(qstop *m, qstop_out *out)
 {

@@ -64,6 +64,13 @@ int qstop_feed(qstop *m, const char *chunk, size_t len, qstop_out *out);
  * stop).  Further feeds emit nothing until qstop_reset.  Cannot fail. */
 void qstop_flush(qstop *m, qstop_out *out);
 
+/* Disarms (armed 0) or arms m (new matchers are armed).  While disarmed, a
+ * stop string that completes is not a stop: its bytes go out as text
+ * (vLLM's min_tokens, before which stop strings do not count); what could
+ * still become one is held back as usual, so a stop string that completes
+ * after arming stops the sequence even if it began before.  Cannot fail. */
+void qstop_arm(qstop *m, int armed);
+
 /* Starts a new sequence with the same stop strings.  Cannot fail. */
 void qstop_reset(qstop *m);
 

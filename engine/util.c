@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include <strings.h>
 #include <time.h>
+#include <stdatomic.h>
+#include <sys/random.h>
 
 /* ---- logging ---------------------------------------------------------- */
 
@@ -334,4 +336,16 @@ int q_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
     *len += n;
     (*b)[*len] = 0;
     return 0;
+}
+
+uint64_t q_random_u64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v) return v;
+    /* No entropy source: the clock and a counter, mixed (splitmix64). */
+    static _Atomic uint64_t counter;
+    v = (uint64_t)(q_now() * 1e9) ^ (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ULL);
+    v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    v = (v ^ (v >> 27)) * 0x94d049bb133111ebULL;
+    return v ^ (v >> 31);
 }

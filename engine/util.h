@@ -76,6 +76,10 @@ void q_hex(const uint8_t *bytes, size_t n, char *out);
 /* Monotonic seconds. */
 double q_now(void);
 
+/* 64 random bits from the system's entropy (getrandom), else from the
+ * clock and a counter.  Cannot fail. */
+uint64_t q_random_u64(void);
+
 /* Online processors (>= 1). */
 int q_ncpus(void);
 

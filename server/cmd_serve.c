@@ -15,8 +15,11 @@
  * next engine step.  Errors are OpenAI's error JSON (oai.h).  Static files
  * and a shutdown grace period come next (issue 6). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <libwebsockets.h>
+#include <netdb.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -27,6 +30,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend.h"
+#include "chat.h"
 #include "cli.h"
 #include "gram.h"
 #include "serve.h"
@@ -45,7 +50,7 @@ static const qopt serve_table[] = {
     { "-m", "--model", "PATH", OPT_STR, F_(model), "model: a .gguf file or a Hugging Face folder (required)" },
     { NULL, "--host", "ADDR", OPT_STR, F_(host), "address to listen on (default 127.0.0.1)" },
     { NULL, "--port", "N", OPT_INT, F_(port), "port for HTTP (default 8080)" },
-    { NULL, "--served-model-name", "NAME", OPT_STR, F_(name), "the model's id in the API (default: the file's name)" },
+    { NULL, "--served-model-name", "NAME", OPT_STR, F_(name), "the model's id in the API; NAME,ALIAS,... for names a request may use too (default: the file's name, and the -m path as given)" },
     { NULL, "--api-key", "KEY", OPT_STR, F_(api_key), "require 'Authorization: Bearer KEY' on /v1 (default: none)" },
     { NULL, "--api-key-file", "PATH", OPT_STR, F_(api_key_file), "API keys from a file, one a line (kept out of ps); each key owns its sessions" },
     { NULL, "--db", "PATH", OPT_STR, F_(db), "the database: sessions and the persistent prefix cache (default quire.db)" },
@@ -53,7 +58,9 @@ static const qopt serve_table[] = {
     { NULL, "--cache-disk-load", "WHEN", OPT_STR, F_(disk_load), "auto: load a prefix from disk while that is measured faster than computing it; always (default auto)" },
     { NULL, "--cache-disk-max", "MB", OPT_INT, F_(cache_disk_max), "disk for the persistent prefix cache, least recently used blocks evicted (default 4096 MiB)" },
     { NULL, "--web", "DIR", OPT_STR, F_(web), "static files served at / (default: the project's web/)" },
-    { NULL, "--allow-origin", "ORIGIN", OPT_STR, F_(allow_origin), "a page from ORIGIN (scheme://host:port, or * for any) may open the WebSocket too (default: only the server's own pages)" },
+    { NULL, "--allowed-origins", "LIST", OPT_STR, F_(allow_origin), "pages from these origins may call the API (CORS, preflight answered) and open the WebSocket: a JSON list or commas, scheme://host:port each, or * for any (default: only the server's own pages)" },
+    { NULL, "--allow-origin", "LIST", OPT_STR, F_(allow_origin), "the same as --allowed-origins" },
+    { NULL, "--chat-template", "FILE", OPT_STR, F_(chat_template_path), "a Jinja chat template to use instead of the model's" },
     { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
     { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
@@ -68,10 +75,14 @@ static const qopt serve_table[] = {
     { NULL, "--request-timeout", "S", OPT_FLOAT, F_(request_timeout), "seconds a request may take to arrive whole, else 408 (default 30)" },
     { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
     { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use (default 0.9)" },
+    { NULL, "--gpu-memory-utilization", "F", OPT_FLOAT, F_(gpu_mem_util), "the same as --gpu-mem-util (vLLM's name)" },
     { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs, devices 0..N-1 (on the CPU: N groups of threads) (default 1)" },
     { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "KV cache budget in MiB (default: 256 on the CPU)" },
     { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "tokens per engine step (default 512)" },
     { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "sequences per engine step (default 64)" },
+    { NULL, "--max-num-seqs", "N", OPT_INT, F_(max_seqs), "the same as --max-seqs (vLLM's name)" },
+    { NULL, "--max-model-len", "N", OPT_INT, F_(max_model_len), "the context a request gets, prompt and output (default: the model's, lowered to what the KV cache holds)" },
+    { "-c", "--ctx-size", "N", OPT_INT, F_(max_model_len), "the same as --max-model-len (llama-server's name)" },
     { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
     { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
     { NULL, "--spec", "MODE", OPT_STR, F_(spec), "speculative decoding: none (default), ngram (drafts from n-gram lookup in each request's own tokens) or draft (--draft's)" },
@@ -177,6 +188,27 @@ void serve_sreq_unlink(sreq *r)
         }
 }
 
+/* echo: the prompt's text (completions) or the last message's (chat)
+ * before choice index's first output (S.mu held). */
+static void out_echo(sreq *r, acc *c, int index)
+{
+    c->echoed = 1;
+    const char *t = r->req.echo_text;
+    const size_t n = r->req.echo_len;
+    if (!t || !n) return;
+    if (r->ws) {
+        out_frame(r, json_pack("{s:s, s:s, s:i, s:s%}", "type", "delta", "id", r->cid, "index", index, "text", t, n));
+    } else if (r->req.stream) {
+        out_event(r, qoai_chunk(&r->rep, index, t, n, NULL, NULL, r->req.kind == QOAI_CHAT && !c->started));
+        c->started = 1;
+    }
+    if ((!r->req.stream && !r->ws) || (r->session[0] && index == 0)) {
+        if (q_append(&c->text, &c->len, &c->cap, t, n)) r->failed = 1;
+    } else {
+        c->len += n;
+    }
+}
+
 /* An engine event into its request's output (S.mu held). */
 static void dispatch(qevent *ev)
 {
@@ -184,6 +216,7 @@ static void dispatch(qevent *ev)
     while (r && r->id != ev->id) r = r->next;
     if (!r || ev->index < 0 || ev->index >= r->n) return;
     acc *c = &r->ch[ev->index];
+    if (!c->echoed) out_echo(r, c, ev->index);
     const double now = q_now();
     if (ev->finish == QFINISH_NONE) {
         if (r->t_last == 0) qmetrics_ttft(S.metrics, now - r->t0);
@@ -197,8 +230,8 @@ static void dispatch(qevent *ev)
      * streamed, whole at the end otherwise. */
     json_t *d = NULL;
     if (r->req.tool_mode && !c->calls) {
-        char prefix[64];
-        snprintf(prefix, sizeof prefix, "call_%s_%d_", strchr(r->rid, '-') ? strchr(r->rid, '-') + 1 : r->rid,
+        char prefix[112];
+        snprintf(prefix, sizeof prefix, "call_%.40s_%d_", strchr(r->rid, '-') ? strchr(r->rid, '-') + 1 : r->rid,
                  ev->index);
         if (!(c->calls = qoai_calls_new(r->req.tool_mode, r->req.tool_name, prefix))) r->failed = 1;
     }
@@ -334,6 +367,49 @@ int serve_broken(void)
     return b;
 }
 
+/* --max-model-len against the model (before the engine exists): 0, or 1
+ * after saying why. */
+static int apply_max_model_len(qmodel *m)
+{
+    if (!S.o.max_model_len) return 0;
+    if (S.o.max_model_len > m->hp.max_ctx) {
+        fprintf(stderr,
+                "quire serve: --max-model-len %d is more than the model's context (%d tokens); give at most %d\n",
+                S.o.max_model_len, m->hp.max_ctx, m->hp.max_ctx);
+        return 1;
+    }
+    m->hp.max_ctx = S.o.max_model_len;
+    return 0;
+}
+
+/* The KV pool against the context the server advertises: a context the
+ * pool cannot hold for one request is refused when --max-model-len asked
+ * for it (as vLLM does), else lowered to what fits, said in the log.  0,
+ * or 1 after saying why. */
+static int fit_context(qmodel *m, qengine *e)
+{
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    const long cap = (long)st.kv_blocks * (S.eo.block_size > 0 ? S.eo.block_size : 16);
+    if (cap >= m->hp.max_ctx) return 0;
+    if (S.o.max_model_len) {
+        fprintf(stderr,
+                "quire serve: --max-model-len %d does not fit in the KV cache, which holds %ld tokens; give more "
+                "--kv-mem (or --gpu-memory-utilization), or a smaller --max-model-len\n",
+                S.o.max_model_len, cap);
+        return 1;
+    }
+    if (cap < 2) {
+        fprintf(stderr, "quire serve: the KV cache holds %ld tokens; give more --kv-mem\n", cap);
+        return 1;
+    }
+    QLOGW("serve: the KV cache holds %ld tokens, less than the model's context of %d: requests get %ld (raise "
+          "--kv-mem or --gpu-memory-utilization for more)",
+          cap, m->hp.max_ctx, cap);
+    m->hp.max_ctx = (int)cap;
+    return 0;
+}
+
 /* Loads the model and creates the engine (on the engine thread, while the
  * port already answers /health with 503): 0, or 1 after saying why. */
 static int load(void)
@@ -344,15 +420,21 @@ static int load(void)
     qengine *e = NULL;
     qmodel *dm = NULL;
     gram_vocab *gv = NULL;
+    const double t0 = q_now();
     int rc = qmodel_load(S.o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err);
     if (!rc && S.o.draft && qmodel_load(S.o.draft, &dm, err + 17, sizeof err - 17)) {
         memcpy(err, "the draft model: ", 17); /* before its own message */
         rc = 1;
     }
     S.eo.draft = dm;
-    if (rc || qengine_create(m, tok, &S.eo, &e, err, sizeof err) ||
-        (qengine_grammar_vocab(tok, &gv) && snprintf(err, sizeof err, "out of memory for the grammar vocabulary"))) {
-        fprintf(stderr, "quire serve: %s\n", err);
+    if (!rc && apply_max_model_len(m)) rc = 2;
+    if (rc == 1 || (!rc && qengine_create(m, tok, &S.eo, &e, err, sizeof err)) ||
+        (!rc && qengine_grammar_vocab(tok, &gv) && snprintf(err, sizeof err, "out of memory for the grammar vocabulary")))
+        rc = 1;
+    if (!rc && fit_context(m, e)) rc = 2;
+    if (rc) {
+        if (rc == 1) fprintf(stderr, "quire serve: %s\n", err);
+        gram_vocab_free(gv);
         qengine_destroy(e);
         qtok_free(tok);
         qmodel_destroy(m);
@@ -366,7 +448,18 @@ static int load(void)
     S.lim.gvocab = gv;
     S.lim.gcache = S.gcache;
     S.lim.gfail = S.gfail;
+    S.lim_ws.gvocab = gv;
+    S.lim_ws.gcache = S.gcache;
+    S.lim_ws.gfail = S.gfail;
     pthread_mutex_unlock(&S.mu);
+    qengine_stats st;
+    qengine_stats_get(e, &st);
+    const qhparams *hp = &m->hp;
+    QLOGI("serve: model %s: %s, %.1fM parameters, %d layers, %s weights; context %d tokens; KV cache %ld tokens "
+          "(%d blocks); loaded in %.1f s",
+          m->name ? m->name : S.name, hp->arch == QARCH_QWEN2 ? "qwen2" : "llama", (double)qmodel_param_count(m) / 1e6,
+          hp->n_layers, qdt_name(m->w.tok_embd.dtype), hp->max_ctx,
+          (long)st.kv_blocks * (S.eo.block_size > 0 ? S.eo.block_size : 16), st.kv_blocks, q_now() - t0);
     if (S.eo.tensor_parallel > 1)
         fprintf(stderr, "quire serve: %s ready on %s, split among %d (tensor parallel)\n", S.name,
                 qengine_backend_name(e), S.eo.tensor_parallel);
@@ -438,7 +531,7 @@ sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const
                NULL;
     sreq *r = calloc(1, sizeof *r);
     if (!r) return qoai_fail(e, 500, "server_error", NULL, "out of memory"), NULL;
-    if (qoai_parse(body, len, kind, &S.lim, S.model, S.tok, &r->req, e)) {
+    if (qoai_parse(body, len, kind, cid ? &S.lim_ws : &S.lim, S.model, S.tok, &r->req, e)) {
         free(r);
         return NULL;
     }
@@ -467,8 +560,11 @@ sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const
                   S.o.max_requests);
         return NULL;
     }
-    snprintf(r->rid, sizeof r->rid, "%s-%llx%llu", kind == QOAI_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)time(NULL), ++S.seq);
+    if (r->req.request_id) /* vLLM: the id is the client's request_id after the kind's prefix */
+        snprintf(r->rid, sizeof r->rid, "%s-%s", kind == QOAI_CHAT ? "chatcmpl" : "cmpl", r->req.request_id);
+    else
+        snprintf(r->rid, sizeof r->rid, "%s-%llx%llu", kind == QOAI_CHAT ? "chatcmpl" : "cmpl",
+                 (unsigned long long)time(NULL), ++S.seq);
     r->rep = (qoai_reply){ kind, r->rid, (long long)time(NULL), S.name };
     r->t0 = q_now();
     char err[256];
@@ -498,6 +594,134 @@ static const struct lws_protocols protocols[] = {
     { "quire", serve_conn_callback, sizeof(pss), 0, 0, NULL, 0 },
     { NULL, NULL, 0, 0, 0, NULL, 0 },
 };
+
+/* Splits list (a JSON array of strings, or names separated by commas) into
+ * out (at most max, NULL-terminated), the strings copied into buf: the
+ * count, or -1 when it does not fit or is malformed. */
+static int split_list(const char *list, const char **out, int max, char *buf, size_t cap)
+{
+    json_t *a = list[0] == '[' ? json_loads(list, 0, NULL) : NULL;
+    if (list[0] == '[' && !json_is_array(a)) {
+        json_decref(a);
+        return -1;
+    }
+    int n = 0;
+    size_t used = 0;
+    const char *at = list;
+    for (size_t i = 0; n >= 0; i++) {
+        const char *s;
+        size_t l;
+        if (a) {
+            if (i == json_array_size(a)) break;
+            s = json_string_value(json_array_get(a, i));
+            l = s ? strlen(s) : 0;
+        } else {
+            if (!at) break;
+            const char *comma = strchr(at, ',');
+            s = at, l = comma ? (size_t)(comma - at) : strlen(at);
+            at = comma ? comma + 1 : NULL;
+            while (l && *s == ' ') s++, l--;
+            while (l && s[l - 1] == ' ') l--;
+        }
+        if (!s || !l || n == max || used + l + 1 > cap) {
+            n = -1;
+            break;
+        }
+        memcpy(buf + used, s, l);
+        buf[used + l] = 0;
+        out[n++] = buf + used;
+        used += l + 1;
+    }
+    json_decref(a);
+    if (n >= 0) out[n] = NULL;
+    return n;
+}
+
+/* The ids a request may name: --served-model-name's (the first is the id in
+ * replies), else the file's name and the -m path as given (vLLM's id). */
+static int serve_names(const serve_opts *o)
+{
+    if (o->name) {
+        if (split_list(o->name, S.models, 8, S.names_buf, sizeof S.names_buf) < 1) {
+            fprintf(stderr, "quire serve: --served-model-name: 1 to 8 names, separated by commas\n");
+            return 1;
+        }
+    } else {
+        const char *b = strrchr(o->model, '/');
+        while (b && !b[1] && b > o->model) { /* a folder given with a trailing slash */
+            const char *c = b - 1;
+            while (c > o->model && *c != '/') c--;
+            b = *c == '/' ? c : NULL;
+        }
+        /* The file's name, the same without its extension, and the path. */
+        const char *base = b ? b + 1 : o->model;
+        size_t bl = strcspn(base, "/");
+        if (bl > 200) bl = 200;
+        const char *dot = memrchr(base, '.', bl);
+        const int n = snprintf(S.names_buf, sizeof S.names_buf, "%.*s%c%.*s", (int)bl, base, 0,
+                               (int)(dot && dot > base ? (size_t)(dot - base) : bl), base);
+        int k = 0;
+        S.models[k++] = S.names_buf;
+        if (n > 0 && strcmp(S.names_buf, S.names_buf + bl + 1)) S.models[k++] = S.names_buf + bl + 1;
+        if (strcmp(o->model, S.names_buf)) S.models[k++] = o->model;
+        S.models[k] = NULL;
+    }
+    S.name = S.models[0];
+    return 0;
+}
+
+static int serve_origins(const serve_opts *o)
+{
+    if (!o->allow_origin) return 0;
+    if (split_list(o->allow_origin, S.origins, 16, S.origins_buf, sizeof S.origins_buf) < 1) {
+        fprintf(stderr, "quire serve: --allowed-origins: 1 to 16 origins (scheme://host:port or *), as a JSON list "
+                        "or separated by commas\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* --chat-template FILE: read and compiled once, so that a bad one stops the start. */
+static int serve_template(const serve_opts *o)
+{
+    if (!o->chat_template_path) return 0;
+    char err[512];
+    size_t len = 0;
+    qchat_tmpl *t = NULL;
+    if (q_read_file(o->chat_template_path, QCHAT_MAX_SOURCE, &S.chat_template, &len, err, sizeof err) ||
+        qchat_compile(S.chat_template, len, &t, err, sizeof err)) {
+        fprintf(stderr, "quire serve: --chat-template %s: %s\n", o->chat_template_path, err);
+        return 1;
+    }
+    qchat_free(t);
+    return 0;
+}
+
+/* Whether --host:--port can be bound, before lws tries (it would go on
+ * without a listening socket): 0, or 1 after saying why. */
+static int serve_can_bind(const serve_opts *o)
+{
+    struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    const int gai = getaddrinfo(o->host, port, &hints, &ai);
+    if (gai) {
+        fprintf(stderr, "quire serve: --host %s: %s\n", o->host, gai_strerror(gai));
+        return 1;
+    }
+    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol), one = 1;
+    int rc = fd < 0 ? -1 : setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (!rc) rc = bind(fd, ai->ai_addr, ai->ai_addrlen);
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    if (rc) {
+        fprintf(stderr, "quire serve: cannot listen on %s:%d: %s\n", o->host, o->port,
+                err == EADDRINUSE ? "address already in use" : strerror(err));
+        return 1;
+    }
+    return 0;
+}
 
 int cmd_serve(int argc, char **argv)
 {
@@ -572,6 +796,13 @@ int cmd_serve(int argc, char **argv)
                         "--max-requests must be positive\n");
         return 2;
     }
+    if (o->kv_mem < 0 || o->max_batch_tokens < 0 || o->max_seqs < 0 || o->threads < 0 || o->block_size < 0 ||
+        o->max_model_len < 0 || o->spec_k < 0 || o->spec_max_batch < 0 || o->tensor_parallel < 0 ||
+        o->cache_disk_max < 0 || !(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1) || o->grace < 0) {
+        fprintf(stderr, "quire serve: sizes and counts cannot be negative (--kv-mem, --max-batch-tokens, --max-seqs, "
+                        "--threads, --block-size, --max-model-len, ...), and --gpu-mem-util is in (0, 1]\n");
+        return 2;
+    }
     if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || !(o->grammar_timeout > 0) || o->idle_timeout > 86400 ||
         o->request_timeout > 86400 || o->grammar_timeout > 86400) {
         fprintf(stderr, "quire serve: --idle-timeout, --request-timeout and --grammar-timeout are seconds, more than 0 "
@@ -632,11 +863,9 @@ int cmd_serve(int argc, char **argv)
     S.eo = eo;
     S.lim.max_tokens_cap = o->max_tokens;
     S.lim.grammar_seconds = o->grammar_timeout;
-    if (o->name) S.name = o->name;
-    else {
-        const char *b = strrchr(o->model, '/');
-        S.name = b && b[1] ? b + 1 : o->model;
-    }
+    S.lim.models = S.models;
+    if (serve_names(o) || serve_origins(o) || serve_template(o)) return 2;
+    if (serve_can_bind(o)) return 1;
     /* The web folder: --web, else web/ beside the build folder or here. */
     char exe[PATH_MAX], cand[PATH_MAX + 16];
     const ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -655,6 +884,10 @@ int cmd_serve(int argc, char **argv)
         }
         if (!S.web_root) S.web_root = realpath("web", NULL);
     }
+    S.lim.chat_template = S.chat_template;
+    S.lim_ws = S.lim;
+    static const char *const ws_fields[] = { "type", "id", "token_ids", "session", "new_session", "keep_messages", "title", NULL };
+    S.lim_ws.envelope = ws_fields;
     S.metrics = qmetrics_new();
     S.gcache = gram_cache_new(64);
     S.gfail = qoai_failcache_new(64);
@@ -745,6 +978,7 @@ int cmd_serve(int argc, char **argv)
     qstore_stop(S.store);
     qmetrics_free(S.metrics);
     free(S.web_root);
+    free(S.chat_template);
     qtok_free(S.tok);
     qmodel_destroy(S.model);
     qmodel_destroy(S.draft);

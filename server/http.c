@@ -474,12 +474,16 @@ qroute qhttp_route(qhttp_method m, const char *path, const char **allow)
         { "/v1/chat/completions", QR_NONE, QR_CHAT },
         { "/v1/completions", QR_NONE, QR_COMPLETIONS },
         { "/v1/ws", QR_WS, QR_NONE },
+        { "/version", QR_VERSION, QR_NONE },
+        { "/tokenize", QR_NONE, QR_TOKENIZE },
+        { "/detokenize", QR_NONE, QR_DETOKENIZE },
     };
     *allow = "GET, HEAD";
+    if (m == QHTTP_OPTIONS) return QR_OPTIONS;
     const int get = m == QHTTP_GET || m == QHTTP_HEAD;
     if (!get && m != QHTTP_POST && m != QHTTP_PATCH && m != QHTTP_DELETE) {
         *allow = "GET, HEAD, POST, PATCH, DELETE";
-        return QR_BAD_METHOD; /* OPTIONS, PUT, TRACE, CONNECT: on no path */
+        return QR_BAD_METHOD; /* PUT, TRACE, CONNECT: on no path */
     }
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         if (strcmp(path, fixed[i].path)) continue;
@@ -489,6 +493,7 @@ qroute qhttp_route(qhttp_method m, const char *path, const char **allow)
         if (m == QHTTP_POST && fixed[i].post) return fixed[i].post;
         return QR_BAD_METHOD;
     }
+    if (!strncmp(path, "/v1/models/", 11) && path[11]) return get ? QR_MODEL : QR_BAD_METHOD;
     if (!strncmp(path, "/v1/sessions", 12) && (!path[12] || path[12] == '/')) {
         *allow = path[12] ? "GET, HEAD, PATCH, DELETE" : "GET, HEAD";
         if (get || (path[12] && (m == QHTTP_PATCH || m == QHTTP_DELETE))) return QR_SESSIONS;

@@ -126,6 +126,11 @@ typedef enum {
     QR_COMPLETIONS,
     QR_WS,
     QR_SESSIONS,   /* /v1/sessions and /v1/sessions/{id} (serve_sessions.c checks the rest) */
+    QR_MODEL,      /* GET /v1/models/{id} */
+    QR_VERSION,    /* GET /version */
+    QR_TOKENIZE,   /* POST /tokenize (vLLM's) */
+    QR_DETOKENIZE, /* POST /detokenize */
+    QR_OPTIONS,    /* OPTIONS of any path: a CORS preflight, or 405 */
     QR_STATIC,     /* GET/HEAD of anything else: a file of the web folder, or 404 */
 } qroute;
 qroute qhttp_route(qhttp_method m, const char *path, const char **allow);

@@ -136,104 +136,153 @@ void qoai_failcache_put(qoai_failcache *c, const char *key, const qoai_error *e)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* The output's grammar from response_format or guided_json / guided_regex /
- * guided_choice, into r->grammar and r->p. */
-static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
+/* Where a request asks for structure: at most one of response_format
+ * (json_object / json_schema), guided_json / guided_regex / guided_choice,
+ * structured_outputs {json | regex | choice | json_object} (vLLM's current
+ * name) and llama-server's top-level json_schema. */
+typedef struct {
+    const json_t *schema; /* a JSON Schema */
+    json_t *regex, *choice;
+    int any_object;       /* any JSON object */
+    const char *param;    /* the field that asked */
+    json_t *parsed;       /* a schema given as JSON text, parsed (owned) */
+} gsource;
+
+/* A schema field: an object, a boolean, or JSON text of one (vLLM takes
+ * guided_json and structured_outputs.json as either).  1 when set, 0 when
+ * absent, < 0 with *e filled. */
+static int schema_field(json_t *v, const char *param, gsource *g, qoai_error *e)
 {
-    json_t *rf = field(o, "response_format"), *gj = field(o, "guided_json"), *gr = field(o, "guided_regex"),
-           *gc = field(o, "guided_choice");
-    const json_t *schema = NULL;
-    const char *param = NULL;
-    int any_object = 0;
+    if (!v) return 0;
+    if (json_is_string(v)) {
+        json_error_t je;
+        if (!(g->parsed = json_loads(json_string_value(v), JSON_REJECT_DUPLICATES, &je)))
+            return qoai_fail(e, 400, INVALID, param, "'%s' is a string but not JSON (%s)", param, je.text);
+        v = g->parsed;
+    }
+    if (!json_is_object(v) && !json_is_boolean(v))
+        return qoai_fail(e, 400, INVALID, param, "'%s' must be a JSON Schema (an object)", param);
+    g->schema = v;
+    g->param = param;
+    return 1;
+}
+
+/* The sources of structure in o into *g (none: g->param NULL). */
+static int guided_source(json_t *o, gsource *g, qoai_error *e)
+{
+    int n_set = 0, rc;
+    json_t *rf = field(o, "response_format");
     if (rf) {
         json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         if (!json_is_string(t))
             return qoai_fail(e, 400, INVALID, "response_format", "'response_format' must be an object with a 'type'");
         const char *ty = json_string_value(t);
         if (!strcmp(ty, "json_object")) {
-            any_object = 1;
-            param = "response_format";
+            g->any_object = 1, g->param = "response_format", n_set++;
         } else if (!strcmp(ty, "json_schema")) {
             json_t *js = json_object_get(rf, "json_schema");
-            schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
-            param = "response_format.json_schema.schema";
-            if (!schema)
+            json_t *sc = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+            if (!sc)
                 return qoai_fail(e, 400, INVALID, "response_format",
                                  "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+            if ((rc = schema_field(sc, "response_format.json_schema.schema", g, e)) < 0) return rc;
+            n_set++;
         } else if (strcmp(ty, "text")) {
             return qoai_fail(e, 400, INVALID, "response_format",
                              "response_format type '%s' is not one of text, json_object, json_schema", ty);
         }
     }
-    const int n_set = (param != NULL) + (gj != NULL) + (gr != NULL) + (gc != NULL);
-    if (!n_set) return 0;
+    json_t *so = field(o, "structured_outputs");
+    if (so && !json_is_object(so))
+        return qoai_fail(e, 400, INVALID, "structured_outputs", "'structured_outputs' must be an object");
+    if (so) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(so, k, v) {
+            if (json_is_null(v) || (json_is_false(v) && !strcmp(k, "json_object"))) continue;
+            if (!strcmp(k, "json")) {
+                if ((rc = schema_field(v, "structured_outputs.json", g, e)) < 0) return rc;
+            } else if (!strcmp(k, "regex")) {
+                g->regex = v, g->param = "structured_outputs.regex";
+            } else if (!strcmp(k, "choice")) {
+                g->choice = v, g->param = "structured_outputs.choice";
+            } else if (!strcmp(k, "json_object")) {
+                if (!json_is_true(v))
+                    return qoai_fail(e, 400, INVALID, "structured_outputs.json_object",
+                                     "'structured_outputs.json_object' must be true or false");
+                g->any_object = 1, g->param = "structured_outputs.json_object";
+            } else {
+                char prm[48];
+                snprintf(prm, sizeof prm, "structured_outputs.%s", k);
+                return qoai_fail(e, 400, INVALID, prm,
+                                 "'%s' is not supported: structured_outputs takes json, regex, choice or json_object",
+                                 prm);
+            }
+            n_set++;
+        }
+    }
+    if ((rc = schema_field(field(o, "guided_json"), "guided_json", g, e)) < 0) return rc;
+    n_set += rc;
+    if ((rc = schema_field(field(o, "json_schema"), "json_schema", g, e)) < 0) return rc;
+    n_set += rc;
+    if (field(o, "guided_regex")) g->regex = field(o, "guided_regex"), g->param = "guided_regex", n_set++;
+    if (field(o, "guided_choice")) g->choice = field(o, "guided_choice"), g->param = "guided_choice", n_set++;
     if (n_set > 1)
-        return qoai_fail(e, 400, INVALID, "response_format",
-                         "one of response_format (json), guided_json, guided_regex and guided_choice at a time");
-    if (!lim || !lim->gvocab)
-        return qoai_fail(e, 400, INVALID, param ? param : gj ? "guided_json" : gr ? "guided_regex" : "guided_choice",
-                         "structured output needs the model's tokenizer");
+        return qoai_fail(e, 400, INVALID, g->param,
+                         "one of response_format (json), structured_outputs, json_schema, guided_json, guided_regex "
+                         "and guided_choice at a time");
+    return 0;
+}
+
+/* The output's grammar from g, compiled under the request's budget (or
+ * taken from the cache), into r->grammar. */
+static int guided_compile(const gsource *g, const qoai_limits *lim, qoai_req *r, qoai_error *e)
+{
+    const char *param = g->param;
     char err[800];
     int rc;
+    if (g->regex && !json_is_string(g->regex))
+        return qoai_fail(e, 400, INVALID, param, "'%s' must be a string", param);
+    const size_t nc = json_is_array(g->choice) ? json_array_size(g->choice) : 0;
+    if (g->choice && (!nc || nc > 4096))
+        return qoai_fail(e, 400, INVALID, param, "'%s' must be a list of 1 to 4096 strings", param);
+    for (size_t i = 0; i < nc; i++)
+        if (!json_is_string(json_array_get(g->choice, i)) || !json_string_length(json_array_get(g->choice, i)))
+            return qoai_fail(e, 400, INVALID, param, "'%s' must be a list of non-empty strings", param);
     /* The same request for structure again: the grammar compiled before. */
     char *key = NULL;
     {
-        json_t *k = json_pack("[s, O?, O?, O?, O?]", any_object ? "object" : "", (json_t *)schema, gj, gr, gc);
+        json_t *k = json_pack("[s, O?, O?, O?]", g->any_object ? "object" : "", (json_t *)g->schema, g->regex,
+                              g->choice);
         key = k ? json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(k);
     }
     if (key && lim->gcache && (r->grammar = gram_cache_get(lim->gcache, key, strlen(key)))) {
         free(key);
-        r->p.grammar = r->grammar;
-        r->p.grammar_vocab = lim->gvocab;
         return 0;
     }
     if (qoai_failcache_get(lim->gfail, key, e)) {
         free(key);
         return QERR_INVAL;
     }
-    if (gr) {
-        if (!json_is_string(gr)) {
-            free(key);
-            return qoai_fail(e, 400, INVALID, "guided_regex", "'guided_regex' must be a string");
-        }
-        param = "guided_regex";
-        gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
-        rc = gram_regex_grammar(json_string_value(gr), json_string_length(gr), &r->grammar, err, sizeof err);
-    } else if (gc) {
-        const size_t n = json_is_array(gc) ? json_array_size(gc) : 0;
-        param = "guided_choice";
-        if (!n || n > 4096) {
-            free(key);
-            return qoai_fail(e, 400, INVALID, param, "'guided_choice' must be a list of 1 to 4096 strings");
-        }
-        const char **s = calloc(n, sizeof *s);
-        size_t *l = calloc(n, sizeof *l);
+    gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
+    if (g->regex) {
+        rc = gram_regex_grammar(json_string_value(g->regex), json_string_length(g->regex), &r->grammar, err, sizeof err);
+    } else if (g->choice) {
+        const char **s = calloc(nc, sizeof *s);
+        size_t *l = calloc(nc, sizeof *l);
         rc = s && l ? 0 : QERR_NOMEM;
-        for (size_t i = 0; !rc && i < n; i++) {
-            json_t *x = json_array_get(gc, i);
-            if (!json_is_string(x) || !json_string_length(x)) {
-                free(s);
-                free(l);
-                free(key);
-                return qoai_fail(e, 400, INVALID, param, "'guided_choice' must be a list of non-empty strings");
-            }
-            s[i] = json_string_value(x), l[i] = json_string_length(x);
-        }
-        if (!rc) gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
-        if (!rc) rc = gram_choice_grammar(s, l, (int)n, &r->grammar, err, sizeof err);
+        for (size_t i = 0; !rc && i < nc; i++)
+            s[i] = json_string_value(json_array_get(g->choice, i)), l[i] = json_string_length(json_array_get(g->choice, i));
+        if (!rc) rc = gram_choice_grammar(s, l, (int)nc, &r->grammar, err, sizeof err);
         else snprintf(err, sizeof err, "out of memory");
         free(s);
         free(l);
-    } else if (gj || schema || any_object) {
-        if (gj) param = "guided_json";
-        json_t *obj = any_object ? json_pack("{s:s}", "type", "object") : NULL;
-        gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
-        rc = gram_schema_compile(gj ? gj : obj ? obj : schema, &r->grammar, err, sizeof err);
-        json_decref(obj);
     } else {
-        free(key);
-        return 0;
+        json_t *obj = g->any_object ? json_pack("{s:s}", "type", "object") : NULL;
+        rc = obj || g->schema ? gram_schema_compile(obj ? obj : g->schema, &r->grammar, err, sizeof err) : QERR_NOMEM;
+        if (rc == QERR_NOMEM && !obj && !g->schema) snprintf(err, sizeof err, "out of memory");
+        json_decref(obj);
     }
     gram_budget_set(NULL);
     if (!rc && key && lim->gcache) gram_cache_put(lim->gcache, key, strlen(key), r->grammar);
@@ -248,6 +297,20 @@ static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         return frc;
     }
     free(key);
+    return 0;
+}
+
+/* The output's grammar from the request's structure fields (guided_source),
+ * into r->grammar and r->p. */
+static int guided(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
+{
+    gsource g = { 0 };
+    int rc = guided_source(o, &g, e);
+    if (!rc && g.param && (!lim || !lim->gvocab))
+        rc = qoai_fail(e, 400, INVALID, g.param, "structured output needs the model's tokenizer");
+    if (!rc && g.param) rc = guided_compile(&g, lim, r, e);
+    json_decref(g.parsed);
+    if (rc || !g.param) return rc;
     r->p.grammar = r->grammar;
     r->p.grammar_vocab = lim->gvocab;
     return 0;
@@ -348,8 +411,45 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     }
     json_t *user = field(o, "user");
     if (user && !json_is_string(user)) return qoai_fail(e, 400, INVALID, "user", "'user' must be a string");
+    if ((rc = qoai_extra_params(o, kind, r, e))) return rc;
     TRY(guided(o, lim, r, e));
-    return kind == QOAI_CHAT ? qoai_tools(o, lim, r, e) : 0;
+    rc = kind == QOAI_CHAT ? qoai_tools(o, lim, r, e) : 0;
+    if (!rc && r->echo && r->tool_mode)
+        return qoai_fail(e, 400, INVALID, "echo", "'echo' does not go with tools");
+    return rc;
+}
+
+/* An assistant message's tool_calls with each function's arguments as
+ * vLLM hands them to the template: JSON text parsed into its value (HF
+ * templates write arguments with tojson, which would encode a string
+ * twice).  m is the message's own copy. */
+static int tool_call_args(json_t *m, size_t i, qoai_error *e)
+{
+    json_t *tc = json_object_get(m, "tool_calls");
+    if (!tc || json_is_null(tc)) return 0;
+    char prm[48];
+    snprintf(prm, sizeof prm, "messages[%u].tool_calls", (unsigned)i);
+    if (!json_is_array(tc)) return qoai_fail(e, 400, INVALID, prm, "%s must be an array", prm);
+    json_t *copy = json_deep_copy(tc);
+    if (!copy || json_object_set_new(m, "tool_calls", copy)) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    size_t j;
+    json_t *call;
+    json_array_foreach(copy, j, call) {
+        json_t *fn = json_is_object(call) ? json_object_get(call, "function") : NULL;
+        json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+        snprintf(prm, sizeof prm, "messages[%u].tool_calls[%u]", (unsigned)i, (unsigned)j);
+        if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+            return qoai_fail(e, 400, INVALID, prm, "%s must be {\"function\": {\"name\", \"arguments\"}, ...}", prm);
+        if (!json_is_string(args)) continue;
+        json_error_t je;
+        json_t *v = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, &je);
+        if (!v) {
+            snprintf(prm, sizeof prm, "messages[%u].tool_calls[%u]", (unsigned)i, (unsigned)j);
+            return qoai_fail(e, 400, INVALID, prm, "%s.function.arguments is not JSON (%s)", prm, je.text);
+        }
+        if (json_object_set_new(fn, "arguments", v)) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    }
+    return 0;
 }
 
 /* The chat's messages as the template takes them: roles checked
@@ -360,6 +460,7 @@ int qoai_messages(json_t *msgs, json_t **out, qoai_error *e)
 {
     static const char *const roles[] = { "system", "user", "assistant", "tool", "developer" };
     char prm[48];
+    int rc;
     if (!json_is_array(msgs)) return qoai_fail(e, 400, INVALID, "messages", "'messages' must be an array");
     if (!json_array_size(msgs)) return qoai_fail(e, 400, INVALID, "messages", "'messages' must not be empty");
     json_t *arr = json_array();
@@ -414,9 +515,15 @@ int qoai_messages(json_t *msgs, json_t **out, qoai_error *e)
             json_decref(arr);
             return qoai_fail(e, 400, INVALID, prm, "%s (%s) needs 'content'", prm, json_string_value(role));
         } else {
-            nc = json_null();
+            nc = json_string(""); /* as vLLM: templates test and join content, and null breaks several */
         }
         json_t *nm = json_copy(m);
+        if (nm && (rc = tool_call_args(nm, i, e))) {
+            json_decref(nm);
+            json_decref(nc);
+            json_decref(arr);
+            return rc;
+        }
         if (!nc || !nm || json_object_set_new(nm, "content", nc) ||
             (!strcmp(json_string_value(role), "developer") && json_object_set_new(nm, "role", json_string("system"))) ||
             json_array_append_new(arr, nm)) {
@@ -429,36 +536,114 @@ int qoai_messages(json_t *msgs, json_t **out, qoai_error *e)
     return 0;
 }
 
-/* The prompt's token ids into r->ids / r->p. */
-static int prompt_ids(json_t *o, qoai_kind kind, const qmodel *m, const qtok *tok, qoai_req *r, qoai_error *e)
+/* The template's variables beyond the messages: tools, documents,
+ * add_generation_prompt and chat_template_kwargs, into ctx; *cont gets
+ * continue_final_message. */
+static int chat_context(json_t *o, json_t *ctx, int *cont, qoai_error *e)
+{
+    int agp = 1, rc, b = 0;
+    json_t *kw = field(o, "chat_template_kwargs"), *docs = field(o, "documents");
+    if (kw && !json_is_object(kw))
+        return qoai_fail(e, 400, INVALID, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (docs && !json_is_array(docs))
+        return qoai_fail(e, 400, INVALID, "documents", "'documents' must be an array of objects");
+    const char *k;
+    json_t *v;
+    json_object_foreach(kw, k, v) {
+        static const char *const own[] = { "messages", "tools", "documents", "add_generation_prompt",
+                                           "continue_final_message" };
+        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+            if (!strcmp(k, own[i]))
+                return qoai_fail(e, 400, INVALID, "chat_template_kwargs",
+                                 "chat_template_kwargs may not set '%s': it is a field of the request", k);
+        if (json_object_set(ctx, k, v)) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    }
+    if (field(o, "tools")) json_object_set(ctx, "tools", field(o, "tools")); /* checked by qoai_tools */
+    if (docs) json_object_set(ctx, "documents", docs);
+    *cont = 0;
+    TRY(flag(o, "add_generation_prompt", &b, e));
+    if (rc) agp = b;
+    TRY(flag(o, "continue_final_message", &b, e));
+    if (rc) *cont = b;
+    if (*cont && agp)
+        return qoai_fail(e, 400, INVALID, "continue_final_message",
+                         "continue_final_message and add_generation_prompt cannot both be true (set "
+                         "add_generation_prompt to false)");
+    json_t *msgs = json_object_get(ctx, "messages");
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    if (*cont && strcmp(json_string_value(json_object_get(last, "role")), "assistant"))
+        return qoai_fail(e, 400, INVALID, "continue_final_message",
+                         "continue_final_message needs the last message to be the assistant's");
+    return json_object_set_new(ctx, "add_generation_prompt", json_boolean(agp))
+               ? qoai_fail(e, 500, "server_error", NULL, "out of memory")
+               : 0;
+}
+
+/* vLLM's echo for a chat: the reply starts with the last message's content
+ * when the reply continues its role (the assistant's with
+ * add_generation_prompt, else the last message's own). */
+static int chat_echo(json_t *ctx, qoai_req *r, qoai_error *e)
+{
+    json_t *msgs = json_object_get(ctx, "messages");
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1), *c = json_object_get(last, "content");
+    const int agp = json_is_true(json_object_get(ctx, "add_generation_prompt"));
+    if (agp && strcmp(json_string_value(json_object_get(last, "role")), "assistant")) return 0;
+    if (!json_is_string(c) || !json_string_length(c)) return 0;
+    if (!(r->echo_text = malloc(json_string_length(c))))
+        return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    memcpy(r->echo_text, json_string_value(c), json_string_length(c));
+    r->echo_len = json_string_length(c);
+    return 0;
+}
+
+int qoai_chat_ids(json_t *o, const qoai_limits *lim, const qmodel *m, const qtok *tok, qoai_req *r, int *n,
+                    qoai_error *e)
 {
     char err[256];
+    json_t *msgs = NULL;
+    int rc, cont = 0;
+    if (!json_object_get(o, "messages")) return qoai_fail(e, 400, INVALID, "messages", "'messages' is required");
+    if ((rc = qoai_messages(json_object_get(o, "messages"), &msgs, e))) return rc;
+    json_t *ctx = json_pack("{s:o}", "messages", msgs);
+    if (!ctx) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    if ((rc = chat_context(o, ctx, &cont, e)) || (r->echo && (rc = chat_echo(ctx, r, e)))) {
+        json_decref(ctx);
+        return rc;
+    }
+    qchat_tmpl *t = NULL;
+    char *text = NULL;
+    size_t tl;
+    /* --chat-template's source, else the model's own. */
+    if (lim && lim->chat_template) {
+        rc = qchat_compile(lim->chat_template, strlen(lim->chat_template), &t, err, sizeof err);
+    } else {
+        rc = qchat_for_model(m, &t, NULL, err, sizeof err);
+    }
+    if (!rc)
+        rc = qchat_apply_tokens_ex(t, m, tok, ctx, cont ? QCHAT_CONTINUE_FINAL : 0, &text, &tl, &r->ids, n, err,
+                                   sizeof err);
+    free(text);
+    qchat_free(t);
+    json_decref(ctx);
+    if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    if (rc) return qoai_fail(e, 400, INVALID, cont ? "continue_final_message" : "messages", "the chat template failed: %s", err);
+    return 0;
+}
+
+/* The prompt's token ids into r->ids / r->p. */
+static int prompt_ids(json_t *o, qoai_kind kind, const qoai_limits *lim, const qmodel *m, const qtok *tok, qoai_req *r,
+                      qoai_error *e)
+{
     int n = 0, rc;
     if (kind == QOAI_CHAT) {
-        json_t *msgs = NULL;
-        if (!json_object_get(o, "messages")) return qoai_fail(e, 400, INVALID, "messages", "'messages' is required");
-        if ((rc = qoai_messages(json_object_get(o, "messages"), &msgs, e))) return rc;
-        json_t *tools = field(o, "tools"); /* checked by qoai_tools */
-        json_t *ctx = json_pack("{s:o, s:b}", "messages", msgs, "add_generation_prompt", 1);
-        if (ctx && tools) json_object_set(ctx, "tools", tools);
-        qchat_tmpl *t = NULL;
-        char *text = NULL;
-        size_t tl;
-        if (!ctx) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
-        rc = qchat_for_model(m, &t, NULL, err, sizeof err);
-        if (!rc) rc = qchat_apply_tokens(t, m, tok, ctx, &text, &tl, &r->ids, &n, err, sizeof err);
-        free(text);
-        qchat_free(t);
-        json_decref(ctx);
-        if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
-        if (rc) return qoai_fail(e, 400, INVALID, "messages", "the chat template failed: %s", err);
+        if ((rc = qoai_chat_ids(o, lim, m, tok, r, &n, e))) return rc;
     } else {
         json_t *pr = json_object_get(o, "prompt");
         if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
             pr = json_array_get(pr, 0);
         if (json_is_string(pr)) {
-            rc = qtok_encode(tok, json_string_value(pr), json_string_length(pr), QTOK_ADD_SPECIAL | QTOK_PARSE_SPECIAL,
-                             &r->ids, &n);
+            rc = qtok_encode(tok, json_string_value(pr), json_string_length(pr),
+                             (r->no_special ? 0 : QTOK_ADD_SPECIAL) | QTOK_PARSE_SPECIAL, &r->ids, &n);
             if (rc == QERR_NOMEM) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
             if (rc) return qoai_fail(e, 400, INVALID, "prompt", "cannot tokenize 'prompt': %s", qerr_str(rc));
         } else if (json_is_array(pr) && json_array_size(pr) && json_is_integer(json_array_get(pr, 0))) {
@@ -481,8 +666,38 @@ static int prompt_ids(json_t *o, qoai_kind kind, const qmodel *m, const qtok *to
         }
     }
     if (n < 1) return qoai_fail(e, 400, INVALID, kind == QOAI_CHAT ? "messages" : "prompt", "the prompt is empty");
+    /* truncate_prompt_tokens: the last k tokens (-1: as many as the context holds). */
+    const int ctx = m->hp.max_ctx > 0 ? m->hp.max_ctx : 1 << 30;
+    const int keep = r->truncate == -1 ? ctx - 1 : r->truncate;
+    if (keep > 0 && n > keep) {
+        memmove(r->ids, r->ids + (n - keep), sizeof *r->ids * (size_t)keep);
+        n = keep;
+    }
     r->p.prompt = r->ids;
     r->p.n_prompt = n;
+    /* echo (completions): the reply starts with the prompt's text. */
+    if (r->echo && kind == QOAI_COMPLETION) {
+        json_t *pr = json_object_get(o, "prompt");
+        if (json_is_array(pr) && json_array_size(pr) == 1) pr = json_array_get(pr, 0);
+        if (json_is_string(pr) && keep <= 0) {
+            r->echo_len = json_string_length(pr);
+            r->echo_text = malloc(r->echo_len + 1);
+            if (r->echo_text) memcpy(r->echo_text, json_string_value(pr), r->echo_len);
+        } else {
+            rc = qtok_decode(tok, r->ids, n, QTOK_SKIP_SPECIAL, &r->echo_text, &r->echo_len);
+            if (rc) r->echo_text = NULL;
+        }
+        if (!r->echo_text) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
+    }
+    return 0;
+}
+
+/* Whether model names one of lim's models (any without a list). */
+static int model_known(const qoai_limits *lim, const char *model)
+{
+    if (!lim || !lim->models) return 1;
+    for (const char *const *n = lim->models; *n; n++)
+        if (!strcmp(*n, model)) return 1;
     return 0;
 }
 
@@ -503,11 +718,25 @@ int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *
         rc = qoai_fail(e, 400, INVALID, NULL, "the body must be a JSON object");
     else if (field(r->body, "model") && !json_is_string(field(r->body, "model")))
         rc = qoai_fail(e, 400, INVALID, "model", "'model' must be a string");
+    else if (field(r->body, "model") && !model_known(lim, json_string_value(field(r->body, "model")))) {
+        rc = qoai_fail(e, 404, INVALID, "model", "The model `%.200s` does not exist.",
+                       json_string_value(field(r->body, "model")));
+        snprintf(e->code, sizeof e->code, "model_not_found");
+    } else if ((rc = qoai_check_fields(r->body, kind, lim ? lim->envelope : NULL, e)))
+        ;
     else if (!tok)
         rc = qoai_fail(e, 400, INVALID, NULL, "this model has no tokenizer; text requests cannot be served");
     else
         rc = qoai_params(r->body, kind, lim, r, e);
-    if (!rc) rc = prompt_ids(r->body, kind, m, tok, r, e);
+    for (int i = 0; !rc && i < r->p.sp.n_logit_bias; i++)
+        if (r->p.sp.logit_bias[i].id >= m->hp.n_vocab)
+            rc = qoai_fail(e, 400, INVALID, "logit_bias", "logit_bias names token %d, outside the vocabulary of %d",
+                           (int)r->p.sp.logit_bias[i].id, m->hp.n_vocab);
+    for (int i = 0; !rc && i < r->p.n_stop_ids; i++)
+        if (r->p.stop_ids[i] >= m->hp.n_vocab)
+            rc = qoai_fail(e, 400, INVALID, "stop_token_ids", "stop_token_ids[%d] is outside the vocabulary of %d", i,
+                           m->hp.n_vocab);
+    if (!rc) rc = prompt_ids(r->body, kind, lim, m, tok, r, e);
     if (!rc) {
         json_t *mo = field(r->body, "model");
         if (mo) r->model = json_string_value(mo);
@@ -524,6 +753,12 @@ int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *
             const int cap = lim && lim->max_tokens_cap > 0 ? lim->max_tokens_cap : room;
             r->p.max_tokens = room < cap ? room : cap;
         }
+        if (!rc && r->p.min_tokens > r->p.max_tokens)
+            rc = qoai_fail(e, 400, INVALID, "min_tokens", "'min_tokens' (%d) must be at most max_tokens (%d)",
+                           r->p.min_tokens, r->p.max_tokens);
+        /* No seed: a fresh one, so that the same request draws anew (OpenAI's meaning). */
+        r->seeded = field(r->body, "seed") != NULL;
+        if (!rc && !r->seeded) r->p.sp.seed = q_random_u64();
     }
     if (rc) qoai_req_free(r);
     return rc;
@@ -534,6 +769,9 @@ void qoai_req_free(qoai_req *r)
     if (!r) return;
     json_decref(r->body);
     free(r->ids);
+    free(r->bias);
+    free(r->stop_ids);
+    free(r->echo_text);
     gram_free(r->grammar);
     memset(r, 0, sizeof *r);
     r->model = "";

@@ -8,24 +8,34 @@
  * OpenAI's shape: the HTTP status, a type, the field at fault and a message
  * that says what was expected.
  *
- * Fields, with OpenAI's names and types: model (string), messages (chat) or
- * prompt (completions: a string, one string in an array, or token ids),
+ * Fields, with OpenAI's names and types: model (string; one the server
+ * serves, else 404 model_not_found), messages (chat) or prompt
+ * (completions: a string, one string in an array, or token ids),
  * max_tokens / max_completion_tokens (integer >= 1), temperature [0, 100],
  * top_p [0, 1], top_k (integer >= -1; -1 and 0 are off), min_p [0, 1],
- * seed (integer), frequency_penalty and presence_penalty [-2, 2],
- * repetition_penalty (0, 1e6], n [1, 64], stop (a string or up to 16
- * non-empty strings), logprobs (chat: boolean, with top_logprobs [0, 20];
- * completions: integer [0, 20]), stream (boolean), stream_options
+ * seed (integer; absent: a fresh random seed for each request), frequency_penalty and presence_penalty
+ * [-2, 2], repetition_penalty (0, 1e6], n [1, 64], stop (a string or up to
+ * 16 non-empty strings), logprobs (chat: boolean, with top_logprobs [0,
+ * 20]; completions: integer [0, 20]), stream (boolean), stream_options
  * ({"include_usage": boolean}, only with stream), user (string),
  * ignore_eos (boolean), speculative (boolean, quire's: false keeps this
- * request out of speculative decoding), tools (chat: passed to the template),
- * response_format ({"type": "text"}, {"type": "json_object"}, or {"type":
- * "json_schema", "json_schema": {"name", "schema", "strict"}}: the output
- * is a JSON object, or an instance of the schema, by guided decoding), and
- * vLLM's extensions guided_json (a schema), guided_regex (the whole output
- * matches) and guided_choice (one of a list of strings).  Fields not named here
- * are ignored, as OpenAI's API and vLLM do; a named field of the wrong type
- * or out of range is an error, null is the same as absent. */
+ * request out of speculative decoding), tools (chat), response_format
+ * ({"type": "text"}, {"type": "json_object"}, or {"type": "json_schema",
+ * "json_schema": {"name", "schema", "strict"}}: the output is a JSON
+ * object, or an instance of the schema, by guided decoding), and vLLM's
+ * extensions guided_json (a schema), guided_regex (the whole output
+ * matches), guided_choice (one of a list of strings), structured_outputs
+ * ({"json" | "regex" | "choice" | "json_object"}: the same),
+ * llama-server's json_schema (a schema).  oai_fields.c has the rest:
+ * logit_bias, stop_token_ids, min_tokens, include_stop_str_in_output,
+ * skip_special_tokens, echo, best_of (= n), truncate_prompt_tokens,
+ * request_id, priority (0), cache_prompt (true), store (false), metadata,
+ * service_tier; chat: chat_template_kwargs, add_generation_prompt,
+ * continue_final_message, documents; completions: add_special_tokens.  A
+ * field not named here is refused with a 400 that names it (as OpenAI
+ * does: "Unrecognized request argument supplied"), never ignored; a named
+ * field of the wrong type or out of range is an error, null is the same as
+ * absent. */
 #ifndef QUIRE_OAI_H
 #define QUIRE_OAI_H
 
@@ -65,6 +75,14 @@ typedef struct {
      * 0: no limit): past it the request is refused with a 400, and the
      * refusal cached in gfail like any failed compile. */
     double grammar_seconds;
+    /* The model ids a request may name (NULL-terminated; NULL: any). */
+    const char *const *models;
+    /* Fields besides the request's own that the body may carry (a WebSocket
+     * message's type, id, ...; NULL-terminated; NULL: none). */
+    const char *const *envelope;
+    /* A chat template's source that replaces the model's (serve
+     * --chat-template), or NULL. */
+    const char *chat_template;
 } qoai_limits;
 
 /* A cache of structure requests that failed to compile: the SHA-256 of the
@@ -92,6 +110,15 @@ typedef struct {
     struct gram *grammar; /* response_format / guided_* / tools: the output's grammar (owned), or NULL */
     int tool_mode;        /* qoai_tool_mode: how the output is read back */
     const char *tool_name; /* QOAI_TOOLS_NAMED: the function (points into body) */
+    qlogit_bias *bias;    /* logit_bias (owned; p.sp points at it) */
+    int32_t *stop_ids;    /* stop_token_ids (owned; p points at it) */
+    int echo;             /* the reply starts with the prompt (completions) or the last message (chat) */
+    char *echo_text;      /* that text (owned), echo_len bytes */
+    size_t echo_len;
+    int seeded;           /* the body gave a seed */
+    int truncate;         /* truncate_prompt_tokens: keep the prompt's last this many (-1: the context; 0: off) */
+    int no_special;       /* completions' add_special_tokens false: no BOS */
+    const char *request_id; /* the body's request_id (points into body), or NULL */
 } qoai_req;
 
 /* How tool_choice shapes the output (QOAI_TOOLS_OFF: plain text). */
@@ -120,6 +147,35 @@ int qoai_messages(json_t *msgs, json_t **out, qoai_error *e);
 int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, qoai_error *e);
 
 void qoai_req_free(qoai_req *r);
+
+/* A chat body's prompt (messages, tools, documents, add_generation_prompt,
+ * continue_final_message, chat_template_kwargs) through the template
+ * (lim->chat_template, else the model's): the ids into r->ids, their count
+ * in *n, and with r->echo the echoed text.  0 or an error in *e. */
+int qoai_chat_ids(json_t *o, const qoai_limits *lim, const struct qmodel *m, const struct qtok *tok, qoai_req *r,
+                  int *n, qoai_error *e);
+
+/* vLLM's POST /tokenize body o ({"prompt"} or {"messages", ...}, with
+ * add_special_tokens and return_token_strs) answered in *out: {"count",
+ * "max_model_len", "tokens", "token_strs"}; and POST /detokenize ({"tokens"})
+ * in *out: {"prompt"}.  0, or an error in *e (oai_tokenize.c). */
+int qoai_tokenize(json_t *o, const qoai_limits *lim, const struct qmodel *m, const struct qtok *tok, json_t **out,
+                  qoai_error *e);
+int qoai_detokenize(json_t *o, const qoai_limits *lim, const struct qmodel *m, const struct qtok *tok, json_t **out,
+                    qoai_error *e);
+
+/* 0 when every field of body o is one a request of kind takes (or one of
+ * envelope, NULL-terminated, may be NULL); else a 400 naming the first
+ * that is not (oai_fields.c). */
+int qoai_check_fields(json_t *o, qoai_kind kind, const char *const *envelope, qoai_error *e);
+
+/* vLLM's output-shaping fields of o (oai_fields.c: logit_bias,
+ * stop_token_ids, min_tokens, include_stop_str_in_output,
+ * skip_special_tokens, echo, best_of, truncate_prompt_tokens, request_id,
+ * priority, cache_prompt, store, metadata, service_tier, add_special_tokens)
+ * into r; after the sampling fields (qoai_params calls it).  0 or an error
+ * in *e. */
+int qoai_extra_params(json_t *o, qoai_kind kind, qoai_req *r, qoai_error *e);
 
 /* ---- tools ------------------------------------------------------------------
  *

@@ -23,7 +23,8 @@
 
 typedef struct {
     const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db, *disk_load;
-    const char *allow_origin; /* a page's origin besides the server's own that may open the WebSocket ("*": any) */
+    const char *allow_origin; /* --allowed-origins / --allow-origin: pages' origins besides the server's own that may
+                               * call (CORS) and open the WebSocket ("*": any) */
     int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
     const char *spec;
     int spec_k, spec_max_batch;
@@ -38,6 +39,8 @@ typedef struct {
     int prep_threads;       /* --prep-threads: threads that parse, template, tokenize and compile */
     float grammar_timeout;  /* --grammar-timeout: seconds a request's structured-output grammar may take to compile */
     int tensor_parallel;    /* --tensor-parallel: GPUs the model is split among */
+    int max_model_len;      /* --max-model-len / -c / --ctx-size: the context requests get (0: the model's) */
+    const char *chat_template_path; /* --chat-template: a Jinja file instead of the model's template */
     float gpu_mem_util, grace;
 } serve_opts;
 
@@ -49,6 +52,7 @@ typedef struct {
     const char *finish;
     qfinish fin;
     int started; /* a streamed chat choice has sent its role */
+    int echoed;  /* the request's echo text has gone out (or into text) */
     qoai_calls *calls; /* a request with tools: its output read back as tool calls */
 } acc;
 
@@ -72,7 +76,7 @@ typedef struct sreq {
     uint64_t id;
     qoai_req req;
     qoai_reply rep;
-    char rid[48];
+    char rid[80];
     int n, n_done, finished;
     acc *ch;
     int prompt_tokens, completion_tokens, cached_tokens, cached_disk;
@@ -122,7 +126,13 @@ typedef struct {
     int engine_stop;
     serve_opts o;
     qoai_limits lim;
-    const char *name;
+    qoai_limits lim_ws; /* lim with the WebSocket message's own fields allowed */
+    const char *name;   /* the model's id in replies (the first of models) */
+    const char *models[9]; /* the ids a request may name (NULL-terminated) */
+    char names_buf[512];
+    const char *origins[17]; /* --allowed-origins, NULL-terminated */
+    char origins_buf[2048];
+    char *chat_template;  /* --chat-template's source, or NULL */
     unsigned long long seq;
     char *web_root;     /* realpath of the static files' folder, or NULL */
     char key_buf[8192]; /* --api-key-file's keys, NUL-separated */
@@ -159,6 +169,7 @@ typedef struct {
     int draining;       /* HTTP: the last reply is out, the write side shut; reading until the client closes */
     size_t drained;
     int keep_alive, head_only, stream, kind;
+    double t_req;       /* HTTP: when the request arrived whole (the log line's time) */
     char *out;          /* bytes for the socket, from out_off */
     size_t out_len, out_off, out_cap;
     sreq *r;            /* HTTP: the request this connection runs */
@@ -180,7 +191,7 @@ typedef struct {
 } pss;
 
 /* A body given to the preparation pool (serve_prep.c). */
-typedef enum { PREP_SUBMIT = 0, PREP_CHECK } prep_what;
+typedef enum { PREP_SUBMIT = 0, PREP_CHECK, PREP_TOKENIZE, PREP_DETOKENIZE } prep_what;
 typedef struct sprep {
     struct sprep *next, *pnext;
     prep_what what;     /* SUBMIT: serve_submit; CHECK: a session turn as sent, checked */
@@ -199,6 +210,7 @@ typedef struct sprep {
     int ok;
     qoai_error e;
     json_t *norm;       /* CHECK: the messages as role and text */
+    json_t *reply;      /* TOKENIZE, DETOKENIZE: the answer's body */
 } sprep;
 
 /* ---- serve_prep.c ---- */
@@ -250,6 +262,11 @@ sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const
 void sconn_taken(sconn *c, size_t n);
 
 /* ---- serve_http.c ---- */
+/* Whether origin is one of --allowed-origins (or it holds "*"). */
+int serve_cors_listed(const char *origin);
+/* The model card of id (GET /v1/models): id, object, created, owned_by,
+ * root, max_model_len, speculative.  NULL when out of memory. */
+json_t *serve_model_json(const char *id);
 /* lws's callback for every connection (raw sockets: HTTP read by http.c). */
 int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 /* A reply with extra header lines (each ending in CRLF). */

@@ -26,6 +26,29 @@
 
 /* ---- output ------------------------------------------------------------------------ */
 
+static void cors_headers(pss *p, char *out, size_t cap);
+static void model_card(struct lws *wsi, pss *p, const char *id);
+
+/* One info line per HTTP request: method, path, status, tokens, time. */
+static void log_request(pss *p, int status)
+{
+    if (qlog_get_level() > QLOG_INFO) return;
+    const qhttp_req *rq = &p->h.req;
+    int pt = 0, ct = 0;
+    if (p->r) {
+        pthread_mutex_lock(&S.mu);
+        pt = p->r->prompt_tokens, ct = p->r->completion_tokens;
+        pthread_mutex_unlock(&S.mu);
+    }
+    const double ms = p->t_req > 0 ? (q_now() - p->t_req) * 1e3 : 0;
+    char path[128];
+    snprintf(path, sizeof path, "%s", rq->path ? rq->path : "-");
+    for (char *c = path; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    if (p->r) QLOGI("serve: %s %s %d, %d prompt + %d completion tokens, %.1f ms", rq->method_name ? rq->method_name : "-", path, status, pt, ct, ms);
+    else QLOGI("serve: %s %s %d, %.1f ms", rq->method_name ? rq->method_name : "-", path, status, ms);
+}
+
 void serve_want_write(pss *p)
 {
     if (p->wsi) lws_callback_on_writable(p->wsi);
@@ -37,11 +60,14 @@ int serve_put(pss *p, const void *s, size_t n) { return q_append(&p->out, &p->ou
 void serve_reply_ex(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len, const char *extra)
 {
     (void)wsi;
-    char head[1024];
+    char head[2048], hdrs[1024];
     if (status >= 400 && status != 401 && status != 404 && status != 405 && status != 429 && status != 503)
         p->keep_alive = 0; /* framing or size errors: the rest of the stream is not to be trusted */
     if (p->h.status) p->keep_alive = 0; /* the parser refused the request */
-    const size_t hl = qhttp_head(head, sizeof head, status, ctype, (long long)len, 0, p->keep_alive, extra);
+    cors_headers(p, hdrs, sizeof hdrs);
+    if (extra) snprintf(hdrs + strlen(hdrs), sizeof hdrs - strlen(hdrs), "%s", extra);
+    const size_t hl = qhttp_head(head, sizeof head, status, ctype, (long long)len, 0, p->keep_alive, hdrs);
+    log_request(p, status);
     if (!hl || serve_put(p, head, hl) || (!p->head_only && len && serve_put(p, body, len))) p->keep_alive = 0;
     free(body);
     p->st = ST_REPLY;
@@ -157,13 +183,30 @@ static int host_literal(const char *host)
     return 1;
 }
 
+int serve_cors_listed(const char *origin)
+{
+    for (int i = 0; origin && S.origins[i]; i++)
+        if (!strcmp(S.origins[i], "*") || !strcasecmp(S.origins[i], origin)) return 1;
+    return 0;
+}
+
+/* The CORS header lines for a reply to the connection's request: an Origin
+ * of --allowed-origins is echoed (as Starlette's CORSMiddleware with a
+ * list; "*" with any), with Vary: Origin.  "" otherwise. */
+static void cors_headers(pss *p, char *out, size_t cap)
+{
+    const char *origin = p->h.req.method ? qhttp_header_get(&p->h.req, "origin") : NULL;
+    out[0] = 0;
+    if (!origin || !serve_cors_listed(origin) || strpbrk(origin, "\r\n")) return;
+    snprintf(out, cap, "access-control-allow-origin: %.400s\r\nvary: Origin\r\n", origin);
+}
+
 int serve_origin_allowed(pss *p)
 {
     const qhttp_req *rq = &p->h.req;
     const char *origin = qhttp_header_get(rq, "origin");
     if (!origin) return 1; /* not a browser */
-    const char *allow = S.o.allow_origin;
-    if (allow && (!strcmp(allow, "*") || !strcasecmp(allow, origin))) return 1;
+    if (serve_cors_listed(origin)) return 1;
     /* The server's own pages: http://HOST where HOST is the Host the
      * request was sent to, and an IP literal, localhost or --host (a DNS
      * name of the attacker's, rebound to this address, is not). */
@@ -213,6 +256,15 @@ static int static_file(struct lws *wsi, pss *p, const char *uri)
     return 1;
 }
 
+json_t *serve_model_json(const char *id)
+{
+    /* speculative: how this server drafts (none, ngram, draft), for clients
+     * that offer the per-request opt-out. */
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i, s:s}", "id", id, "object", "model", "created",
+                     (json_int_t)time(NULL), "owned_by", "quire", "root", S.name, "max_model_len", S.model->hp.max_ctx,
+                     "speculative", qspec_mode_name(S.eo.spec_mode));
+}
+
 static void handle_get(struct lws *wsi, pss *p, qroute route, const char *uri)
 {
     if (route == QR_HEALTH) {
@@ -229,11 +281,14 @@ static void handle_get(struct lws *wsi, pss *p, qroute route, const char *uri)
         if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
         /* speculative: how this server drafts (none, ngram, draft), for clients
          * that offer the per-request opt-out. */
-        const char *spec = qspec_mode_name(S.eo.spec_mode);
-        serve_reply_json(wsi, p, 200,
-                   json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i, s:s}]}", "object", "list", "data", "id", S.name,
-                             "object", "model", "created", (json_int_t)time(NULL), "owned_by", "quire",
-                             "max_model_len", S.model->hp.max_ctx, "speculative", spec));
+        json_t *data = json_array();
+        for (int i = 0; data && S.models[i]; i++) json_array_append_new(data, serve_model_json(S.models[i]));
+        serve_reply_json(wsi, p, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+    } else if (route == QR_MODEL) {
+        model_card(wsi, p, uri + 11);
+    } else if (route == QR_VERSION) {
+        p->endpoint = "version";
+        serve_reply_json(wsi, p, 200, json_pack("{s:s}", "version", QUIRE_VERSION));
     } else if (route == QR_METRICS) {
         p->endpoint = "metrics";
         char *s = NULL;
@@ -253,6 +308,60 @@ static void handle_get(struct lws *wsi, pss *p, qroute route, const char *uri)
     }
 }
 
+/* GET /v1/models/{id}: the model's card, or 404 as OpenAI answers. */
+static void model_card(struct lws *wsi, pss *p, const char *id)
+{
+    p->endpoint = "models";
+    if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+    if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
+    for (int i = 0; S.models[i]; i++)
+        if (!strcmp(S.models[i], id)) return serve_reply_json(wsi, p, 200, serve_model_json(S.models[i]));
+    qoai_error e;
+    qoai_fail(&e, 404, "invalid_request_error", "model", "The model `%.200s` does not exist.", id);
+    snprintf(e.code, sizeof e.code, "model_not_found");
+    serve_reply_error(wsi, p, &e);
+}
+
+/* The pool's answer to POST /tokenize or /detokenize. */
+static void tokenize_answer(sprep *j)
+{
+    if (!j->ok) return serve_reply_error(j->p->wsi, j->p, &j->e);
+    json_t *r = j->reply;
+    j->reply = NULL;
+    serve_reply_json(j->p->wsi, j->p, 200, r);
+}
+
+/* OPTIONS: a CORS preflight from a listed origin is answered (any method
+ * and the headers it asks for, as vLLM's defaults); one from another origin
+ * gets 400, as Starlette's; OPTIONS that is not a preflight gets 405. */
+static void preflight(struct lws *wsi, pss *p)
+{
+    const qhttp_req *rq = &p->h.req;
+    const char *origin = qhttp_header_get(rq, "origin"), *method = qhttp_header_get(rq, "access-control-request-method");
+    const char *hdrs = qhttp_header_get(rq, "access-control-request-headers");
+    p->endpoint = "other";
+    if (!origin || !method) {
+        qoai_error e;
+        qoai_fail(&e, 405, "invalid_request_error", NULL, "%s", "OPTIONS is only a CORS preflight here");
+        json_t *j = qoai_error_json(&e);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        return serve_reply_ex(wsi, p, 405, "application/json", s, s ? strlen(s) : 0,
+                              "allow: GET, HEAD, POST, PATCH, DELETE, OPTIONS\r\n");
+    }
+    if (!serve_cors_listed(origin)) {
+        QLOGW("serve: a CORS preflight from %.200s refused (not in --allowed-origins)", origin);
+        return serve_reply(wsi, p, 400, "text/plain; charset=utf-8", strdup("Disallowed CORS origin"), 22);
+    }
+    char extra[1024];
+    snprintf(extra, sizeof extra,
+             "access-control-allow-methods: DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT\r\n"
+             "access-control-max-age: 600\r\n%s%.600s%s",
+             hdrs && !strpbrk(hdrs, "\r\n") ? "access-control-allow-headers: " : "",
+             hdrs && !strpbrk(hdrs, "\r\n") ? hdrs : "", hdrs && !strpbrk(hdrs, "\r\n") ? "\r\n" : "");
+    serve_reply_ex(wsi, p, 200, "text/plain; charset=utf-8", strdup("OK"), 2, extra);
+}
+
 /* The pool's answer to a POST: the reply's start, or its error. */
 static void post_answer(sprep *j)
 {
@@ -266,9 +375,11 @@ static void post_answer(sprep *j)
     p->st = p->stream ? ST_STREAM : ST_WAIT;
     if (p->stream) {
         /* Server-sent events, chunked so that the connection can go on. */
-        char head[512];
+        char head[2048], hdrs[1024];
+        cors_headers(p, hdrs, sizeof hdrs);
+        snprintf(hdrs + strlen(hdrs), sizeof hdrs - strlen(hdrs), "cache-control: no-cache\r\n");
         const size_t hl = qhttp_head(head, sizeof head, 200, "text/event-stream", -1, p->h.req.minor == 1,
-                                     p->keep_alive && p->h.req.minor == 1, "cache-control: no-cache\r\n");
+                                     p->keep_alive && p->h.req.minor == 1, hdrs);
         if (p->h.req.minor == 0) p->keep_alive = 0;
         if (!hl || serve_put(p, head, hl)) p->keep_alive = 0;
     }
@@ -293,8 +404,10 @@ static void handle_request(struct lws *wsi, pss *p)
     qhttp_req *rq = &p->h.req;
     p->keep_alive = rq->keep_alive;
     p->head_only = rq->method == QHTTP_HEAD;
+    p->t_req = q_now();
     const char *allow = NULL;
     const qroute route = qhttp_route(rq->method, rq->path, &allow);
+    if (route == QR_OPTIONS) return preflight(wsi, p);
     if (!serve_origin_allowed(p)) {
         p->endpoint = "other";
         QLOGW("serve: a request from another site's page refused (Origin %s; see --allow-origin)",
@@ -324,6 +437,19 @@ static void handle_request(struct lws *wsi, pss *p)
                   rq->body_len);
         if (p->job) p->st = ST_WAIT;
         return;
+    case QR_TOKENIZE:
+    case QR_DETOKENIZE: {
+        p->endpoint = route == QR_TOKENIZE ? "tokenize" : "detokenize";
+        if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+        qoai_error e;
+        sprep *j = serve_prep_new(p, rq->body ? rq->body : "", rq->body_len, QOAI_COMPLETION);
+        if (!j) return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
+        j->what = route == QR_TOKENIZE ? PREP_TOKENIZE : PREP_DETOKENIZE;
+        j->answer = tokenize_answer;
+        p->st = ST_WAIT;
+        if (serve_prep_submit(j, &e)) return serve_reply_error(wsi, p, &e);
+        return;
+    }
     case QR_CHAT:
     case QR_COMPLETIONS:
         p->kind = route == QR_CHAT ? QOAI_CHAT : QOAI_COMPLETION;
@@ -464,6 +590,7 @@ static int http_writable(struct lws *wsi, pss *p)
         if (done) {
             if (chunked) bad |= serve_put(p, "0\r\n\r\n", 5);
             p->st = ST_REPLY;
+            log_request(p, 200);
         }
         if (bad) return -1;
     }

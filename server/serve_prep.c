@@ -49,6 +49,7 @@ static void prep_free(sprep *j)
     free(j->body);
     json_decref(j->msg);
     json_decref(j->norm);
+    json_decref(j->reply);
     free(j);
 }
 
@@ -58,7 +59,7 @@ static void check_turn(sprep *j)
 {
     qoai_req tmp;
     json_t *norm = NULL;
-    if (qoai_parse(j->body, j->len, QOAI_CHAT, &S.lim, S.model, S.tok, &tmp, &j->e)) return;
+    if (qoai_parse(j->body, j->len, QOAI_CHAT, &S.lim_ws, S.model, S.tok, &tmp, &j->e)) return;
     qoai_req_free(&tmp);
     if (qoai_messages(json_object_get(j->msg, "messages"), &norm, &j->e)) return;
     json_t *msgs = json_array();
@@ -76,6 +77,21 @@ static void check_turn(sprep *j)
     }
     j->norm = msgs;
     j->ok = 1;
+}
+
+/* POST /tokenize or /detokenize. */
+static void tokenize(sprep *j)
+{
+    json_error_t je;
+    json_t *o = json_loadb(j->body, j->len, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        qoai_fail(&j->e, 400, "invalid_request_error", NULL, "the body is not valid JSON (%s at byte %d)", je.text,
+                  je.position);
+        return;
+    }
+    if (j->what == PREP_TOKENIZE) j->ok = !qoai_tokenize(o, &S.lim, S.model, S.tok, &j->reply, &j->e);
+    else j->ok = !qoai_detokenize(o, &S.lim, S.model, S.tok, &j->reply, &j->e);
+    json_decref(o);
 }
 
 static void *worker(void *arg)
@@ -101,6 +117,9 @@ static void *worker(void *arg)
             qoai_fail(&j->e, 499, "invalid_request_error", NULL, "%s", "the client went away");
         } else if (j->what == PREP_CHECK) {
             check_turn(j);
+        } else if (j->what == PREP_TOKENIZE || j->what == PREP_DETOKENIZE) {
+            if (serve_ready()) tokenize(j);
+            else qoai_fail(&j->e, 503, "server_error", NULL, "%s", "the model is loading; retry shortly");
         } else {
             j->r = serve_submit(j->conn, j->body, j->len, j->kind, j->cid[0] ? j->cid : NULL, j->want_ids,
                                 j->session[0] ? j->session : NULL, &j->e);

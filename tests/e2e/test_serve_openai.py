@@ -38,9 +38,13 @@ class Server:
         if "--db" not in extra and "--no-persist" not in extra:
             self.db = db or os.path.join(tempfile.mkdtemp(prefix="quire-e2e-"), "quire.db")
             extra = (*extra, "--db", self.db)
+        # The log in a file (a pipe nobody reads would fill with the
+        # per-request lines and stall the server).
+        if log is None:
+            log = os.path.join(tempfile.mkdtemp(prefix="quire-log-"), "serve.log")
         self.proc = subprocess.Popen(
             [quire, "serve", "-m", model, "--port", str(self.port), "--kv-mem", "64", *extra],
-            stdout=subprocess.PIPE, stderr=open(log, "w") if log else subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
             env={**os.environ, **(env or {})})
         self.log = log
         deadline = time.time() + 30
@@ -51,7 +55,7 @@ class Server:
             except OSError:
                 pass
             if self.proc.poll() is not None:
-                raise RuntimeError("quire serve exited: " + (open(log).read() if log else self.proc.stderr.read()))
+                raise RuntimeError("quire serve exited: " + open(log).read())
             time.sleep(0.05)
         raise RuntimeError("quire serve did not come up")
 
@@ -82,6 +86,10 @@ class Server:
                 return r.status, json.loads(r.read().decode() or "null")
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read().decode() or "null")
+
+    def log_text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
 
     def metric(self, name):
         _, text = self.get("/metrics")
@@ -127,7 +135,7 @@ def test_completion_matches_generate(quire, client):
 def test_seeded_sampling_matches_generate(quire, client):
     outs = []
     for seed in (5, 9):
-        r = client.completions.create(model="m", prompt="Once upon a time", max_tokens=24, temperature=1.2, seed=seed)
+        r = client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=24, temperature=1.2, seed=seed)
         want = subprocess.run([quire, "generate", "-m", MODEL, "-p", "Once upon a time", "--temp", "1.2", "--seed",
                                str(seed), "-n", "24"], capture_output=True, text=True, check=True).stdout
         assert r.choices[0].text == (want[:-1] if want.endswith("\n") else want)
@@ -136,20 +144,20 @@ def test_seeded_sampling_matches_generate(quire, client):
 
 
 def test_completion_stream_equals_whole(client):
-    whole = client.completions.create(model="m", prompt="The cat", max_tokens=30, temperature=0)
-    chunks = list(client.completions.create(model="m", prompt="The cat", max_tokens=30, temperature=0, stream=True))
+    whole = client.completions.create(model="stories260K", prompt="The cat", max_tokens=30, temperature=0)
+    chunks = list(client.completions.create(model="stories260K", prompt="The cat", max_tokens=30, temperature=0, stream=True))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
 def test_chat_whole_and_stream(client):
     msgs = [{"role": "system", "content": "Tell a story."}, {"role": "user", "content": "Lily had a dog."}]
-    whole = client.chat.completions.create(model="m", messages=msgs, max_tokens=20, temperature=0)
+    whole = client.chat.completions.create(model="stories260K", messages=msgs, max_tokens=20, temperature=0)
     assert whole.object == "chat.completion"
     assert whole.choices[0].message.role == "assistant"
     text = whole.choices[0].message.content
     assert len(text) > 0
-    stream = client.chat.completions.create(model="m", messages=msgs, max_tokens=20, temperature=0, stream=True,
+    stream = client.chat.completions.create(model="stories260K", messages=msgs, max_tokens=20, temperature=0, stream=True,
                                             stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -159,17 +167,17 @@ def test_chat_whole_and_stream(client):
 
 
 def test_n_seed_and_stop(client):
-    a = client.completions.create(model="m", prompt="Once", max_tokens=16, temperature=1.0, seed=7, n=3)
-    b = client.completions.create(model="m", prompt="Once", max_tokens=16, temperature=1.0, seed=7, n=3)
+    a = client.completions.create(model="stories260K", prompt="Once", max_tokens=16, temperature=1.0, seed=7, n=3)
+    b = client.completions.create(model="stories260K", prompt="Once", max_tokens=16, temperature=1.0, seed=7, n=3)
     assert [c.index for c in a.choices] == [0, 1, 2]
     assert [c.text for c in a.choices] == [c.text for c in b.choices]   # the same seed, the same samples
     assert len({c.text for c in a.choices}) > 1                          # sample i draws with seed + i
-    r = client.completions.create(model="m", prompt="Once upon a time", max_tokens=60, temperature=0, stop=["."])
+    r = client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=60, temperature=0, stop=["."])
     assert "." not in r.choices[0].text and r.choices[0].finish_reason == "stop"
 
 
 def test_logprobs(client):
-    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=6,
+    r = client.chat.completions.create(model="stories260K", messages=[{"role": "user", "content": "Hi"}], max_tokens=6,
                                        temperature=0, logprobs=True, top_logprobs=2)
     content = r.choices[0].logprobs.content
     assert len(content) == r.usage.completion_tokens == 6
@@ -178,7 +186,7 @@ def test_logprobs(client):
         assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
         assert e.token == e.top_logprobs[0].token       # greedy: the likeliest
         assert bytes(e.bytes).decode("utf-8", "replace") == e.token
-    c = client.completions.create(model="m", prompt="Once", max_tokens=5, temperature=0, logprobs=3)
+    c = client.completions.create(model="stories260K", prompt="Once", max_tokens=5, temperature=0, logprobs=3)
     lp = c.choices[0].logprobs
     assert "".join(lp.tokens) == c.choices[0].text
     assert len(lp.token_logprobs) == 5 and all(len(t) >= 1 for t in lp.top_logprobs)
@@ -187,10 +195,10 @@ def test_logprobs(client):
 
 def test_errors(server, client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model="m", prompt="x", temperature=-1)
+        client.completions.create(model="stories260K", prompt="x", temperature=-1)
     assert e.value.status_code == 400 and "temperature" in str(e.value)
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="m", messages=[])
+        client.chat.completions.create(model="stories260K", messages=[])
     status, body = server.post("/v1/chat/completions", b"{not json")
     err = json.loads(body)["error"]
     assert status == 400 and "not valid JSON" in err["message"] and err["type"] == "invalid_request_error"
@@ -204,7 +212,7 @@ def test_errors(server, client):
     assert status == 413
     # The server keeps serving.
     assert server.get("/health")[0] == 200
-    r = client.completions.create(model="m", prompt="Once", max_tokens=3, temperature=0)
+    r = client.completions.create(model="stories260K", prompt="Once", max_tokens=3, temperature=0)
     assert r.usage.completion_tokens == 3
 
 
@@ -246,14 +254,14 @@ def test_api_key_and_sigterm_mid_stream(quire, tmp_path):
     try:
         bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
-            bad.completions.create(model="m", prompt="x", max_tokens=1)
+            bad.completions.create(model="stories260K", prompt="x", max_tokens=1)
         assert s.get("/v1/models")[0] == 401
         assert s.get("/health")[0] == 200
         good = openai.OpenAI(base_url=s.url + "/v1", api_key="sekret", max_retries=0)
-        assert good.completions.create(model="m", prompt="x", max_tokens=2).usage.completion_tokens == 2
+        assert good.completions.create(model="stories260K", prompt="x", max_tokens=2).usage.completion_tokens == 2
         # SIGTERM while a stream runs (no grace): the stream gets its final
         # event (finish_reason abort, then [DONE]) and the process exits 0.
-        stream = good.completions.create(model="m", prompt="Once", max_tokens=1500, stream=True,
+        stream = good.completions.create(model="stories260K", prompt="Once", max_tokens=1500, stream=True,
                                          extra_body={"ignore_eos": True})
         it = iter(stream)
         next(it)

@@ -185,7 +185,7 @@ def test_200_concurrent_clients(server):
 
     async def sse(client, k):
         p = prompts[k % 4]
-        stream = await client.completions.create(model="m", prompt=p, max_tokens=32, temperature=0, stream=True,
+        stream = await client.completions.create(model="stories260K", prompt=p, max_tokens=32, temperature=0, stream=True,
                                                  extra_body={"ignore_eos": True})
         text, fin = "", None
         async for c in stream:

@@ -36,7 +36,7 @@ PROMPTS = ["Once upon a time", "Lily and Ben went to the park. Lily and Ben", "T
 
 
 def complete(client, prompt, spec):
-    return client.completions.create(model="m", prompt=prompt, max_tokens=120, temperature=0, extra_body={
+    return client.completions.create(model="stories260K", prompt=prompt, max_tokens=120, temperature=0, extra_body={
         "ignore_eos": True, "speculative": spec})
 
 
@@ -96,7 +96,7 @@ def test_schema_with_drafts(spec_server):
     replies valid for the schema."""
     client = openai.OpenAI(base_url=spec_server.url + "/v1", api_key="unused", max_retries=0)
     msgs = [{"role": "user", "content": "Tell me about Lily."}]
-    ask = lambda spec, **kw: client.chat.completions.create(model="m", messages=msgs, max_tokens=200, response_format=RF,
+    ask = lambda spec, **kw: client.chat.completions.create(model="stories260K", messages=msgs, max_tokens=200, response_format=RF,
                                                             extra_body={"speculative": spec}, **kw)
     plain, spec = ask(False, temperature=0), ask(True, temperature=0)
     assert spec.choices[0].message.content == plain.choices[0].message.content

@@ -43,7 +43,7 @@ RF = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
 def test_json_schema_sampled(client):
     stops = 0
     for seed in range(8):
-        r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Who is there?"}],
+        r = client.chat.completions.create(model="stories260K", messages=[{"role": "user", "content": "Who is there?"}],
                                            max_tokens=300, temperature=1.0, seed=seed, response_format=RF)
         c = r.choices[0]
         assert c.finish_reason in ("stop", "length")
@@ -55,7 +55,7 @@ def test_json_schema_sampled(client):
 
 def test_json_schema_streamed(client):
     for seed in (11, 12, 13):
-        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Who?"}],
+        stream = client.chat.completions.create(model="stories260K", messages=[{"role": "user", "content": "Who?"}],
                                                 max_tokens=300, temperature=1.0, seed=seed, response_format=RF,
                                                 stream=True)
         text, finish = "", None
@@ -70,17 +70,17 @@ def test_json_schema_streamed(client):
 
 
 def test_json_object_and_choices(client):
-    r = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=60,
+    r = client.chat.completions.create(model="stories260K", messages=[{"role": "user", "content": "Hi"}], max_tokens=60,
                                        temperature=0, response_format={"type": "json_object"})
     text = r.choices[0].message.content
     assert text.startswith("{")
     if r.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(text), dict)
     for seed in range(5):
-        r = client.completions.create(model="m", prompt="Answer:", max_tokens=10, temperature=1.0, seed=seed,
+        r = client.completions.create(model="stories260K", prompt="Answer:", max_tokens=10, temperature=1.0, seed=seed,
                                       extra_body={"guided_choice": ["yes", "no", "maybe so"]})
         assert r.choices[0].text in ("yes", "no", "maybe so") and r.choices[0].finish_reason == "stop"
-    r = client.completions.create(model="m", prompt="Code:", max_tokens=20, temperature=1.0, seed=1,
+    r = client.completions.create(model="stories260K", prompt="Code:", max_tokens=20, temperature=1.0, seed=1,
                                   extra_body={"guided_regex": "[A-Z]{3}-[0-9]{2}"})
     assert re.fullmatch(r"[A-Z]{3}-[0-9]{2}", r.choices[0].text) and r.choices[0].finish_reason == "stop"
 
@@ -88,14 +88,14 @@ def test_json_object_and_choices(client):
 def test_refused_schema(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x"}],
+            model="stories260K", messages=[{"role": "user", "content": "x"}],
             response_format={"type": "json_schema", "json_schema": {
                 "name": "n", "schema": {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}})
     err = e.value.body
     assert err["param"] == "response_format.json_schema.schema"
     assert "uniqueItems" in err["message"] and "/properties/a" in err["message"]
     with pytest.raises(openai.BadRequestError):
-        client.completions.create(model="m", prompt="x", extra_body={"guided_regex": "(?=a)b"})
+        client.completions.create(model="stories260K", prompt="x", extra_body={"guided_regex": "(?=a)b"})
 
 
 def test_websocket(server):

@@ -47,7 +47,7 @@ def check_call(call):
 def test_named_function(client):
     stops = 0
     for seed in range(6):
-        r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, max_tokens=200, temperature=1.0,
+        r = client.chat.completions.create(model="stories260K", messages=MSGS, tools=TOOLS, max_tokens=200, temperature=1.0,
                                            seed=seed, tool_choice={"type": "function",
                                                                    "function": {"name": "roll_die"}})
         c = r.choices[0]
@@ -85,7 +85,7 @@ def test_required_streamed_equals_whole(client):
     when the finish is "length")."""
     checked = 0
     for seed in range(5):
-        kw = dict(model="m", messages=MSGS, tools=TOOLS, tool_choice="required", max_tokens=250, temperature=1.0,
+        kw = dict(model="stories260K", messages=MSGS, tools=TOOLS, tool_choice="required", max_tokens=250, temperature=1.0,
                   seed=seed)
         whole = client.chat.completions.create(**kw).choices[0]
         calls, content, finish = collect_stream(client.chat.completions.create(stream=True, **kw))
@@ -104,7 +104,7 @@ def test_required_streamed_equals_whole(client):
 
 def test_single_call_when_not_parallel(client):
     for seed in range(3):
-        r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice="required",
+        r = client.chat.completions.create(model="stories260K", messages=MSGS, tools=TOOLS, tool_choice="required",
                                            parallel_tool_calls=False, max_tokens=250, temperature=1.0, seed=seed)
         c = r.choices[0]
         assert len(c.message.tool_calls) == 1
@@ -115,7 +115,7 @@ def test_single_call_when_not_parallel(client):
 def test_auto_text_or_calls(client):
     """auto: text, calls after it or none; the tag never shows in content."""
     for seed in range(4):
-        kw = dict(model="m", messages=MSGS, tools=TOOLS, max_tokens=40, temperature=1.0, seed=seed)
+        kw = dict(model="stories260K", messages=MSGS, tools=TOOLS, max_tokens=40, temperature=1.0, seed=seed)
         c = client.chat.completions.create(**kw).choices[0]
         assert c.finish_reason in ("stop", "length", "tool_calls")
         assert "<tool_call>" not in (c.message.content or "")
@@ -126,18 +126,18 @@ def test_auto_text_or_calls(client):
         assert finish == c.finish_reason
         assert content == (c.message.content or "")
     # tool_choice none: plain text, no grammar
-    c = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, tool_choice="none", max_tokens=20,
+    c = client.chat.completions.create(model="stories260K", messages=MSGS, tools=TOOLS, tool_choice="none", max_tokens=20,
                                        temperature=0).choices[0]
     assert c.message.tool_calls is None and c.message.content
 
 
 def test_conversation_with_results(client):
-    r = client.chat.completions.create(model="m", messages=MSGS, tools=TOOLS, max_tokens=200, temperature=0,
+    r = client.chat.completions.create(model="stories260K", messages=MSGS, tools=TOOLS, max_tokens=200, temperature=0,
                                        tool_choice={"type": "function", "function": {"name": "get_weather"}})
     call = r.choices[0].message.tool_calls[0]
     msgs = MSGS + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
                    {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 degrees"}]
-    r2 = client.chat.completions.create(model="m", messages=msgs, tools=TOOLS, tool_choice="none", max_tokens=16,
+    r2 = client.chat.completions.create(model="stories260K", messages=msgs, tools=TOOLS, tool_choice="none", max_tokens=16,
                                         temperature=0)
     assert r2.choices[0].finish_reason in ("stop", "length") and r2.usage.prompt_tokens > r.usage.prompt_tokens
 
@@ -153,7 +153,7 @@ def test_conversation_with_results(client):
 ])
 def test_bad_tools(client, extra, param, words):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="m", messages=MSGS, max_tokens=5, extra_body=extra)
+        client.chat.completions.create(model="stories260K", messages=MSGS, max_tokens=5, extra_body=extra)
     assert e.value.body["param"] == param and words in e.value.body["message"]
 
 

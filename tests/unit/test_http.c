@@ -135,6 +135,14 @@ static void test_routes_and_head(void)
     CHECK_EQ_INT(qhttp_route(QHTTP_TRACE, "/", &allow), QR_BAD_METHOD);
     CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/index.html", &allow), QR_STATIC);
     CHECK_EQ_INT(qhttp_route(QHTTP_POST, "/nope", &allow), QR_NONE);
+    CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/v1/models/stories260K", &allow), QR_MODEL);
+    CHECK_EQ_INT(qhttp_route(QHTTP_POST, "/v1/models/x", &allow), QR_BAD_METHOD);
+    CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/v1/models/", &allow), QR_STATIC);
+    CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/version", &allow), QR_VERSION);
+    CHECK_EQ_INT(qhttp_route(QHTTP_POST, "/tokenize", &allow), QR_TOKENIZE);
+    CHECK_EQ_INT(qhttp_route(QHTTP_POST, "/detokenize", &allow), QR_DETOKENIZE);
+    CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/tokenize", &allow), QR_BAD_METHOD);
+    CHECK_EQ_INT(qhttp_route(QHTTP_OPTIONS, "/v1/chat/completions", &allow), QR_OPTIONS);
     char head[256];
     const size_t n = qhttp_head(head, sizeof head, 413, "application/json", 12, 0, 0, "x-a: b\r\n");
     REQUIRE(n > 0);

@@ -22,7 +22,7 @@ static double g_seconds; /* the grammar's time budget (0: none) */
 
 static int parse(const char *body, qoai_kind kind, int cap, qoai_req *r, qoai_error *e)
 {
-    const qoai_limits lim = { cap, g_vocab, g_cache, g_fail, g_seconds };
+    const qoai_limits lim = { .max_tokens_cap = cap, .gvocab = g_vocab, .gcache = g_cache, .gfail = g_fail, .grammar_seconds = g_seconds };
     return qoai_parse(body, strlen(body), kind, &lim, g_model, g_tok, r, e);
 }
 
@@ -36,7 +36,7 @@ static void test_chat_valid(void)
                        " \"max_tokens\": 7, \"temperature\": 0.5, \"top_p\": 0.9, \"top_k\": 40, \"min_p\": 0.05,"
                        " \"seed\": -3, \"n\": 2, \"stop\": [\"a\", \"b\"], \"logprobs\": true, \"top_logprobs\": 3,"
                        " \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"user\": \"u\","
-                       " \"frequency_penalty\": 0.5, \"presence_penalty\": -0.5, \"some_future_field\": [1]}";
+                       " \"frequency_penalty\": 0.5, \"presence_penalty\": -0.5}";
     REQUIRE(parse(body, QOAI_CHAT, 0, &r, &e) == 0);
     CHECK(r.p.n_prompt > 4);
     CHECK(r.p.prompt == r.ids);
@@ -179,8 +179,40 @@ static void test_bad_bodies(void)
           "response_format.json_schema.schema", "/properties/a" },
         { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_regex\": \"(?=a)\"}", "guided_regex", "lookaround" },
         { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": []}", "guided_choice", "list of 1 to 4096" },
-        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"], \"guided_regex\": \"a\"}", "response_format",
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_choice\": [\"a\"], \"guided_regex\": \"a\"}", "guided_choice",
           "one of" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"json_schema\": {}, \"structured_outputs\": {\"regex\": \"a\"}}",
+          "json_schema", "one of" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"structured_outputs\": {\"grammar\": \"root ::= x\"}}",
+          "structured_outputs.grammar", "not supported" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"guided_json\": \"{nope\"}", "guided_json", "not JSON" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"some_future_field\": [1]}", "some_future_field",
+          "Unrecognized request argument" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"suffix\": \"y\"}", "suffix", "fill-in-the-middle" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"grammar\": \"root ::= x\"}", "grammar", "not supported" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"messages\": []}", "messages", "/v1/chat/completions" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"a\": 1}}", "logit_bias", "token ids" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"5\": 101}}", "logit_bias", "[-100, 100]" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"99999\": 1}}", "logit_bias", "vocabulary" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"stop_token_ids\": [-1]}", "stop_token_ids", "not a token id" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"stop_token_ids\": [99999]}", "stop_token_ids", "vocabulary" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"min_tokens\": 9, \"max_tokens\": 4}", "min_tokens", "at most" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 3}", "best_of", "not supported" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 2}", "echo", "prompt's logprobs" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"priority\": 1}", "priority", "not enabled" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"truncate_prompt_tokens\": 0}", "truncate_prompt_tokens", ">= 1" },
+        { QOAI_COMPLETION, "{\"prompt\": \"x\", \"request_id\": \"a b\"}", "request_id", "letters" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": true}",
+          "continue_final_message", "cannot both be true" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": true, "
+          "\"add_generation_prompt\": false}", "continue_final_message", "the assistant's" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": "
+          "{\"messages\": []}}", "chat_template_kwargs", "may not set 'messages'" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+          "\"content\": null, \"tool_calls\": [{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": "
+          "\"f\", \"arguments\": \"{oops\"}}]}]}", "messages[1].tool_calls[0]", "not JSON" },
+        { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"prompt\": \"y\"}", "prompt",
+          "/v1/completions" },
         { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": {}}", "tools", "an array" },
         { QOAI_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}",
           "tool_choice", "needs 'tools'" },
@@ -430,7 +462,7 @@ static void test_guided(void)
     REQUIRE(parse("{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", QOAI_COMPLETION, 0, &r, &e) == 0);
     CHECK(r.grammar == NULL);
     qoai_req_free(&r);
-    const qoai_limits bare = { 0, NULL, NULL, NULL, 0 };
+    const qoai_limits bare = { 0 };
     CHECK(qoai_parse(ok[0], strlen(ok[0]), QOAI_COMPLETION, &bare, g_model, g_tok, &r, &e) != 0);
     CHECK_STR_CONTAINS(e.message, "tokenizer");
 }
