@@ -370,3 +370,57 @@ def test_fresh_seed_without_seed(client):
     replies = {ask().choices[0].text for _ in range(20)}
     assert len(replies) >= 15, replies
     assert len({ask(seed=7).choices[0].text for _ in range(4)}) == 1
+
+
+# ---- CORS from a real browser ----------------------------------------------------------------
+
+
+def test_cors_in_chromium(quire, tmp_path):
+    """A page of another origin calls the API with fetch (a JSON POST with an
+    Authorization header: a preflight first) in headless Chromium: the
+    listed origin gets its reply, an unlisted one is refused by the
+    browser."""
+    import functools
+    import http.server
+    import shutil
+    import threading
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chrome = next((p for p in (shutil.which("chromium"), "/usr/bin/chromium") if p and os.access(p, os.X_OK)), None)
+    driver_bin = next((p for p in (shutil.which("chromedriver"), "/usr/bin/chromedriver")
+                       if p and os.access(p, os.X_OK)), None)
+    if not chrome or not driver_bin:
+        pytest.fail("headless Chromium is needed: apt-get install chromium chromium-driver (scripts/deps.sh test)")
+    (tmp_path / "index.html").write_text("<!doctype html><title>other site</title>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    pages = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) for _ in range(2)]
+    for p in pages:
+        threading.Thread(target=p.serve_forever, daemon=True).start()
+    listed, other = (f"http://127.0.0.1:{p.server_address[1]}" for p in pages)
+    s = Server(quire, "--no-persist", "--api-key", "k1", "--allowed-origins", listed)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chrome
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        opts.add_argument(a)
+    d = webdriver.Chrome(service=Service(driver_bin), options=opts)
+    call = """const done = arguments[arguments.length - 1];
+        fetch(arguments[0] + '/v1/chat/completions', {method: 'POST',
+              headers: {'content-type': 'application/json', 'authorization': 'Bearer k1'},
+              body: JSON.stringify({model: 'stories260K', max_tokens: 4,
+                                    messages: [{role: 'user', content: 'Hi'}]})})
+          .then(r => r.json()).then(j => done({ok: j.choices[0].message.content !== undefined}))
+          .catch(e => done({error: String(e)}));"""
+    try:
+        d.set_script_timeout(20)
+        d.get(listed + "/index.html")
+        assert d.execute_async_script(call, s.url) == {"ok": True}
+        d.get(other + "/index.html")
+        got = d.execute_async_script(call, s.url)
+        assert "error" in got and "Failed to fetch" in got["error"], got
+    finally:
+        d.quit()
+        for p in pages:
+            p.shutdown()
+        assert s.stop() == 0

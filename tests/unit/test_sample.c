@@ -441,6 +441,40 @@ static void test_logit_bias(void)
     CHECK_EQ_INT(h[3], 2000);
 }
 
+/* min_tokens: the listed ids are -inf until min_tokens tokens have been
+ * accepted, then back; the sampler is not greedy-reducible meanwhile. */
+static void test_min_tokens(void)
+{
+    double p[V] = { 0.4, 0.3, 0.2, 0.1 };
+    float l[V], w[V];
+    from_probs(p, l);
+    qsample_params sp = qsample_defaults();
+    sp.temperature = 0;
+    const int32_t ban[1] = { 0 };
+    sp.min_tokens = 2, sp.min_ids = ban, sp.n_min_ids = 1;
+    qsampler *s = make(sp, V);
+    REQUIRE(s);
+    CHECK(!qsampler_is_greedy(s));
+    qsampler_process(s, l, NULL, w);
+    CHECK(isinf(w[0]) && w[0] < 0 && w[1] == l[1]);
+    CHECK_EQ_INT(qsample(s, l), 1);
+    CHECK_EQ_INT(qsampler_accept(s, 1), 0);
+    CHECK_EQ_INT(qsample(s, l), 1); /* one accepted: still banned */
+    CHECK_EQ_INT(qsampler_accept(s, 1), 0);
+    CHECK(qsampler_is_greedy(s));
+    CHECK_EQ_INT(qsample(s, l), 0); /* two: free again */
+    qsampler_reset(s);
+    CHECK_EQ_INT(qsample(s, l), 1); /* a new sequence counts from zero */
+    qsampler_destroy(s);
+    char err[160];
+    const int32_t far[1] = { V };
+    sp.min_ids = far;
+    CHECK_EQ_INT(qsampler_new(&sp, V, &s, err, sizeof err), QERR_RANGE);
+    CHECK(strstr(err, "min_tokens") != NULL);
+    sp.min_tokens = -1, sp.min_ids = ban;
+    CHECK_EQ_INT(qsample_check(&sp, err, sizeof err), QERR_RANGE);
+}
+
 static void test_mask(void)
 {
     enum { N = 40 }; /* two mask words */
@@ -717,6 +751,7 @@ int main(void)
     QT_RUN(test_frequency_counts);
     QT_RUN(test_logprobs);
     QT_RUN(test_logit_bias);
+    QT_RUN(test_min_tokens);
     QT_RUN(test_mask);
     QT_RUN(test_seeded_penalties);
     QT_RUN(test_observe_errors);

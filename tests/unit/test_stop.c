@@ -155,6 +155,34 @@ static void test_include_stop(void)
     qstop_free(m);
 }
 
+/* Disarmed (min_tokens not yet reached): a completed stop is text; armed
+ * again, a stop that began before counts. */
+static void test_arm(void)
+{
+    const char *stops[] = { "END" };
+    qstop *m = make(stops, 1, 0);
+    REQUIRE(m);
+    qstop_out last;
+    qstop_arm(m, 0);
+    FEED(m, "aEND", "aEND");
+    CHECK(!last.stopped);
+    FEED(m, "bEN", "b"); /* "EN" held as usual */
+    qstop_arm(m, 1);
+    FEED(m, "Dc", ""); /* completes after arming: a stop */
+    CHECK(last.stopped && last.stop_index == 0);
+    qstop_free(m);
+    /* Overlapping matches while disarmed keep the automaton right. */
+    const char *s2[] = { "aa" };
+    m = make(s2, 1, 0);
+    REQUIRE(m);
+    qstop_arm(m, 0);
+    FEED(m, "aaa", "aa");
+    qstop_arm(m, 1);
+    FEED(m, "a", "");
+    CHECK(last.stopped);
+    qstop_free(m);
+}
+
 static void test_utf8(void)
 {
     qstop_out last;
@@ -373,6 +401,7 @@ int main(void)
     QT_RUN(test_kmp_fallback);
     QT_RUN(test_overlapping);
     QT_RUN(test_include_stop);
+    QT_RUN(test_arm);
     QT_RUN(test_utf8);
     QT_RUN(test_errors);
     QT_RUN(test_random_chunkings);
