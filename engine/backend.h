@@ -72,9 +72,6 @@ typedef struct {
     float rope_low_freq_factor;  /* llama3 */
     float rope_high_freq_factor; /* llama3 */
     int rope_orig_ctx;           /* llama3: original_max_position_embeddings */
-    /* Round the RoPE inverse frequencies to bf16, as HF transformers does for
-     * a bf16 checkpoint (its inv_freq buffer is cast with the weights). */
-    int rope_freq_bf16;
     int tied_embeddings;         /* output projection is tok_embd */
     int attn_bias;               /* q/k/v projections have biases (Qwen2) */
 } qhparams;
@@ -315,8 +312,10 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
                        char *err, size_t errlen);
 
 /* RoPE inverse frequencies (rope_dim / 2 floats) for w: theta, llama3 or
- * linear scaling, GGUF rope_freqs, bf16 rounding as HF does for bf16
- * checkpoints.  Every backend uses this one definition.  Cannot fail. */
+ * linear scaling, GGUF rope_freqs.  Always float32, whatever the weights'
+ * dtype (as vLLM and llama.cpp compute them: rounding them to a bf16
+ * checkpoint's dtype moves the logits by about 1%).  Every backend uses this
+ * one definition.  Cannot fail. */
 void qrope_inv_freq(const qweights *w, float *inv_freq);
 
 #ifdef QUIRE_HAVE_CUDA

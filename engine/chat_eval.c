@@ -278,7 +278,7 @@ qcj_val qcj_getitem(qcj_ctx *c, const qcj_node *at, qcj_val obj, qcj_val key)
             if (i < 0) i += n;
             if (i >= 0 && i < n) {
                 size_t a = qcj_str_off(s, (size_t)i), b = qcj_str_off(s, (size_t)i + 1);
-                return qcj_strv(c, s->s + a, b - a);
+                return qcj_strval(qcj_str_new(c, s->s + a, b - a), obj.markup);
             }
         }
         break;
@@ -355,7 +355,7 @@ static qcj_val do_slice(qcj_ctx *c, const qcj_node *n, qcj_val obj, qcj_scope *s
     const qcj_str *s = obj.u.s;
     if (step == 1) {
         size_t a = qcj_str_off(s, (size_t)start), b = qcj_str_off(s, (size_t)(start + count));
-        return qcj_strv(c, s->s + a, b - a);
+        return qcj_strval(qcj_str_new(c, s->s + a, b - a), obj.markup);
     }
     size_t *off = qcj_allocn(c, s->nchars + 1, sizeof *off);
     for (size_t i = 0, k = 0; k <= s->nchars; k++) {
@@ -373,7 +373,7 @@ static qcj_val do_slice(qcj_ctx *c, const qcj_node *n, qcj_val obj, qcj_scope *s
         memcpy(out + o, s->s + a, b - a);
         o += b - a;
     }
-    return qcj_strv(c, out, o);
+    return qcj_strval(qcj_str_new(c, out, o), obj.markup);
 }
 
 /* ---- arithmetic ------------------------------------------------------------------ */
@@ -398,7 +398,7 @@ static qcj_val repeat(qcj_ctx *c, const qcj_node *at, qcj_val seq, int64_t times
         if (n && (uint64_t)times > c->max_output / n) qcj_fail(c, QERR_LIMIT, lineof(at), "string repetition too large");
         char *out = qcj_alloc(c, n * (size_t)times + 1);
         for (int64_t i = 0; i < times; i++) memcpy(out + (size_t)i * n, seq.u.s->s, n);
-        return qcj_strv(c, out, n * (size_t)times);
+        return qcj_strval(qcj_str_new(c, out, n * (size_t)times), seq.markup);
     }
     const qcj_list *l = seq.u.l;
     if (l->n && (uint64_t)times > (c->max_output / 16) / l->n) qcj_fail(c, QERR_LIMIT, lineof(at), "list repetition too large");
@@ -500,12 +500,16 @@ qcj_val qcj_binop(qcj_ctx *c, const qcj_node *at, int op, qcj_val a, qcj_val b)
     }
     if (op == OP_ADD) {
         if (a.t == QV_STR && b.t == QV_STR) {
+            /* Markup + str and str + Markup escape the str (markupsafe's
+             * __add__ and __radd__): a Markup. */
+            int markup = a.markup || b.markup;
+            if (markup) a = qcj_escape(c, a), b = qcj_escape(c, b);
             size_t n = a.u.s->len + b.u.s->len;
             if (n > c->max_output) qcj_fail(c, QERR_LIMIT, line, "string too long");
             char *out = qcj_alloc(c, n + 1);
             memcpy(out, a.u.s->s, a.u.s->len);
             memcpy(out + a.u.s->len, b.u.s->s, b.u.s->len);
-            return qcj_strv(c, out, n);
+            return qcj_strval(qcj_str_new(c, out, n), markup);
         }
         if (a.t == QV_LIST && b.t == QV_LIST && a.u.l->kind == b.u.l->kind &&
             (a.u.l->kind == QL_LIST || a.u.l->kind == QL_TUPLE)) {
@@ -515,7 +519,7 @@ qcj_val qcj_binop(qcj_ctx *c, const qcj_node *at, int op, qcj_val a, qcj_val b)
             l->n = a.u.l->n + b.u.l->n;
             return qcj_listv(l);
         }
-        if (a.t == QV_STR || (a.t == QV_LIST && (a.u.l->kind == QL_LIST || a.u.l->kind == QL_TUPLE)))
+        if ((a.t == QV_STR && !a.markup) || (a.t == QV_LIST && (a.u.l->kind == QL_LIST || a.u.l->kind == QL_TUPLE)))
             qcj_fail(c, QERR_INVAL, line, "can only concatenate %s (not \"%s\") to %s", qcj_type_name(a),
                      qcj_type_name(b), qcj_type_name(a));
     }
@@ -527,7 +531,7 @@ qcj_val qcj_binop(qcj_ctx *c, const qcj_node *at, int op, qcj_val a, qcj_val b)
         if (aseq && b.t != QV_FLOAT && !bseq)
             qcj_fail(c, QERR_INVAL, line, "can't multiply sequence by non-int of type '%s'", qcj_type_name(b));
     }
-    if (op == OP_MOD && a.t == QV_STR) return qcj_percent_format(c, at, a.u.s, b);
+    if (op == OP_MOD && a.t == QV_STR) return qcj_percent_format(c, at, a.u.s, a.markup, b);
     unsupported(c, at, op, a, b);
 }
 
@@ -732,7 +736,9 @@ static qcj_val call_value(qcj_ctx *c, const qcj_node *at, qcj_val fn, const qcj_
     switch (f->kind) {
     case QF_MACRO:
     case QF_CALLER: return call_macro(c, at, f, a, caller);
-    case QF_METHOD: return f->b->fn(c, at, f->self, a);
+    case QF_METHOD:
+        if (f->self.t == QV_STR && f->self.markup) return qcj_markup_method(c, at, f->b, f->self, a);
+        return f->b->fn(c, at, f->self, a);
     case QF_GLOBAL: return f->b->fn(c, at, fn, a);
     case QF_JOINER:
         if (!fn.u.fn->pos) {

@@ -39,7 +39,9 @@ static qcj_val strval(qcj_str *s)
     return v;
 }
 
-static qcj_val soft_str(qcj_ctx *c, qcj_val v) { return strval(qcj_to_str(c, v)); }
+/* markupsafe's soft_str: str(v), except that a string (a Markup too) stays as it is. */
+static qcj_val soft_str(qcj_ctx *c, qcj_val v) { return v.t == QV_STR ? v : strval(qcj_to_str(c, v)); }
+static int is_markup(qcj_val v) { return v.t == QV_STR && v.markup; }
 
 void qcj_bind(qcj_ctx *c, const qcj_node *at, const char *fname, const qcj_args *a, const char *const *params,
               size_t nreq, qcj_val *slots)
@@ -209,7 +211,7 @@ static qcj_val case_filter(qcj_ctx *c, const qcj_node *at, qcj_val v, const qcj_
 {
     qcj_val s[1];
     qcj_bind(c, at, nm, a, P_NONE, 0, s);
-    return strval(qcj_str_case(c, qcj_to_str(c, v), mode));
+    return qcj_strval(qcj_str_case(c, qcj_to_str(c, v), mode), is_markup(v));
 }
 
 FILTER(f_capitalize) { return case_filter(c, at, v, a, QC_CAPITALIZE, "capitalize"); }
@@ -293,26 +295,14 @@ FILTER(f_escape)
 {
     qcj_val s[1];
     qcj_bind(c, at, "escape", a, P_NONE, 0, s);
-    const qcj_str *str = qcj_to_str(c, v);
-    qcj_buf b = { 0 };
-    size_t run = 0;
-    for (size_t i = 0; i < str->len; i++) {
-        const char *rep = NULL;
-        switch (str->s[i]) {
-        case '&': rep = "&amp;"; break;
-        case '<': rep = "&lt;"; break;
-        case '>': rep = "&gt;"; break;
-        case '"': rep = "&#34;"; break;
-        case '\'': rep = "&#39;"; break;
-        default: break;
-        }
-        if (!rep) continue;
-        qcj_buf_put(c, &b, str->s + run, i - run);
-        qcj_buf_puts(c, &b, rep);
-        run = i + 1;
-    }
-    qcj_buf_put(c, &b, str->s + run, str->len - run);
-    return qcj_strv(c, b.p ? b.p : "", b.n);
+    return qcj_escape(c, v);
+}
+
+FILTER(f_forceescape)
+{
+    qcj_val s[1];
+    qcj_bind(c, at, "forceescape", a, P_NONE, 0, s);
+    return qcj_strval(qcj_escape_str(c, qcj_to_str(c, v)), 1);
 }
 
 FILTER(f_first)
@@ -445,7 +435,7 @@ FILTER(f_format)
         l->n = a->npos;
         args = qcj_listv(l);
     }
-    return qcj_percent_format(c, at, qcj_to_str(c, v), args);
+    return qcj_percent_format(c, at, qcj_to_str(c, v), is_markup(v), args);
 }
 
 FILTER(f_indent)
@@ -483,7 +473,7 @@ FILTER(f_indent)
         }
         qcj_buf_put(c, &b, ln->s, ln->len);
     }
-    return qcj_strv(c, b.p ? b.p : "", b.n);
+    return qcj_strval(qcj_str_new(c, b.p ? b.p : "", b.n), v.markup);
 }
 
 FILTER(f_items)
@@ -662,7 +652,7 @@ FILTER(f_reverse)
             memcpy(out + str->len - i - k, str->s + i, k);
             i += k;
         }
-        return qcj_strv(c, out, str->len);
+        return qcj_strval(qcj_str_new(c, out, str->len), v.markup);
     }
     int gen = v.t == QV_LIST && v.u.l->kind == QL_GEN;
     if (v.t != QV_LIST && v.t != QV_DICT && v.t != QV_UNDEF) qcj_fail(c, QERR_INVAL, lineof(at), "argument must be iterable");
@@ -731,7 +721,7 @@ FILTER(f_safe)
 {
     qcj_val s[1];
     qcj_bind(c, at, "safe", a, P_NONE, 0, s);
-    return soft_str(c, v);
+    return qcj_strval(qcj_to_str(c, v), 1);
 }
 
 FILTER(f_sort)
@@ -848,7 +838,7 @@ FILTER(f_trim)
         if (s[0].t != QV_STR) qcj_fail(c, QERR_INVAL, lineof(at), "strip arg must be None or str");
         chars = s[0].u.s;
     }
-    return strval(qcj_strip(c, qcj_to_str(c, v), chars, 1, 1));
+    return qcj_strval(qcj_strip(c, qcj_to_str(c, v), chars, 1, 1), is_markup(v));
 }
 
 FILTER(f_truncate)
@@ -875,10 +865,12 @@ FILTER(f_truncate)
         while (k > 0 && str->s[k - 1] != ' ') k--;
         if (k > 0) cut = k - 1;
     }
+    /* A Markup's cut + end escapes end (Markup.__add__). */
+    if (v.markup) end = qcj_escape_str(c, qcj_str_new(c, end->s, end->len));
     qcj_buf b = { 0 };
     qcj_buf_put(c, &b, str->s, cut);
     qcj_buf_put(c, &b, end->s, end->len);
-    return qcj_strv(c, b.p ? b.p : "", b.n);
+    return qcj_strval(qcj_str_new(c, b.p ? b.p : "", b.n), v.markup);
 }
 
 FILTER(f_unique)
@@ -958,7 +950,7 @@ TEST(t_float) { no_args(c, at, a, "float"); return qcj_bool(v.t == QV_FLOAT); }
 TEST(t_number) { no_args(c, at, a, "number"); return qcj_bool(qcj_is_num(v)); }
 TEST(t_string) { no_args(c, at, a, "string"); return qcj_bool(v.t == QV_STR); }
 TEST(t_mapping) { no_args(c, at, a, "mapping"); return qcj_bool(v.t == QV_DICT); }
-TEST(t_escaped) { no_args(c, at, a, "escaped"); return qcj_bool(0); }
+TEST(t_escaped) { no_args(c, at, a, "escaped"); return qcj_bool(is_markup(v)); }
 
 TEST(t_iterable)
 {
@@ -1056,7 +1048,7 @@ static const qcj_builtin FILTERS[] = {
     { "abs", f_abs, 0 }, { "attr", f_attr, 0 }, { "batch", f_batch, 0 }, { "capitalize", f_capitalize, 0 },
     { "center", f_center, 0 }, { "count", f_length, 0 }, { "d", f_default, 0 }, { "default", f_default, 0 },
     { "dictsort", f_dictsort, 0 }, { "e", f_escape, 0 }, { "escape", f_escape, 0 }, { "first", f_first, 0 },
-    { "float", f_float, 0 }, { "forceescape", f_escape, 0 }, { "format", f_format, 0 }, { "indent", f_indent, 0 },
+    { "float", f_float, 0 }, { "forceescape", f_forceescape, 0 }, { "format", f_format, 0 }, { "indent", f_indent, 0 },
     { "int", f_int, 0 }, { "items", f_items, 0 }, { "join", f_join, 0 }, { "last", f_last, 0 },
     { "length", f_length, 0 }, { "list", f_list, 0 }, { "lower", f_lower, 0 }, { "map", f_map, 0 },
     { "max", f_max, 0 }, { "min", f_min, 0 }, { "reject", f_reject, 0 }, { "rejectattr", f_rejectattr, 0 },

@@ -77,8 +77,13 @@ struct qcj_func;
 struct qcj_loop;
 struct qcj_undef;
 
+/* A string may be a jinja2 Markup (`markup`): what |safe and |escape make.
+ * As in markupsafe, + and % escape the plain strings they join to one, and
+ * the string methods and filters that keep a Markup keep the flag; every
+ * other operation gives a plain str, and equality and hashing ignore it. */
 typedef struct qcj_val {
-    uint8_t t; /* qcj_type */
+    uint8_t t;      /* qcj_type */
+    uint8_t markup; /* QV_STR: a Markup (HTML-safe) string */
     union {
         int64_t i; /* QV_INT, QV_BOOL (0/1) */
         double f;
@@ -285,6 +290,21 @@ static inline qcj_val qcj_undef0(void) { qcj_val v = { .t = QV_UNDEF, .u.un = NU
 /* All may fail (out of memory / memory limit). */
 qcj_str *qcj_str_new(qcj_ctx *c, const char *p, size_t n);
 qcj_val qcj_strv(qcj_ctx *c, const char *p, size_t n);
+/* s as a value, a Markup when markup is set.  Cannot fail. */
+static inline qcj_val qcj_strval(qcj_str *s, int markup)
+{
+    qcj_val v = { .t = QV_STR, .markup = (uint8_t)(markup != 0) };
+    v.u.s = s;
+    return v;
+}
+/* markupsafe's escape(v): a Markup is returned as it is; anything else is
+ * str(v) with & < > " ' replaced by entities, as a Markup.  May fail. */
+qcj_val qcj_escape(qcj_ctx *c, qcj_val v);
+/* The same, always escaping (jinja2's |forceescape).  May fail. */
+qcj_str *qcj_escape_str(qcj_ctx *c, qcj_str *s);
+/* Marks the strings of a list or tuple that a Markup method returned (split,
+ * partition...) as Markup; returns v.  Cannot fail. */
+qcj_val qcj_markup_items(qcj_val v);
 qcj_val qcj_cstrv(qcj_ctx *c, const char *s);
 qcj_val qcj_undef_name(qcj_ctx *c, const char *name);
 qcj_val qcj_undef_hint(qcj_ctx *c, const char *hint, int security);
@@ -393,8 +413,13 @@ qcj_val qcj_binop(qcj_ctx *c, const qcj_node *at, int op, qcj_val a, qcj_val b);
 /* The attribute half of the sandbox's access (methods, namespace and loop
  * fields); returns 0 on a miss.  Used by x.y, x[y] and the attr filter. */
 int qcj_attr(qcj_ctx *c, qcj_val obj, const char *name, size_t len, qcj_val *out);
-/* Python's `fmt % args` (printf-style formatting). */
-qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, qcj_val args);
+/* Python's `fmt % args` (printf-style formatting); a Markup fmt (markup set)
+ * escapes what its conversions insert and gives a Markup. */
+qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, int markup, qcj_val args);
+/* A method called on a Markup string: markupsafe's escaping of the arguments
+ * that join the result (replace's new, the fill of center/ljust/rjust) and a
+ * Markup result where markupsafe keeps one. */
+qcj_val qcj_markup_method(qcj_ctx *c, const qcj_node *at, const qcj_builtin *b, qcj_val self, const qcj_args *a);
 /* Python's str.strip/lstrip/rstrip: chars NULL strips whitespace. */
 qcj_str *qcj_strip(qcj_ctx *c, const qcj_str *s, const qcj_str *chars, int left, int right);
 /* Python's str.replace(old, new, count); count < 0 replaces all. */

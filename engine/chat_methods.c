@@ -420,12 +420,14 @@ static qcj_val m_join(qcj_ctx *c, const qcj_node *at, qcj_val self, const qcj_ar
     qcj_iter(c, at, s[0], &items, &n);
     qcj_buf b = { 0 };
     for (size_t i = 0; i < n; i++) {
-        if (!is_str(items[i]))
-            qcj_fail(c, QERR_INVAL, lineof(at), "sequence item %zu: expected str instance, %s found", i, qcj_type_name(items[i]));
+        /* Markup.join escapes every item, whatever its type. */
+        qcj_val it = self.markup ? qcj_escape(c, items[i]) : items[i];
+        if (!is_str(it))
+            qcj_fail(c, QERR_INVAL, lineof(at), "sequence item %zu: expected str instance, %s found", i, qcj_type_name(it));
         if (i) qcj_buf_put(c, &b, self.u.s->s, self.u.s->len);
-        qcj_buf_put(c, &b, items[i].u.s->s, items[i].u.s->len);
+        qcj_buf_put(c, &b, it.u.s->s, it.u.s->len);
     }
-    return qcj_strv(c, b.p ? b.p : "", b.n);
+    return qcj_strval(qcj_str_new(c, b.p ? b.p : "", b.n), self.markup);
 }
 
 static qcj_val pad(qcj_ctx *c, const qcj_node *at, qcj_val self, const qcj_args *a, const char *nm, int mode)
@@ -826,13 +828,24 @@ static qcj_val m_format(qcj_ctx *c, const qcj_node *at, qcj_val self, const qcj_
         } else if (cv) {
             qcj_fail(c, QERR_INVAL, lineof(at), "Unknown conversion specifier %c", cv);
         }
-        format_value(c, at, &b, v, spec ? spec + 1 : NULL, specl);
+        if (!self.markup) {
+            format_value(c, at, &b, v, spec ? spec + 1 : NULL, specl);
+        } else if (v.t == QV_STR && v.markup) {
+            if (specl) qcj_fail(c, QERR_INVAL, lineof(at), "Unsupported format specification for Markup.");
+            qcj_buf_put(c, &b, v.u.s->s, v.u.s->len);
+        } else {
+            /* Markup.format escapes each formatted field. */
+            qcj_buf fb = { 0 };
+            format_value(c, at, &fb, v, spec ? spec + 1 : NULL, specl);
+            const qcj_str *fs = qcj_escape_str(c, qcj_str_new(c, fb.p ? fb.p : "", fb.n));
+            qcj_buf_put(c, &b, fs->s, fs->len);
+        }
         i = e + 1;
     }
-    return qcj_strv(c, b.p ? b.p : "", b.n);
+    return qcj_strval(qcj_str_new(c, b.p ? b.p : "", b.n), self.markup);
 }
 
-qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, qcj_val args)
+qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, int markup, qcj_val args)
 {
     const qcj_val *items = &args;
     size_t n = 1, next = 0;
@@ -921,12 +934,16 @@ qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, q
             if (t == 's') qcj_write_str(c, &r, v);
             else qcj_write_repr(c, &r, v);
             qcj_str *s = qcj_str_new(c, r.p ? r.p : "", r.n);
+            /* A Markup's % escapes its arguments before precision and width. */
+            if (markup && !(t == 's' && v.t == QV_STR && v.markup)) s = qcj_escape_str(c, s);
             size_t len = prec >= 0 ? qcj_str_off(s, (size_t)prec) : s->len;
             emit_padded(c, &b, &f, s->s, len, 0, '>');
             continue;
         }
         if (t == 'c') {
             size_t k;
+            /* markupsafe hands %c a wrapper that is neither an int nor a char */
+            if (markup) qcj_fail(c, QERR_INVAL, lineof(at), "%%c requires int or char");
             if (is_int(v)) k = qcj_utf8_enc((uint32_t)(v.u.i & 0x1FFFFF), tmp);
             else if (v.t == QV_STR && v.u.s->nchars == 1) k = v.u.s->len, memcpy(tmp, v.u.s->s, k);
             else qcj_fail(c, QERR_INVAL, lineof(at), "%%c requires int or char");
@@ -974,7 +991,7 @@ qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, q
         qcj_buf_puts(c, &b, tmp);
     }
     if (!map && next < n) qcj_fail(c, QERR_INVAL, lineof(at), "not all arguments converted during string formatting");
-    return qcj_strv(c, b.p ? b.p : "", b.n);
+    return qcj_strval(qcj_str_new(c, b.p ? b.p : "", b.n), markup);
 }
 
 /* ---- dict, list, loop, cycler methods ------------------------------------------------ */
@@ -1101,6 +1118,37 @@ static const qcj_builtin STR_METHODS[] = {
     { "strip", m_strip, 0 }, { "swapcase", m_swapcase, 0 }, { "title", m_title, 0 },
     { "upper", m_upper, 0 }, { "zfill", m_zfill, 0 },
 };
+
+/* markupsafe's Markup overrides these str methods to return a Markup (the
+ * pieces, for the splits); replace escapes its `new`, center/ljust/rjust
+ * their fill (argument 1).  join and format escape inside m_join and
+ * m_format.  The other methods (count, find, startswith...) answer as on a
+ * str. */
+static const struct {
+    qcj_builtin_fn fn;
+    uint8_t escape_arg1;
+} MARKUP_KEEPS[] = {
+    { m_capitalize, 0 }, { m_center, 1 }, { m_format, 0 }, { m_join, 0 }, { m_ljust, 1 },
+    { m_lower, 0 }, { m_lstrip, 0 }, { m_removeprefix, 0 }, { m_removesuffix, 0 }, { m_replace, 1 },
+    { m_rjust, 1 }, { m_rsplit, 0 }, { m_rstrip, 0 }, { m_split, 0 }, { m_splitlines, 0 },
+    { m_strip, 0 }, { m_swapcase, 0 }, { m_title, 0 }, { m_upper, 0 }, { m_zfill, 0 },
+};
+
+qcj_val qcj_markup_method(qcj_ctx *c, const qcj_node *at, const qcj_builtin *b, qcj_val self, const qcj_args *a)
+{
+    const size_t nk = sizeof MARKUP_KEEPS / sizeof MARKUP_KEEPS[0];
+    size_t k = 0;
+    while (k < nk && MARKUP_KEEPS[k].fn != b->fn) k++;
+    if (k == nk) return b->fn(c, at, self, a);
+    qcj_args esc = *a;
+    if (MARKUP_KEEPS[k].escape_arg1 && a->npos > 1) {
+        qcj_val *pos = qcj_allocn(c, a->npos, sizeof *pos);
+        memcpy(pos, a->pos, a->npos * sizeof *pos);
+        pos[1] = qcj_escape(c, pos[1]);
+        esc.pos = pos;
+    }
+    return qcj_markup_items(b->fn(c, at, self, &esc));
+}
 
 static const qcj_builtin DICT_METHODS[] = {
     { "clear", m_unsafe, 1 }, { "copy", m_copy, 0 }, { "get", m_get, 0 }, { "items", m_items, 0 },

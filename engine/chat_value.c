@@ -140,7 +140,7 @@ const char *qcj_obj_type_repr(qcj_val v)
     case QV_BOOL: return "bool object";
     case QV_INT: return "int object";
     case QV_FLOAT: return "float object";
-    case QV_STR: return "str object";
+    case QV_STR: return v.markup ? "markupsafe.Markup object" : "str object";
     case QV_DICT: return "dict object";
     case QV_LIST:
         switch (v.u.l->kind) {
@@ -198,6 +198,47 @@ qcj_val qcj_strv(qcj_ctx *c, const char *p, size_t n)
 }
 
 qcj_val qcj_cstrv(qcj_ctx *c, const char *s) { return qcj_strv(c, s, strlen(s)); }
+
+/* ---- Markup ------------------------------------------------------------------ */
+
+qcj_str *qcj_escape_str(qcj_ctx *c, qcj_str *str)
+{
+    qcj_buf b = { 0 };
+    size_t run = 0;
+    for (size_t i = 0; i < str->len; i++) {
+        const char *rep = NULL;
+        switch (str->s[i]) {
+        case '&': rep = "&amp;"; break;
+        case '<': rep = "&lt;"; break;
+        case '>': rep = "&gt;"; break;
+        case '"': rep = "&#34;"; break;
+        case '\'': rep = "&#39;"; break;
+        default: break;
+        }
+        if (!rep) continue;
+        qcj_buf_put(c, &b, str->s + run, i - run);
+        qcj_buf_puts(c, &b, rep);
+        run = i + 1;
+    }
+    if (!run) return str; /* nothing to replace (strings never change) */
+    qcj_buf_put(c, &b, str->s + run, str->len - run);
+    return qcj_str_new(c, b.p, b.n);
+}
+
+qcj_val qcj_escape(qcj_ctx *c, qcj_val v)
+{
+    if (v.t == QV_STR && v.markup) return v;
+    return qcj_strval(qcj_escape_str(c, qcj_to_str(c, v)), 1);
+}
+
+qcj_val qcj_markup_items(qcj_val v)
+{
+    if (v.t == QV_STR) v.markup = 1;
+    if (v.t == QV_LIST)
+        for (size_t i = 0; i < v.u.l->n; i++)
+            if (v.u.l->v[i].t == QV_STR) v.u.l->v[i].markup = 1;
+    return v;
+}
 
 static qcj_val mk_undef(qcj_ctx *c, int kind, const char *text, qcj_val obj, qcj_val key, int security)
 {
@@ -462,7 +503,7 @@ const char *qcj_type_name(qcj_val v)
     case QV_BOOL: return "bool";
     case QV_INT: return "int";
     case QV_FLOAT: return "float";
-    case QV_STR: return "str";
+    case QV_STR: return v.markup ? "Markup" : "str";
     case QV_DICT: return "dict";
     case QV_NS: return "Namespace";
     case QV_LOOP: return "LoopContext";
@@ -957,8 +998,13 @@ static void write_val(qcj_ctx *c, qcj_buf *b, qcj_val v, int repr, int depth)
         qcj_buf_puts(c, b, tmp);
         return;
     case QV_STR:
-        if (repr) write_str_repr(c, b, v.u.s);
-        else qcj_buf_put(c, b, v.u.s->s, v.u.s->len);
+        if (!repr) qcj_buf_put(c, b, v.u.s->s, v.u.s->len);
+        else if (!v.markup) write_str_repr(c, b, v.u.s);
+        else {
+            qcj_buf_puts(c, b, "Markup(");
+            write_str_repr(c, b, v.u.s);
+            qcj_buf_putc(c, b, ')');
+        }
         return;
     case QV_LIST:
         if (v.u.l->kind == QL_GEN) {

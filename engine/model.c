@@ -380,7 +380,6 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
         any_bias |= L->bq.ndim || L->bk.ndim || L->bv.ndim;
     }
     hp->attn_bias = any_bias;
-    hp->rope_freq_bf16 = m->format == QFMT_HF && w->tok_embd.dtype == QDT_BF16;
     w->hp = *hp;
 
     /* Special ids must index the vocabulary; out-of-range ones are dropped. */
@@ -400,6 +399,10 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) qhash_u64(&h, (uint64_t)hv[i]);
     float hf[] = { hp->norm_eps, hp->rope_theta, hp->rope_factor, hp->rope_low_freq_factor, hp->rope_high_freq_factor };
     qhash_update(&h, hf, sizeof hf);
+    /* A bf16 HF checkpoint's K once came from bf16-rounded RoPE frequencies
+     * (until issue 26, hence the number): blocks a persistent tier holds from
+     * then must not match. */
+    if (m->format == QFMT_HF && w->tok_embd.dtype == QDT_BF16) qhash_u64(&h, 26);
     int bytes = !m->random_fill;
     if (m->random_fill) {
         qhash_update(&h, "random", 6);

@@ -17,19 +17,70 @@ bash scripts/deps.sh test
 
 section() { printf '\n==== %s ====\n' "$*"; }
 
+# Counts of a ctest log as "passed failed skipped".  ctest's "N% tests passed, F tests
+# failed out of T" counts a skipped test (exit status 77, SKIP_RETURN_CODE) among the
+# passed; it lists it under "The following tests did not run:" as "(Skipped)".
+ctest_counts() {
+  local total=0 failed=0 skipped=0 line
+  if [ -f "$1" ]; then
+    line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$1" | tail -1 || true)
+    [[ $line =~ ([0-9]+)\ tests\ failed\ out\ of\ ([0-9]+) ]] && failed=${BASH_REMATCH[1]} total=${BASH_REMATCH[2]}
+    skipped=$(grep -cE '^[[:space:]]*[0-9]+ - .+ \(Skipped\)$' "$1" || true)
+  fi
+  echo "$((total - failed - skipped)) $failed $skipped"
+}
+# Counts of a pytest log as "passed failed skipped", from its last summary line
+# ("40 passed, 2 skipped in 9.10s"); errors count as failed.
+pytest_counts() {
+  local p=0 f=0 e=0 s=0 line=
+  [ -f "$1" ] && line=$(grep -E '^=* *[0-9]+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed)\b' "$1" | tail -1 || true)
+  [[ $line =~ ([0-9]+)\ passed ]] && p=${BASH_REMATCH[1]}
+  [[ $line =~ ([0-9]+)\ failed ]] && f=${BASH_REMATCH[1]}
+  [[ $line =~ ([0-9]+)\ errors? ]] && e=${BASH_REMATCH[1]}
+  [[ $line =~ ([0-9]+)\ skipped ]] && s=${BASH_REMATCH[1]}
+  echo "$p $((f + e)) $s"
+}
+fuzz_counts() { echo "$fuzz_pass $fuzz_failed 0"; }
+# The suite's counts, added up phase by phase.  `pending` is the phase running
+# (counter, log, name): when a failure stops the script (set -e), the summary
+# still counts what that phase ran.
+sum_p=0 sum_f=0 sum_s=0 phases=() pending=() fuzz_pass=0 fuzz_failed=0
+tally() { # counter log name
+  local p f s
+  read -r p f s <<<"$("$1"_counts "$2")"
+  sum_p=$((sum_p + p)) sum_f=$((sum_f + f)) sum_s=$((sum_s + s))
+  phases+=("$3: $p passed, $f failed, $s skipped")
+  pending=()
+}
+begin() { # counter log name: a phase starts (its old log goes)
+  [ -n "$2" ] && rm -f "$2"
+  pending=("$@")
+}
+summary() {
+  local rc=$?
+  [ ${#pending[@]} -gt 0 ] && tally "${pending[@]}"
+  section "summary"
+  printf '%s\n' "${phases[@]}"
+  [ "$rc" -ne 0 ] && echo "the suite stopped early (exit status $rc)"
+  echo "suite: $sum_p passed, $sum_f failed, $sum_s skipped"
+}
+trap summary EXIT
+
 section "release build (-Werror) and unit tests"
+begin ctest build/ci-ctest.log "release ctest"
 cmake -S . -B build/ci -DCMAKE_BUILD_TYPE=Release -DQUIRE_WERROR=ON >/dev/null
 cmake --build build/ci -j "$JOBS"
 ctest --test-dir build/ci --output-on-failure -j "$JOBS" | tee build/ci-ctest.log
-n_release=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' build/ci-ctest.log)
+tally "${pending[@]}"
 
 section "ASan + UBSan build and unit tests"
+begin ctest build/asan-ctest.log "asan ctest"
 cmake -S . -B build/asan -DCMAKE_BUILD_TYPE=Debug -DQUIRE_WERROR=ON -DQUIRE_CUDA=OFF \
   -DQUIRE_SANITIZE=address,undefined >/dev/null
 cmake --build build/asan -j "$JOBS"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/asan --output-on-failure -j "$JOBS" | tee build/asan-ctest.log
-n_asan=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' build/asan-ctest.log)
+tally "${pending[@]}"
 
 # Every tests/fuzz/fuzz_*.c target runs until FUZZ_RUNS executions (default
 # 1,000,000) from a scratch copy of its seed corpus, with FUZZ_MAX_TIME seconds
@@ -45,6 +96,7 @@ FUZZ_STRICT=${FUZZ_STRICT:-1}
 fuzz_below=()
 FUZZ_JOBS=${FUZZ_JOBS:-2}
 section "fuzz targets, ${FUZZ_RUNS} executions each (at most ${FUZZ_MAX_TIME}s), ${FUZZ_JOBS} at a time"
+begin fuzz "" "fuzz targets"
 fuzz_start=$SECONDS
 # The slow targets first, so that the last to finish are the quick ones.
 fuzz_names=()
@@ -89,13 +141,13 @@ fuzz_check() { # name rc seconds: prints the target's line; 0 when it passed
   fi
 }
 declare -A fuzz_pid_name=() fuzz_began=()
-fuzz_pass=0
 fuzz_reap() { # waits for one running target and checks it
   local pid rc=0
   wait -n -p pid "${!fuzz_pid_name[@]}" || rc=$?
   local name=${fuzz_pid_name[$pid]}
   unset "fuzz_pid_name[$pid]"
   if ! fuzz_check "$name" "$rc" $((SECONDS - ${fuzz_began[$name]})); then
+    fuzz_failed=1
     for pid in "${!fuzz_pid_name[@]}"; do kill "$pid" 2>/dev/null || true; done
     exit 1
   fi
@@ -110,25 +162,27 @@ done
 while [ "${#fuzz_pid_name[@]}" -gt 0 ]; do fuzz_reap; done
 echo "fuzz: $((SECONDS - fuzz_start))s in all; below $FUZZ_RUNS executions: ${fuzz_below[*]:-none}"
 echo "fuzz: $fuzz_pass passed, 0 failed"
+tally "${pending[@]}"
 
 if [ -d tests/e2e ] && ls tests/e2e/test_*.py >/dev/null 2>&1; then
   section "end-to-end tests"
+  begin pytest build/e2e.log "e2e"
   python3 -m venv build/venv
   build/venv/bin/pip install -q -r tests/e2e/requirements.txt
-  QUIRE_BIN=build/ci/quire build/venv/bin/python -m pytest -q tests/e2e | tee build/e2e.log
-  n_e2e=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/e2e.log | tail -1)
+  # -rs: each skipped test with its reason (MaskBench needs ../shared, a clone may lack it)
+  QUIRE_BIN=build/ci/quire build/venv/bin/python -m pytest -q -rs tests/e2e | tee build/e2e.log
+  tally "${pending[@]}"
 
   # The server's own tests once more on the sanitizer build: a memory error,
   # undefined behaviour or a leak at exit kills the server or its exit status,
   # and the test that saw it fails.
   section "end-to-end server tests on the ASan + UBSan build"
+  begin pytest build/e2e-asan.log "e2e on the sanitizer build"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 QUIRE_SANITIZED=1 \
-    QUIRE_BIN=build/asan/quire build/venv/bin/python -m pytest -q tests/e2e/test_hostile.py \
+    QUIRE_BIN=build/asan/quire build/venv/bin/python -m pytest -q -rs tests/e2e/test_hostile.py \
     tests/e2e/test_serve_openai.py tests/e2e/test_serve_ws.py tests/e2e/test_sessions.py tests/e2e/test_soak.py \
     tests/e2e/test_store_damage.py | tee build/e2e-asan.log
-  n_e2e_asan=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/e2e-asan.log | tail -1)
+  tally "${pending[@]}"
 fi
-section "summary"
-echo "release ctest ${n_release:-0}, asan ctest ${n_asan:-0}, fuzz targets $fuzz_pass, e2e ${n_e2e:-0}," \
-  "e2e on the sanitizer build ${n_e2e_asan:-0}"
-echo "suite: $(( ${n_release:-0} + ${n_asan:-0} + fuzz_pass + ${n_e2e:-0} + ${n_e2e_asan:-0} )) passed, 0 failed"
+# The summary (passed, failed and skipped of every phase, then the suite's
+# line) comes from the EXIT trap, also when a failure stops the suite.

@@ -59,6 +59,44 @@ function loadSettings() {
 const settings = loadSettings();
 const saveSettings = () => localStorage.setItem("quire.settings", JSON.stringify(settings));
 
+// ---- reply stats (kept in this browser) ------------------------------------------------
+// The server stores a session's messages, not their timings: the stats line of
+// each reply is kept here, by session and message index, for the 100 sessions
+// used last, so that a reload shows it again.
+
+const STATS_KEY = "quire.stats", STATS_SESSIONS = 100;
+
+function loadStats() {
+  try {
+    const a = JSON.parse(localStorage.getItem(STATS_KEY) || "[]");
+    return Array.isArray(a) ? a : [];
+  } catch (e) {
+    return [];
+  }
+}
+
+// f(byIndex) changes session sid's stats ({index: stats}); the session moves to
+// the end (used last) and the oldest beyond STATS_SESSIONS go.
+function updateStats(sid, f) {
+  const all = loadStats().filter((e) => e && e.id !== sid);
+  const byIndex = storedStats(sid);
+  if (f(byIndex) !== false) all.push({ id: sid, stats: byIndex });
+  try {
+    localStorage.setItem(STATS_KEY, JSON.stringify(all.slice(-STATS_SESSIONS)));
+  } catch (e) {
+    /* storage full: the line shows until the next reload */
+  }
+}
+
+function storedStats(sid) {
+  const mine = loadStats().find((e) => e && e.id === sid);
+  return (mine && mine.stats) || {};
+}
+
+// Messages from index n on are gone (an edit, a reply asked for again).
+const trimStats = (sid, n) => updateStats(sid, (s) => Object.keys(s).forEach((k) => +k >= n && delete s[k]));
+const dropStats = (sid) => updateStats(sid, () => false);
+
 // ---- state ----------------------------------------------------------------------------
 
 const state = {
@@ -190,6 +228,10 @@ async function refreshSessions() {
   $("sessions-note").textContent = "";
   state.sessions = j.data || [];
   renderSessions();
+  // The open conversation's title, as a reload shows it (a new one gets it
+  // from its first message when the server stores it).
+  const cur = state.sessions.find((s) => s.id === state.sid);
+  if (cur) $("title").textContent = cur.title || "quire";
 }
 
 function renderSessions() {
@@ -247,6 +289,7 @@ async function deleteSession(s) {
   } catch (e) {
     return notice(e.message);
   }
+  dropStats(s.id);
   if (s.id === state.sid) newChat();
   refreshSessions();
 }
@@ -278,9 +321,14 @@ async function openSession(id, quiet) {
     return;
   }
   if (seq !== openSeq || state.run) return; // another was asked for, or a reply started meanwhile
-  const stats = state.sid === id ? state.msgs.map((m) => m.stats) : [];
+  const stats = storedStats(id);
   state.sid = id;
-  state.msgs = (j.messages || []).map((m, i) => ({ role: m.role, content: m.content, status: m.status, stats: stats[i] }));
+  state.msgs = (j.messages || []).map((m, i) => ({
+    role: m.role,
+    content: m.content,
+    status: m.status,
+    stats: m.role === "assistant" ? stats[i] : undefined,
+  }));
   history.replaceState(null, "", sessionHash(id));
   $("title").textContent = j.title || "quire";
   renderLog();
@@ -448,6 +496,7 @@ function editMessage(i, node) {
       save.click();
     } else if (e.key === "Escape") cancel.click();
   };
+  node.querySelector(":scope > .tools").remove(); // Send and Cancel replace Copy and Edit
   body.replaceChildren(area, el("div", "tools", ""));
   body.lastChild.append(save, cancel);
   area.focus();
@@ -480,6 +529,7 @@ function numberOr(v, d) {
 // reply asked for again: the session keeps only the messages before it).
 function send(text, keep) {
   if (!state.open || state.run) return;
+  const typed = keep === undefined; // from the message box (not an edit or a reply asked for again)
   let schema = null;
   if (settings.json) {
     try {
@@ -509,11 +559,14 @@ function send(text, keep) {
   };
   if (fresh) req.new_session = true;
   else req.session = state.sid;
-  if (keep !== undefined) req.keep_messages = keep;
+  if (keep !== undefined) {
+    req.keep_messages = keep;
+    trimStats(state.sid, keep);
+  }
   if (String(settings.seed).trim() !== "") req.seed = Math.round(numberOr(settings.seed, 0));
   if (state.server.speculative !== "none") req.speculative = !!settings.speculative;
   if (schema) req.response_format = { type: "json_schema", json_schema: { name: "reply", schema, strict: true } };
-  state.run = { id, msg: reply, t0: performance.now(), before, started: false, stopAtStart: false };
+  state.run = { id, msg: reply, t0: performance.now(), before, started: false, stopAtStart: false, typed: typed ? text : null };
   renderLog();
   state.run.node = $("log").lastChild;
   state.ws.send(JSON.stringify(req));
@@ -615,6 +668,16 @@ function finishRun(how) {
     // The server may hold less than the page shows: a new chat that failed
     // before it was stored is dropped; a session is read again.
     if (!r.started && !state.sid) state.msgs = r.before;
+    // Refused before it started: what was typed goes back into the box
+    // (unless something new is being typed there).
+    if (!r.started && r.typed !== null && !$("input").value) {
+      $("input").value = r.typed;
+      autosize();
+    }
+  } else if (state.sid && r.msg.stats) {
+    updateStats(state.sid, (s) => {
+      s[state.msgs.indexOf(r.msg)] = r.msg.stats;
+    });
   }
   renderLog();
   refreshSessions();
@@ -632,8 +695,16 @@ function updateControls() {
 function autosize() {
   const t = $("input");
   t.style.height = "auto";
-  t.style.height = Math.min(t.scrollHeight + 2, 220) + "px";
-  t.style.overflowY = t.scrollHeight > 218 ? "auto" : "hidden";
+  // Empty, the box is as tall as its placeholder (two lines at a phone's
+  // width), which it would clip otherwise.
+  let h = t.scrollHeight;
+  if (!t.value) {
+    t.value = t.placeholder;
+    h = t.scrollHeight;
+    t.value = "";
+  }
+  t.style.height = Math.min(h + 2, 220) + "px";
+  t.style.overflowY = h > 218 ? "auto" : "hidden";
 }
 
 function closeSidebarOnPhone() {
@@ -701,6 +772,7 @@ function init() {
     }
   };
   $("input").oninput = autosize;
+  window.addEventListener("resize", autosize);
   autosize();
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape" && state.run) {

@@ -72,7 +72,6 @@ void qrope_inv_freq(const qweights *w, float *inv_freq)
         }
         if (w->rope_freqs.data) f /= ((const float *)w->rope_freqs.data)[i];
         inv_freq[i] = (float)f;
-        if (hp->rope_freq_bf16) inv_freq[i] = q_bf16_to_f32(q_f32_to_bf16(inv_freq[i]));
     }
 }
 

@@ -4,7 +4,10 @@ chromium-driver) through Selenium.  A message sent and the streamed reply
 seen growing; stop mid-stream; reload and find the session; regenerate and
 edit-and-resend; JSON mode's reply valid for its schema; a restarted server
 and the conversation continued; a model reply holding <script> and an
-onerror attribute shown as text.  Every test checks that the page logged no
+onerror attribute shown as text; the speculative switch only where the
+server drafts; a refused request's text kept in the box; the stats line
+and the title as they were after a reload; one row of buttons while
+editing; the whole placeholder at a phone's width.  Every test checks that the page logged no
 console error and asked for nothing outside the server.  Screenshots of
 the main states go to build/e2e-artifacts/web (QUIRE_ARTIFACTS)."""
 import asyncio
@@ -18,7 +21,7 @@ import time
 import pytest
 import websockets
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -190,13 +193,17 @@ def test_send_stream_reload(browser, server):
     assert "tok/s" in stats and "first token" in stats and "from cache" in stats, stats
     shot(d, "02-reply")
     sid = session_id(d)
-    # The session is in the sidebar, and a reload brings the conversation back.
+    # The session is in the sidebar, its title (from the first message) in the header.
     wait(d, 10).until(lambda d: d.find_elements(By.CSS_SELECTOR, f'#sessions li[data-id="{sid}"]'))
+    wait(d, 10).until(lambda d: d.find_element(By.ID, "title").text == "Tell me a story about a cat.")
+    # A reload brings the conversation back, with its stats line and title as they were.
     d.refresh()
     wait_connected(d)
     wait(d, 10).until(lambda d: len(replies(d)) == 1)
     assert replies(d)[-1].find_element(By.CSS_SELECTOR, ".body").text == text
     assert d.find_element(By.CSS_SELECTOR, "#log .msg.user .body").text == "Tell me a story about a cat."
+    assert replies(d)[-1].find_element(By.CSS_SELECTOR, ".stats").text == stats
+    assert d.find_element(By.ID, "title").text == "Tell me a story about a cat."
     # The second turn's prompt reuses the first's K/V from the prefix cache.
     type_and_send(d, "What happened next?")
     wait_idle(d)
@@ -275,6 +282,9 @@ def test_regenerate_and_edit(browser, server):
     assert len(replies(d)) == 1 and first.strip()
     # Edit the user message and send it again.
     d.find_element(By.CSS_SELECTOR, "#log .msg.user .edit").click()
+    # One row of buttons while editing: Send and Cancel, not Copy and Edit as well.
+    rows = d.find_elements(By.CSS_SELECTOR, "#log .msg.user .tools")
+    assert [[b.text for b in r.find_elements(By.TAG_NAME, "button")] for r in rows if r.is_displayed()] == [["Send", "Cancel"]]
     area = d.find_element(By.CSS_SELECTOR, "#log .msg.user textarea")
     area.clear()
     area.send_keys("Tell me about a bird.")
@@ -383,11 +393,31 @@ def test_restart_and_continue(browser, quire, tmp_path):
             s.stop()
 
 
+def placeholder_fits(d):
+    """The empty message box shows its whole placeholder (two lines at a
+    phone's width), not its first line."""
+    def measure(d):
+        return d.execute_script("""
+            const t = document.getElementById('input');
+            t.value = t.placeholder;
+            const r = [t.scrollHeight, t.clientHeight];
+            t.value = '';
+            return r;""")
+    try:
+        wait(d, 3).until(lambda d: measure(d)[0] <= measure(d)[1])
+    except TimeoutException:
+        need, has = measure(d)
+        raise AssertionError(f"placeholder clipped: needs {need}px, has {has}px")
+
+
 def test_phone_width_and_keyboard(browser, server):
     d = browser
     open_page(d, server)
     try:
+        # Narrowed from a desktop's width (a window made smaller, a phone turned): the box follows.
         d.set_window_size(390, 844)
+        wait(d, 5).until(lambda d: d.execute_script("return window.innerWidth") <= 390)
+        placeholder_fits(d)
         d.refresh()
         wait_connected(d)
         sidebar = d.find_element(By.ID, "sidebar")
@@ -396,6 +426,7 @@ def test_phone_width_and_keyboard(browser, server):
         wait(d, 5).until(lambda d: d.find_element(By.ID, "sidebar").rect["x"] >= 0)
         shot(d, "10-phone-sidebar")
         d.find_element(By.ID, "close-side").click()
+        placeholder_fits(d)
         box = d.find_element(By.ID, "input")
         box.send_keys("line one")
         box.send_keys(Keys.SHIFT, Keys.ENTER)
@@ -427,6 +458,7 @@ def test_sidebar_settings_speculative_theme(browser, quire, tmp_path):
         # Settings: the speculative switch is offered (the server has a draft).
         open_settings(d)
         shot(d, "12-settings")
+        assert d.find_element(By.ID, "spec-row").is_displayed()
         assert d.find_element(By.ID, "set-speculative").is_selected()
         d.find_element(By.ID, "close-settings").click()
         type_and_send(d, "Once upon a time there was a")
@@ -481,6 +513,41 @@ def test_sidebar_settings_speculative_theme(browser, quire, tmp_path):
     finally:
         if s.proc.poll() is None:
             s.stop()
+
+
+def test_no_speculative_switch_without_a_draft(browser, server):
+    d = browser
+    open_page(d, server)
+    wait(d, 10).until(lambda d: d.find_element(By.ID, "model").text)  # the server's answer is in
+    open_settings(d)
+    assert d.find_element(By.ID, "spec-row").get_attribute("hidden") is not None
+    assert not d.find_element(By.ID, "spec-row").is_displayed()
+    assert d.find_element(By.ID, "set-max_tokens").is_displayed()  # the panel itself shows
+    d.find_element(By.ID, "close-settings").click()
+    clean_logs(d, server.url)
+
+
+def test_refused_request_keeps_the_message(browser, server):
+    d = browser
+    # A temperature the server refuses: an error before the reply starts.
+    start(d, server, temperature=-1, max_tokens=20, seed="")
+    type_and_send(d, "A message typed with care")
+    wait_idle(d)
+    wait(d, 5).until(lambda d: d.find_element(By.ID, "notice").is_displayed())
+    assert "temperature" in d.find_element(By.ID, "notice").text
+    assert d.find_element(By.ID, "input").get_attribute("value") == "A message typed with care"
+    assert not replies(d) and not d.find_elements(By.CSS_SELECTOR, "#log .msg.user")
+    # With a temperature it takes, the same text goes as it is.
+    settings(d, temperature=0)
+    d.refresh()
+    wait_connected(d)
+    box = d.find_element(By.ID, "input")
+    box.send_keys("A message typed with care")
+    box.send_keys(Keys.ENTER)
+    wait_idle(d)
+    assert d.find_element(By.CSS_SELECTOR, "#log .msg.user .body").text == "A message typed with care"
+    assert box.get_attribute("value") == ""
+    clean_logs(d, server.url)
 
 
 def test_api_key(browser, quire, tmp_path):

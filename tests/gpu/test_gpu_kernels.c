@@ -160,7 +160,8 @@ static void test_prefill_attention(void)
 
 int main(void)
 {
-    if (!qt_gpu_present()) return 0;
+    int skip = qt_gpu_skip();
+    if (skip) return skip;
 #ifdef QUIRE_HAVE_CUDA
     QT_RUN(test_decode_attention);
     QT_RUN(test_prefill_attention);

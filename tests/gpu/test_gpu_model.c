@@ -574,7 +574,8 @@ static void test_blocks_and_bad_batches(void)
 
 int main(void)
 {
-    if (!qt_gpu_present()) return 0;
+    int skip = qt_gpu_skip();
+    if (skip) return skip;
 #ifdef QUIRE_HAVE_CUDA
     QT_RUN(test_exact_matches_cpu);
     QT_RUN(test_bf16_matches_cpu);

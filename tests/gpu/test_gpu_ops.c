@@ -836,7 +836,8 @@ static void test_fill_uniform(void)
 
 int main(void)
 {
-    if (!qt_gpu_present()) return 0;
+    int skip = qt_gpu_skip();
+    if (skip) return skip;
 #ifdef QUIRE_HAVE_CUDA
     const char *s = getenv("QUIRE_TEST_SEED");
     rng = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL);

@@ -403,13 +403,11 @@ static void test_allreduce(void)
 
 int main(void)
 {
-    if (!qt_gpu_present()) return 0;
+    int skip = qt_gpu_skip();
+    if (skip) return skip;
 #ifdef QUIRE_HAVE_CUDA
     char err[256];
-    if (cuda_device_count(err, sizeof err) < 2) {
-        printf("skipped: tensor parallelism needs 2 CUDA devices\n0 passed, 0 failed\n");
-        return 0;
-    }
+    if (cuda_device_count(err, sizeof err) < 2) return qt_skip_all("tensor parallelism needs 2 CUDA devices");
     const char *only = getenv("QUIRE_TP_TEST_FAILURE"); /* 1: the failure test alone */
     if (only && *only == '1') {
         QT_RUN(test_rank_failure);

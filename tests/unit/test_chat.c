@@ -447,6 +447,33 @@ static const render_case MACROS[] = {
       "generated 1" },
 };
 
+/* jinja2's Markup (autoescape off, as HF renders): |safe and |escape make
+ * one; Markup + str and str + Markup escape the str, as do a Markup's % and
+ * .format and .join; ~, |join, |replace and |tojson give plain strings.  The
+ * first case is the construct of meetkai's functionary-v3.1 template (its
+ * tools list: descriptions and the JSON come out HTML-escaped), written
+ * here, rendered by jinja2. */
+static const render_case MARKUP[] = {
+    { "{% for t in tools %}{% if \"type\" in t %}{{ \"Use the function '\"|safe + t[\"function\"][\"name\"] + \"' to '\"|safe + t[\"function\"][\"description\"] + \"'\\n\"|safe + t[\"function\"]|tojson() }}{% else %}{{ \"Use the function '\"|safe + t[\"name\"] + \"' to '\"|safe + t[\"description\"] + \"'\\n\"|safe + t|tojson }}{% endif %}{{ \"\\n\\n\" }}{% endfor %}",
+      "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Say it's <hot> & \\\"sunny\\\"\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"description\": \"e.g. 'Paris'\"}}, \"required\": [\"city\"]}}}, {\"name\": \"legacy\", \"description\": \"a < b\", \"parameters\": {}}]}",
+      "Use the function 'get_weather' to 'Say it&#39;s &lt;hot&gt; &amp; &#34;sunny&#34;'\n{&#34;name&#34;: &#34;get_weather&#34;, &#34;description&#34;: &#34;Say it&#39;s &lt;hot&gt; &amp; \\&#34;sunny\\&#34;&#34;, &#34;parameters&#34;: {&#34;type&#34;: &#34;object&#34;, &#34;properties&#34;: {&#34;city&#34;: {&#34;type&#34;: &#34;string&#34;, &#34;description&#34;: &#34;e.g. &#39;Paris&#39;&#34;}}, &#34;required&#34;: [&#34;city&#34;]}}\n\nUse the function 'legacy' to 'a &lt; b'\n{&#34;name&#34;: &#34;legacy&#34;, &#34;description&#34;: &#34;a &lt; b&#34;, &#34;parameters&#34;: {}}\n\n" },
+    { "{% set x = \"<b>'\\\"&\" %}{{ \"<a>\"|safe + x }}|{{ x + \"<a>\"|safe }}|{{ \"<a>\"|safe ~ x }}|{{ x ~ \"<a>\"|safe }}|{{ (\"<a>\"|safe + x) ~ x }}|{% set y = \"a\"|safe %}{% set y = y + x %}{{ y + x }}",
+      NULL,
+      "<a>&lt;b&gt;&#39;&#34;&amp;|&lt;b&gt;&#39;&#34;&amp;<a>|<a><b>'\"&|<b>'\"&<a>|<a>&lt;b&gt;&#39;&#34;&amp;<b>'\"&|a&lt;b&gt;&#39;&#34;&amp;&lt;b&gt;&#39;&#34;&amp;" },
+    { "{% set x = \"<b>'\\\"&\" %}{{ [x, \"<\"|safe]|join(\"<\") }}|{{ [x]|join(\"<\"|safe) + x }}|{{ (\"-\"|safe).join([x, \"<\"|safe, 1]) }}|{{ \"%s<\"|safe|format(x) }}|{{ \"%s<\"|format(x|safe) }}|{{ (\"%5s|%.2s|%r|%d|%s\"|safe) % (x, x, x, 3, x|safe) }}|{{ (\"%(a)s\"|safe) % {\"a\": x} }}|{{ (\"{}{:>3}{!r}\"|safe).format(x, \"<\", \"'\") }}",
+      NULL,
+      "<b>'\"&<<|<b>'\"&<b>'\"&|&lt;b&gt;&#39;&#34;&amp;-<-1|&lt;b&gt;&#39;&#34;&amp;<|<b>'\"&<|&lt;b&gt;&#39;&#34;&amp;|&l|&#39;&lt;b&gt;\\&#39;&#34;&amp;&#39;|3|<b>'\"&|&lt;b&gt;&#39;&#34;&amp;|&lt;b&gt;&#39;&#34;&amp;  &lt;&#34;&#39;&#34;" },
+    { "{% set x = \"<b>'\\\"&\" %}{{ (\"<\"|safe) * 2 + x }}|{{ 2 * (\"<\"|safe) + x }}|{{ (\"<b\"|safe)[0] + x }}|{{ (\"<b\"|safe)[:1] + x }}|{{ (\"<b\"|safe)[::-1] + x }}|{{ (\" <\"|safe)|trim + x }}|{{ (\"a\"|safe)|upper + x }}|{{ (\"a\"|safe)|string + x }}|{{ (\"ab\"|safe)|reverse + x }}|{{ (\"a\"|safe)|center(3) + x }}",
+      NULL,
+      "<<&lt;b&gt;&#39;&#34;&amp;|<<&lt;b&gt;&#39;&#34;&amp;|<&lt;b&gt;&#39;&#34;&amp;|<&lt;b&gt;&#39;&#34;&amp;|b<&lt;b&gt;&#39;&#34;&amp;|<&lt;b&gt;&#39;&#34;&amp;|A&lt;b&gt;&#39;&#34;&amp;|a&lt;b&gt;&#39;&#34;&amp;|ba&lt;b&gt;&#39;&#34;&amp;| a &lt;b&gt;&#39;&#34;&amp;" },
+    { "{% set x = \"<b>'\\\"&\" %}{{ (\" <\"|safe).strip() + x }}|{{ (\"a-b\"|safe).split(\"-\")[1] + x }}|{{ (\"a\"|safe).replace(\"a\", x) }}|{{ (\"a\"|safe).startswith(\"a\") }}|{{ (\"a\"|safe)|replace(\"a\", x) }}|{{ (\"a\"|safe)|title + x }}|{{ (\"a\"|safe)|first + x }}|{{ (x|safe)|list|first + x }}",
+      NULL,
+      "<&lt;b&gt;&#39;&#34;&amp;|b&lt;b&gt;&#39;&#34;&amp;|&lt;b&gt;&#39;&#34;&amp;|True|<b>'\"&|A<b>'\"&|a<b>'\"&|<<b>'\"&" },
+    { "{% set x = \"<b>'\\\"&\" %}{{ x|e + x }}|{{ x|e|e }}|{{ x|safe|e }}|{{ x|safe|forceescape }}|{{ x|escape is escaped }}{{ x is escaped }}|{{ [\"<\"|safe] }}|{{ (\"a\"|safe) == \"a\" }}{{ {(\"a\"|safe): 1}[\"a\"] }}{{ \"a\" in [\"a\"|safe] }}|{{ {\"a\": x}|tojson|safe + x }}|{{ none|safe + x }}|{{ (\"abcdef\"|safe)|truncate(4, true, \"<\", 0) + x }}|{{ (\"a\\nb\"|safe)|indent(1) + x }}|{{ (\"a\"|safe)|default(1) + x }}",
+      NULL,
+      "&lt;b&gt;&#39;&#34;&amp;&lt;b&gt;&#39;&#34;&amp;|&lt;b&gt;&#39;&#34;&amp;|<b>'\"&|&lt;b&gt;&#39;&#34;&amp;|TrueFalse|[Markup('<')]|True1True|{\"a\": \"<b>'\\\"&\"}&lt;b&gt;&#39;&#34;&amp;|None&lt;b&gt;&#39;&#34;&amp;|abc&lt;&lt;b&gt;&#39;&#34;&amp;|a\n b&lt;b&gt;&#39;&#34;&amp;|a&lt;b&gt;&#39;&#34;&amp;" },
+};
+
 static const render_case UNDEFINED[] = {
     { "{{ x }}|{{ x is defined }}|{{ x|default('d') }}|{% for i in x %}{% endfor %}{{ x|length }}|{{ x == x }}{{ x == none }}|{% if not x %}falsy{% endif %}",
       NULL,
@@ -596,6 +623,7 @@ static void test_loops(void) { RUN_TABLE(LOOPS); }
 static void test_scoping(void) { RUN_TABLE(SCOPING); }
 static void test_macros(void) { RUN_TABLE(MACROS); }
 static void test_undefined(void) { RUN_TABLE(UNDEFINED); }
+static void test_markup(void) { RUN_TABLE(MARKUP); }
 
 static void test_default_template(void)
 {
@@ -725,6 +753,18 @@ static const error_case ERRORS[] = {
       "line 1: no loader for this environment specified" },
     { "{{ [1, 2]|random }}", QERR_UNSUPPORTED,
       "line 1: the filter 'random' is not supported" },
+    { "{{ (\"a\"|safe).center(3, \"&\") }}", QERR_INVAL,
+      "line 1: The fill character must be exactly one character long" },
+    { "{{ (\"a\"|safe) + 1 }}", QERR_INVAL,
+      "line 1: unsupported operand type(s) for +: 'Markup' and 'int'" },
+    { "{{ 1 + (\"a\"|safe) }}", QERR_INVAL,
+      "line 1: unsupported operand type(s) for +: 'int' and 'Markup'" },
+    { "{{ (\"%c\"|safe) % 60 }}", QERR_INVAL,
+      "line 1: %c requires int or char" },
+    { "{{ (\"a\"|safe).nope() }}", QERR_INVAL,
+      "line 1: 'markupsafe.Markup object' has no attribute 'nope'" },
+    { "{{ (\"{:>3}\"|safe).format(\"a\"|safe) }}", QERR_INVAL,
+      "line 1: Unsupported format specification for Markup." },
 };
 
 static void test_errors(void)
@@ -998,6 +1038,7 @@ int main(void)
     QT_RUN(test_scoping);
     QT_RUN(test_macros);
     QT_RUN(test_undefined);
+    QT_RUN(test_markup);
     QT_RUN(test_default_template);
     QT_RUN(test_errors);
     QT_RUN(test_raise_renders_nothing);

@@ -11,8 +11,9 @@
  * QUIRE_TEST_DEVICE picks the backend every engine here runs on: "cpu" (the
  * default) or "cuda" (exact mode: float32 weights and KV, so that greedy
  * outputs stay comparable); with "cuda" and no CUDA build or device the test
- * prints "skipped: ..." and passes.  QUIRE_TEST_TP=n splits the model among
- * n shards (tensor parallelism: n GPUs, or n groups of CPU threads). */
+ * prints "skipped: ..." and exits QT_SKIP_CODE (ctest: skipped).
+ * QUIRE_TEST_TP=n splits the model among n shards (tensor parallelism: n
+ * GPUs, or n groups of CPU threads). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <pthread.h>
@@ -1360,11 +1361,11 @@ int main(void)
 #ifdef QUIRE_HAVE_CUDA
         if (cuda_device_count(err, sizeof err) <= 0) {
             printf("skipped: QUIRE_TEST_DEVICE=cuda but no CUDA device (%s)\n", err);
-            return 0;
+            return QT_SKIP_CODE;
         }
 #else
         printf("skipped: QUIRE_TEST_DEVICE=cuda but this build has no CUDA backend\n");
-        return 0;
+        return QT_SKIP_CODE;
 #endif
     }
     const char *tp = getenv("QUIRE_TEST_TP");
@@ -1372,7 +1373,7 @@ int main(void)
 #ifdef QUIRE_HAVE_CUDA
     if (g_device == QDEVICE_CUDA && g_tp > 1 && cuda_device_count(err, sizeof err) < g_tp) {
         printf("skipped: QUIRE_TEST_TP=%d but fewer CUDA devices\n", g_tp);
-        return 0;
+        return QT_SKIP_CODE;
     }
 #endif
     fprintf(stderr, "device: %s%s%s\n", qdevice_name(g_device), g_tp > 1 ? ", tensor parallel " : "",

@@ -3,7 +3,7 @@
  * Fixtures (tests/fixtures, made by HF transformers; see README there):
  *   <model>.logits.json  input_ids and the float32 logits of every position;
  *   <model>.greedy.json  prompt_ids and the greedy continuation.
- * Checks: relative error of all logits <= 1e-4; greedy ids equal; a batch of
+ * Checks: at every position, max |ours - HF| / max |HF| over the row <= 1e-4; greedy ids equal; a batch of
  * 8 different sequences gives bit-identical logits to each sequence alone
  * (and to other thread counts and prefill chunkings). */
 #include <jansson.h>
@@ -60,20 +60,27 @@ static void test_logits_match_hf(void)
         CHECK_EQ_INT(json_array_size(rows), n);
         float *ours = run_all(m, 2, ids, n, 64);
         REQUIRE(ours);
-        double num = 0, den = 0;
+        /* Per position: the largest difference over the row, relative to the
+         * row's largest reference logit; the worst position must be <= 1e-4.
+         * (bf16-rounded RoPE frequencies gave about 1e-2 here.) */
+        double worst = 0;
+        int worst_t = -1;
         for (int t = 0; t < n; t++) {
             json_t *row = json_array_get(rows, (size_t)t);
             CHECK_EQ_INT(json_array_size(row), V);
+            double dmax = 0, rmax = 0;
             for (int v = 0; v < V; v++) {
                 double ref = json_number_value(json_array_get(row, (size_t)v));
-                double d = ours[(size_t)t * V + v] - ref;
-                num += d * d;
-                den += ref * ref;
+                double d = fabs(ours[(size_t)t * V + v] - ref);
+                if (!(d <= dmax)) dmax = d; /* NaN sticks */
+                if (fabs(ref) > rmax) rmax = fabs(ref);
             }
+            double e = rmax > 0 ? dmax / rmax : dmax;
+            if (!(e <= worst)) worst = e, worst_t = t;
         }
-        double rel = sqrt(num / den);
-        fprintf(stderr, "  %-40s %d positions, relative error %.3g\n", cases[c].path, n, rel);
-        CHECK(rel <= 1e-4);
+        fprintf(stderr, "  %-40s %d positions, worst row error max|d|/max|ref| %.3g (position %d)\n",
+                cases[c].path, n, worst, worst_t);
+        CHECK(worst <= 1e-4);
         free(ours);
         free(ids);
         json_decref(j);

@@ -302,7 +302,7 @@ int main(void)
     }
     if (g_device == QDEVICE_CUDA && qdevice_resolve(QDEVICE_AUTO) != QDEVICE_CUDA) {
         printf("skipped: QUIRE_TEST_DEVICE=cuda but no CUDA device here\n");
-        return 0;
+        return QT_SKIP_CODE;
     }
     if (g_device == QDEVICE_AUTO) g_device = QDEVICE_CPU;
     if (!mkdtemp(g_dir)) {
