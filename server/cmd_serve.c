@@ -19,6 +19,7 @@
 #include <libwebsockets.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <dirent.h>
 #include <sys/socket.h>
 #include <limits.h>
 #include <signal.h>
@@ -34,6 +35,7 @@
 #include "chat.h"
 #include "cli.h"
 #include "gram.h"
+#include "schema.h"
 #include "serve.h"
 #include "engine.h"
 #include "metrics.h"
@@ -61,6 +63,7 @@ static const qopt serve_table[] = {
     { NULL, "--allowed-origins", "LIST", OPT_STR, F_(allow_origin), "pages from these origins may call the API (CORS, preflight answered) and open the WebSocket: a JSON list or commas, scheme://host:port each, or * for any (default: only the server's own pages)" },
     { NULL, "--allow-origin", "LIST", OPT_STR, F_(allow_origin), "the same as --allowed-origins" },
     { NULL, "--chat-template", "FILE", OPT_STR, F_(chat_template_path), "a Jinja chat template to use instead of the model's" },
+    { NULL, "--json-schema-mode", "MODE", OPT_STR, F_(schema_mode), "strict: properties a schema does not list are not generated unless additionalProperties allows them (as XGrammar and llama.cpp); full: JSON Schema's own meaning (default strict)" },
     { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
     { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
@@ -98,6 +101,35 @@ static const qopt serve_table[] = {
 serve_state S;
 
 static void stop_tick_cb(lws_sorted_usec_list_t *sul) { (void)sul; }
+
+/* The model's size on disk: a file, or a folder's files. */
+static double model_bytes(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st)) return 0;
+    if (!S_ISDIR(st.st_mode)) return (double)st.st_size;
+    double total = 0;
+    DIR *d = opendir(path);
+    for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
+        char p[PATH_MAX + 256];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        if (e->d_name[0] != '.' && !stat(p, &st) && S_ISREG(st.st_mode)) total += (double)st.st_size;
+    }
+    if (d) closedir(d);
+    return total;
+}
+
+/* Every 5 s while the model loads: a line that says so. */
+static void load_tick_cb(lws_sorted_usec_list_t *sul)
+{
+    (void)sul;
+    pthread_mutex_lock(&S.mu);
+    const int waiting = !S.ready && !S.load_failed;
+    pthread_mutex_unlock(&S.mu);
+    if (!waiting || S.stop) return;
+    QLOGI("serve: still loading %s (%.2f GB), %.0f s so far", S.o.model, S.load_bytes / 1e9, q_now() - S.load_t0);
+    lws_sul_schedule(S.ctx, 0, &S.load_tick, load_tick_cb, 5 * LWS_US_PER_SEC);
+}
 
 static void on_signal(int sig)
 {
@@ -864,6 +896,11 @@ int cmd_serve(int argc, char **argv)
     S.lim.max_tokens_cap = o->max_tokens;
     S.lim.grammar_seconds = o->grammar_timeout;
     S.lim.models = S.models;
+    if (o->schema_mode && strcmp(o->schema_mode, "strict") && strcmp(o->schema_mode, "full")) {
+        fprintf(stderr, "quire serve: --json-schema-mode must be strict or full\n");
+        return 2;
+    }
+    S.lim.schema_flags = o->schema_mode && !strcmp(o->schema_mode, "full") ? GRAM_SCHEMA_FULL : 0;
     if (serve_names(o) || serve_origins(o) || serve_template(o)) return 2;
     if (serve_can_bind(o)) return 1;
     /* The web folder: --web, else web/ beside the build folder or here. */
@@ -907,6 +944,8 @@ int cmd_serve(int argc, char **argv)
     info.listen_accept_role = "raw-skt";
     info.listen_accept_protocol = "quire";
     info.fd_limit_per_thread = (unsigned)o->max_connections + 64;
+    S.load_t0 = q_now();
+    S.load_bytes = model_bytes(o->model);
     S.ctx = S.metrics ? lws_create_context(&info) : NULL;
     pthread_t th;
     int status = 0;
@@ -920,6 +959,8 @@ int cmd_serve(int argc, char **argv)
         printf("quire serve: %s (%s), listening on http://%s:%d (loading the model)\n", S.name, o->model, o->host,
                o->port);
         fflush(stdout);
+        QLOGI("serve: loading %s (%.2f GB)", o->model, S.load_bytes / 1e9);
+        lws_sul_schedule(S.ctx, 0, &S.load_tick, load_tick_cb, 5 * LWS_US_PER_SEC);
         /* Until a signal; then new requests get 503, running ones have
          * --shutdown-grace seconds to finish before they are cancelled, and
          * the loop goes on until every connection has had its final event

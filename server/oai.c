@@ -252,8 +252,8 @@ static int guided_compile(const gsource *g, const qoai_limits *lim, qoai_req *r,
     /* The same request for structure again: the grammar compiled before. */
     char *key = NULL;
     {
-        json_t *k = json_pack("[s, O?, O?, O?]", g->any_object ? "object" : "", (json_t *)g->schema, g->regex,
-                              g->choice);
+        json_t *k = json_pack("[s, O?, O?, O?, i]", g->any_object ? "object" : "", (json_t *)g->schema, g->regex,
+                              g->choice, (int)lim->schema_flags);
         key = k ? json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
         json_decref(k);
     }
@@ -280,7 +280,9 @@ static int guided_compile(const gsource *g, const qoai_limits *lim, qoai_req *r,
         free(l);
     } else {
         json_t *obj = g->any_object ? json_pack("{s:s}", "type", "object") : NULL;
-        rc = obj || g->schema ? gram_schema_compile(obj ? obj : g->schema, &r->grammar, err, sizeof err) : QERR_NOMEM;
+        rc = obj || g->schema ? gram_schema_compile_opts(obj ? obj : g->schema, lim->schema_flags, &r->grammar, err,
+                                                         sizeof err)
+                              : QERR_NOMEM;
         if (rc == QERR_NOMEM && !obj && !g->schema) snprintf(err, sizeof err, "out of memory");
         json_decref(obj);
     }

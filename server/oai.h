@@ -83,6 +83,9 @@ typedef struct {
     /* A chat template's source that replaces the model's (serve
      * --chat-template), or NULL. */
     const char *chat_template;
+    /* GRAM_SCHEMA_FULL: schemas (response_format, guided_json, tools) with
+     * JSON Schema's own meaning; 0: strict (schema.h). */
+    unsigned schema_flags;
 } qoai_limits;
 
 /* A cache of structure requests that failed to compile: the SHA-256 of the

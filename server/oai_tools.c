@@ -123,7 +123,7 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     r->tool_name = named;
     const int max_calls = par && json_is_false(par) ? 1 : 0;
     /* The same tools and choice again: the grammar compiled before. */
-    json_t *k = json_pack("[s, O, i, s?, i]", "tools", tools, mode, named, max_calls);
+    json_t *k = json_pack("[s, O, i, s?, i, i]", "tools", tools, mode, named, max_calls, (int)lim->schema_flags);
     char *key = k ? json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(k);
     if (key && lim->gcache && (r->grammar = gram_cache_get(lim->gcache, key, strlen(key)))) {
@@ -145,8 +145,11 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     int bad = -1;
     gram_budget_set(&(gram_budget){ .seconds = lim->grammar_seconds });
     if (!dflt) rc = QERR_NOMEM;
-    else if (mode == QOAI_TOOLS_NAMED) rc = gram_schema_compile(t[pick].params, &r->grammar, err, sizeof err), bad = pick;
-    else rc = gram_tools_grammar(t, (int)n, mode == QOAI_TOOLS_AUTO, max_calls, &bad, &r->grammar, err, sizeof err);
+    else if (mode == QOAI_TOOLS_NAMED)
+        rc = gram_schema_compile_opts(t[pick].params, lim->schema_flags, &r->grammar, err, sizeof err), bad = pick;
+    else
+        rc = gram_tools_grammar_opts(t, (int)n, mode == QOAI_TOOLS_AUTO, max_calls, lim->schema_flags, &bad,
+                                     &r->grammar, err, sizeof err);
     gram_budget_set(NULL);
     json_decref(dflt);
     free(t);

@@ -41,6 +41,7 @@ typedef struct {
     int tensor_parallel;    /* --tensor-parallel: GPUs the model is split among */
     int max_model_len;      /* --max-model-len / -c / --ctx-size: the context requests get (0: the model's) */
     const char *chat_template_path; /* --chat-template: a Jinja file instead of the model's template */
+    const char *schema_mode; /* --json-schema-mode: strict (default) or full */
     float gpu_mem_util, grace;
 } serve_opts;
 
@@ -149,6 +150,9 @@ typedef struct {
     int load_failed;
     int n_conns;        /* open connections (lws thread) */
     lws_sorted_usec_list_t stop_tick; /* wakes the lws loop while it drains at the stop */
+    lws_sorted_usec_list_t load_tick; /* says, every few seconds, that the model is still loading */
+    double load_t0;     /* when loading began */
+    double load_bytes;  /* the model's size on disk */
 } serve_state;
 
 extern serve_state S;

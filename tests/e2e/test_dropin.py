@@ -424,3 +424,25 @@ def test_cors_in_chromium(quire, tmp_path):
         for p in pages:
             p.shutdown()
         assert s.stop() == 0
+
+
+def test_json_schema_modes(quire):
+    """Strict (the default): a key the schema does not list is never written,
+    even when the logits push for one; --json-schema-mode full: JSON
+    Schema's own meaning, the same push adds keys."""
+    schema = {"type": "object", "properties": {"a": {"const": 1}}, "required": ["a"]}
+    out = {}
+    for mode in ("strict", "full"):
+        s = Server(quire, "--no-persist", "--json-schema-mode", mode)
+        try:
+            comma = [t for t in tokens_of(s, ",", special=False) if t != tokens_of(s, "", special=False)[:1]]
+            st, r = s.request("POST", "/v1/completions", {
+                "prompt": PROMPT, "max_tokens": 60, "temperature": 0, "guided_json": schema,
+                "logit_bias": {str(comma[-1]): 100}})
+            assert st == 200, r
+            out[mode] = r["choices"][0]
+        finally:
+            assert s.stop() == 0
+    assert json.loads(out["strict"]["text"]) == {"a": 1} and out["strict"]["finish_reason"] == "stop"
+    assert out["full"]["text"].startswith('{",'), out["full"]  # a key of commas: one the schema does not list
+    assert "--json-schema-mode" in serve_fails(quire, "--json-schema-mode", "loose", code=2)
