@@ -1,5 +1,6 @@
 /* fuzz_oai.c - libFuzzer target for OpenAI-compatible request bodies
- * (server/oai.c): any bytes as a chat body and as a completions body, for
+ * (server/oai.c): any bytes as a chat body and as a completions body, and
+ * as POST /tokenize and /detokenize bodies (oai_tokenize.c), for
  * the bundled stories260K model (from $QUIRE_ROOT, else the current
  * directory: run from the repository root).  Every outcome must be a clean
  * request or a 4xx error with a message, and nothing may be left to free
@@ -57,9 +58,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         }
         if (r.p.n_prompt < 1 || r.p.max_tokens < 1 || r.p.max_tokens > 256 ||
-            r.p.n_prompt + r.p.max_tokens > g_model->hp.max_ctx)
+            r.p.n_prompt + r.p.max_tokens > g_model->hp.max_ctx || r.p.min_tokens > r.p.max_tokens ||
+            (r.echo_len && !r.echo_text))
             abort();
         qoai_req_free(&r);
+    }
+    json_t *o = json_loadb((const char *)data, size, 0, NULL);
+    if (o) {
+        json_t *out = NULL;
+        qoai_error e;
+        for (int k = 0; k < 2; k++) {
+            const int rc = k ? qoai_detokenize(o, &lim, g_model, g_tok, &out, &e)
+                             : qoai_tokenize(o, &lim, g_model, g_tok, &out, &e);
+            if ((rc != 0) != (out == NULL) || (rc && (!e.message[0] || e.status < 400))) abort();
+            json_decref(out);
+            out = NULL;
+        }
+        json_decref(o);
     }
     return 0;
 }
