@@ -113,7 +113,8 @@ static const char *const REFUSED[] = { "contains",
 /* Keywords that only annotate: they never count as constraints. */
 static const char *const ANNOTATIONS[] = { "title", "description", "default", "examples", "example", "$schema",
                                            "$id", "id", "$comment", "readOnly", "writeOnly", "deprecated",
-                                           "contentMediaType", "contentEncoding", "$defs", "definitions", "$anchor" };
+                                           "contentMediaType", "contentEncoding", "$defs", "definitions", "$anchor",
+                                           CLOSED_OBJ, CLOSED_TUPLE };
 
 /* The keywords this compiler reads. */
 static const char *const KNOWN[] = { "type", "properties", "required", "additionalProperties", "items", "prefixItems",
@@ -153,7 +154,8 @@ int sc_constrains(const json_t *s, const char *skip1, const char *skip2)
 /* The schema a local reference names ("#", "#/definitions/x", with ~0 ~1
  * and %-escapes), or NULL. */
 /* The subschema of s whose "$id", "id" or "$anchor" names fragment f
- * ("#name"), depth first; NULL when none. */
+ * ("#name"), depth first; NULL when none.  Values (enum, const, default,
+ * examples) are data, not schemas: an "$anchor" there names nothing. */
 static const json_t *find_anchor(const json_t *s, const char *f, int depth)
 {
     if (depth > 100) return NULL;
@@ -166,6 +168,8 @@ static const json_t *find_anchor(const json_t *s, const char *f, int depth)
         json_t *v;
         json_object_foreach((json_t *)s, k, v)
         {
+            static const char *const DATA[] = { "enum", "const", "default", "examples", "example" };
+            if (IN(k, DATA)) continue;
             const json_t *r = find_anchor(v, f, depth + 1);
             if (r) return r;
         }
@@ -279,9 +283,12 @@ static gram_x arr_x(sctx *c, const json_t *s)
     /* The tuple part and the schema of the rest (NULL: no more items). */
     const json_t *tuple = json_is_array(prefix) ? prefix : json_is_array(items) ? items : NULL;
     const json_t *rest = json_is_array(prefix) ? items : json_is_array(items) ? addl : items;
-    if (!rest) rest = json_true();
-    if (json_is_false(rest)) rest = NULL;
     const int k = tuple ? (int)json_array_size(tuple) : 0;
+    /* Strict mode: a tuple without a schema for the rest ends there
+     * (unless minItems asks for more). */
+    const int closed = tuple && json_is_true(json_object_get(s, CLOSED_TUPLE)) && min <= k;
+    if (!rest) rest = closed ? json_false() : json_true();
+    if (json_is_false(rest)) rest = NULL;
     if (k > 1000) return sc_fail(c, QERR_UNSUPPORTED, "more than 1000 prefixItems");
     if (!rest && min > k) return sc_fail(c, QERR_INVAL, "minItems above the items allowed");
     if (max == 0) return LIT("[]");
@@ -520,13 +527,18 @@ static gram_x obj_x(sctx *c, const json_t *s)
     const json_t *mnp = json_object_get(s, "minProperties"), *mxp = json_object_get(s, "maxProperties");
     if (props && !json_is_object(props)) return sc_fail(c, QERR_INVAL, "properties must be an object");
     if (req && !json_is_array(req)) return sc_fail(c, QERR_INVAL, "required must be an array");
-    if (!addl) addl = json_true();
+    /* Strict mode: a listing schema without additionalProperties is closed;
+     * names that required or dependencies give are listed (any value). */
+    const int closed = !addl && json_is_true(json_object_get(s, CLOSED_OBJ));
+    const json_t *named = addl ? addl : json_true(); /* the value of a name listed outside properties */
+    if (!addl) addl = closed ? json_false() : json_true();
     const json_t *pp = json_object_get(s, "patternProperties");
     if (pp && !json_is_object(pp)) return sc_fail(c, QERR_INVAL, "patternProperties must be an object");
     const int npp = pp ? (int)json_object_size(pp) : 0;
-    const int extras = !json_is_false(addl) || npp > 0;
+    int extras = !json_is_false(addl) || npp > 0;
     /* The properties: listed ones, then required names not listed (which
-     * take additionalProperties' schema). */
+     * take additionalProperties' schema; any value where strict mode closed
+     * the object). */
     const int np0 = props ? (int)json_object_size(props) : 0;
     const int nreq = req ? (int)json_array_size(req) : 0;
     const json_t *deps = json_object_get(s, "dependentRequired");
@@ -593,7 +605,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
         int dup = 0;
         for (int j = 0; j < n; j++) dup |= !strcmp(names[j], r);
         if (dup) continue;
-        const int at = listed(r, names, schemas, required, &n, addl, pre, npp);
+        const int at = listed(r, names, schemas, required, &n, named, pre, npp);
         if (at < 0) {
             out = sc_none(c, "required property '%s' is not allowed (additionalProperties false)", r);
             goto done;
@@ -614,7 +626,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
                 out = sc_fail(c, QERR_UNSUPPORTED, "dependencies with a schema ('%s') are not supported", dk);
                 goto done;
             }
-            const int a = listed(dk, names, schemas, required, &n, addl, pre, npp);
+            const int a = listed(dk, names, schemas, required, &n, named, pre, npp);
             size_t j;
             json_t *x;
             json_array_foreach(dv, j, x)
@@ -623,7 +635,7 @@ static gram_x obj_x(sctx *c, const json_t *s)
                     out = sc_fail(c, QERR_INVAL, "dependencies must list strings");
                     goto done;
                 }
-                const int bi = listed(json_string_value(x), names, schemas, required, &n, addl, pre, npp);
+                const int bi = listed(json_string_value(x), names, schemas, required, &n, named, pre, npp);
                 if (a < 0 || bi == a) continue;
                 if (bi < 0) {
                     if (required[a]) {
@@ -641,6 +653,19 @@ static gram_x obj_x(sctx *c, const json_t *s)
     }
     const int min_props = json_is_number(mnp) ? sc_count_of(mnp, 0) : 0;
     const int max_props = json_is_number(mxp) ? sc_count_of(mxp, -1) : -1;
+    if (closed && min_props > n + extras) addl = json_true(), extras = 1; /* strict, it could not hold: open */
+    /* Extra members count as one towards minProperties (two may share a
+     * key, which a reader takes as one member): refused where a valid
+     * object would need two of them, rather than that object refused. */
+    int nreq_listed = 0;
+    for (int i = 0; i < n; i++) nreq_listed += required[i];
+    if (extras && min_props - nreq_listed >= 2) {
+        out = sc_fail(c, QERR_UNSUPPORTED,
+                      "minProperties %d with keys beside the listed ones (a grammar cannot tell such keys apart to "
+                      "count them)",
+                      min_props);
+        goto done;
+    }
     if (min_props > n + extras) {
         out = sc_fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed%s", extras ? " and one more" : "");
         goto done;
@@ -1061,11 +1086,12 @@ static int shared_rules(sctx *c)
 
 /* The grammar whose root is what top(c, arg) builds, with the shared rules
  * made first: 0 or an error with its message in err. */
-static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, const json_t *root, gram **out,
-                        char *err, size_t errlen)
+static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, const json_t *root, unsigned flags,
+                        gram **out, char *err, size_t errlen)
 {
     *out = NULL;
     sctx c = { 0 };
+    c.flags = flags;
     c.b = gram_b_new();
     c.keep = json_array();
     c.root = root;
@@ -1097,7 +1123,7 @@ static int compile_with(gram_x (*top)(sctx *, const void *), const void *arg, co
 /* s read as the draft it names: the root of its references. */
 static gram_x as_root(sctx *c, const json_t *s)
 {
-    const json_t *r = sc_keep(c, sc_for_draft(s));
+    const json_t *r = sc_keep(c, sc_for_draft(s, !(c->flags & GRAM_SCHEMA_FULL)));
     if (!r) return sc_fail(c, QERR_NOMEM, "out of memory");
     c->root = r;
     c->path[0] = 0;
@@ -1111,12 +1137,20 @@ static gram_x top_any(sctx *c, const void *unused)
     return gram_b_ref(B, c->r_value);
 }
 
-int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errlen)
+int gram_schema_compile_opts(const json_t *schema, unsigned flags, gram **out, char *err, size_t errlen)
 {
-    return compile_with(top_schema, schema, schema, out, err, errlen);
+    return compile_with(top_schema, schema, schema, flags, out, err, errlen);
 }
 
-int gram_json_any(gram **out, char *err, size_t errlen) { return compile_with(top_any, NULL, json_true(), out, err, errlen); }
+int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errlen)
+{
+    return gram_schema_compile_opts(schema, 0, out, err, errlen);
+}
+
+int gram_json_any(gram **out, char *err, size_t errlen)
+{
+    return compile_with(top_any, NULL, json_true(), GRAM_SCHEMA_FULL, out, err, errlen);
+}
 
 /* ---- tool calls ---------------------------------------------------------------------- */
 
@@ -1167,8 +1201,8 @@ static gram_x top_tools(sctx *c, const void *arg)
     return SEQ(gram_b_regex_take(B, text), ALT(calls, gram_b_empty(B)));
 }
 
-int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_calls, int *bad, gram **out, char *err,
-                       size_t errlen)
+int gram_tools_grammar_opts(const gram_tool *tools, int n, int text_first, int max_calls, unsigned flags, int *bad,
+                            gram **out, char *err, size_t errlen)
 {
     int dummy;
     if (!bad) bad = &dummy;
@@ -1176,7 +1210,13 @@ int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_ca
     *out = NULL;
     if (n < 1) return qerr_set(err, errlen, QERR_INVAL, "no tools");
     tools_arg a = { tools, n, text_first, max_calls, bad };
-    return compile_with(top_tools, &a, json_true(), out, err, errlen);
+    return compile_with(top_tools, &a, json_true(), flags, out, err, errlen);
+}
+
+int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_calls, int *bad, gram **out, char *err,
+                       size_t errlen)
+{
+    return gram_tools_grammar_opts(tools, n, text_first, max_calls, 0, bad, out, err, errlen);
 }
 
 /* ---- other constraints: a pattern, a list of choices ---------------------------------- */

@@ -3,10 +3,10 @@
  *
  * Output form: compact (no whitespace anywhere), strings with raw UTF-8 and
  * only the escapes a compact serializer writes (\" \\ \b \f \n \r \t,
- * \u00xx for other controls), object properties in any order when the
- * schema lists up to 6, else in the order it lists them (required ones
- * always, optional ones may be left out) with further properties - when
- * additionalProperties allows them - after those, named otherwise.  Numbers: integers as
+ * \u00xx in lower case for other controls), listed object properties
+ * in any order, each at most once (required ones always, optional ones may
+ * be left out), with further properties - where additionalProperties or
+ * patternProperties allow them - anywhere among them.  Numbers: integers as
  * -?(0|[1-9][0-9]*), numbers with an optional fraction and exponent.
  *
  * Keywords enforced: type (also a list), properties, required,
@@ -25,8 +25,15 @@
  * multiples, for a number too), propertyNames of string keywords.
  * An enum or const takes only the values that satisfy every keyword beside
  * it, whatever those are (each value is checked as jsonschema checks it).
- * Extra keys count as at most one towards minProperties (two may share a
- * key); uniqueItems only where it holds by itself (at most one item).
+ * Extra keys (none of the listed names) count as at most one towards
+ * minProperties, since two may share a key: a minProperties that a valid
+ * object could meet only with two of them is refused, never compiled into
+ * a grammar that refuses that object; uniqueItems only where it holds by
+ * itself (at most one item).  allOf's arrays merge position by position
+ * (one member's "items" holds for another's tuple; additionalItems only
+ * for its own schema's).  Formats are asserted, each as its RFC reads it
+ * (email: RFC 5321's mailbox, quoted local parts and address literals
+ * included; ipv6: RFC 3986's, with an IPv4 tail).
  * Where a smaller set of outputs is as valid, it is made: maxLength above
  * 2000 is generated as 2000 (a pattern's, until its automaton fits), a
  * pattern's repetition count above 1000 as 1000, and a property no value
@@ -34,7 +41,44 @@
  * uniqueItems, ...) is an error naming it, never ignored.  Unknown keywords
  * are annotations, and so are formats no specification defines (the
  * specification says so); formats the specifications define that quire
- * cannot generate (iri, idn-email, duration, regex, ...) are errors. */
+ * cannot generate (iri, idn-email, duration, regex, ...) are errors.
+ *
+ * Strict mode (the default; GRAM_SCHEMA_FULL turns it off): what a schema
+ * lists is what is generated, as XGrammar's strict_mode (vLLM's default:
+ * as if unevaluatedProperties and unevaluatedItems were false) and
+ * llama.cpp's json-schema-to-grammar (properties without
+ * additionalProperties close the object) do, so that a model cannot invent
+ * keys until it runs out of tokens.  Unlike XGrammar, which makes
+ * {"type": "object"} only {} and {"type": "array"} only [], schemas that
+ * list nothing stay open, as in llama.cpp.  Exactly:
+ *   - An object whose schema has "properties" (even {}) or
+ *     "patternProperties", and no "additionalProperties", takes only the
+ *     keys that "properties", "required" and "dependentRequired" /
+ *     "dependencies" name (a name listed only by the latter two takes any
+ *     value) and the keys its patternProperties match: as if
+ *     additionalProperties were false, but for the names listed.
+ *   - The object is judged as merged: allOf members, a $ref beside other
+ *     keywords, the keywords beside an anyOf / oneOf alternative, and an
+ *     if's then / else are merged first, and the merge is closed when any
+ *     part listed properties.  allOf [{properties {a}}, {properties {b}}]
+ *     takes a and b; an anyOf alternative takes its own names and those
+ *     beside the anyOf.  Schemas under not, if, propertyNames and contains
+ *     only test instances: they close nothing.
+ *   - An object schema that lists no properties ({"type": "object"}, one
+ *     with only required, propertyNames, min/maxProperties) stays open, as
+ *     llama.cpp keeps it (json_object mode and gram_json_any: any object).
+ *   - additionalProperties true or a schema keeps its meaning: the object
+ *     is open to keys of that schema.  unevaluatedProperties and
+ *     unevaluatedItems are refused in both modes (errors, as above).
+ *   - A tuple (prefixItems, or an "items" list in older drafts) without
+ *     "items" / "additionalItems" for the rest takes no items past it.
+ *     An array without a tuple ({"type": "array"}) stays open.
+ *   - Where closing would leave no instance (minProperties above the names
+ *     listed, minItems above the tuple's length), the object or array stays
+ *     open.
+ *   - enum and const values are taken as listed, whatever their keys.
+ * Full mode is JSON Schema's meaning: keys and items a schema does not
+ * forbid may be generated. */
 #ifndef QUIRE_GRAM_SCHEMA_H
 #define QUIRE_GRAM_SCHEMA_H
 
@@ -43,9 +87,15 @@
 
 #include "gram.h"
 
-/* Compiles schema (an object or a boolean) into *out: 0, or QERR_INVAL /
- * QERR_UNSUPPORTED (a keyword named in err, with the JSON pointer where it
- * is), QERR_LIMIT, QERR_NOMEM. */
+/* Flags of gram_schema_compile_opts and gram_tools_grammar_opts. */
+#define GRAM_SCHEMA_FULL 1u /* full JSON Schema semantics: no strict mode */
+
+/* Compiles schema (an object or a boolean) into *out, in strict mode
+ * unless flags has GRAM_SCHEMA_FULL: 0, or QERR_INVAL / QERR_UNSUPPORTED
+ * (a keyword named in err, with the JSON pointer where it is), QERR_LIMIT,
+ * QERR_NOMEM.  The schema stays the caller's (not changed, not kept). */
+int gram_schema_compile_opts(const json_t *schema, unsigned flags, gram **out, char *err, size_t errlen);
+/* gram_schema_compile_opts(schema, 0, ...): strict mode. */
 int gram_schema_compile(const json_t *schema, gram **out, char *err, size_t errlen);
 
 /* The compact JSON text of v as the grammars write it (jansson's
@@ -82,9 +132,13 @@ typedef struct {
 
 /* Calls of tools[0..n): 1 to max_calls of them (max_calls < 1: no bound);
  * with text_first, any text that does not hold "<tool_call>" comes first
- * and the calls may be left out (tool_choice "auto").  0, or an error as
- * gram_schema_compile's with *bad the index of the tool whose parameters
- * failed (-1 for none; bad may be NULL). */
+ * and the calls may be left out (tool_choice "auto"); each one's arguments
+ * compiled as gram_schema_compile_opts compiles with flags.  0, or an
+ * error as gram_schema_compile's with *bad the index of the tool whose
+ * parameters failed (-1 for none; bad may be NULL). */
+int gram_tools_grammar_opts(const gram_tool *tools, int n, int text_first, int max_calls, unsigned flags, int *bad,
+                            gram **out, char *err, size_t errlen);
+/* gram_tools_grammar_opts(..., 0, ...): the parameters in strict mode. */
 int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_calls, int *bad, gram **out, char *err,
                        size_t errlen);
 

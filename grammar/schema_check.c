@@ -406,7 +406,13 @@ static void text_of(tbuf *b, const json_t *v)
     } else {
         char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         if (!s) b->bad = 1;
-        else tput(b, s, strlen(s));
+        /* \u escapes in lower case, as the grammars write them (jansson
+         * writes upper case: a control character's string was written in
+         * a form no grammar takes). */
+        for (char *e = s; e && *e; e++)
+            if (*e == '\\' && *++e == 'u')
+                for (int i = 0; i < 4 && e[1]; i++) e++, *e = (char)(*e >= 'A' && *e <= 'F' ? *e + 32 : *e);
+        if (s) tput(b, s, strlen(s));
         if (s) sc_dumps_free(s);
     }
 }

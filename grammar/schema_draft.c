@@ -11,7 +11,13 @@
  *     prefixItems, unevaluated* or min/maxContains.
  * So the schema is copied without those keywords, at every place that
  * holds a schema (never inside enum, const or property names).  Without a
- * "$schema", or with one of 2019-09 or later, it is taken as it is. */
+ * "$schema", or with one of 2019-09 or later, it is taken as it is.
+ *
+ * In strict mode (schema.h) the same walk marks the schemas that list
+ * properties or tuple items with CLOSED_OBJ / CLOSED_TUPLE, annotations
+ * that merges carry along: obj_x and arr_x close the object or array as
+ * merged, when it has the mark and nothing says what other members may
+ * be. */
 #include <string.h>
 
 #include "schema_int.h"
@@ -51,23 +57,27 @@ static int ignored(int d, const char *k, int beside_ref)
     return (d < 7 && in(k, SINCE7)) || (d < 6 && in(k, SINCE6)) || (d < 2019 && in(k, SINCE2019));
 }
 
-static void rewrite(json_t *s, int d, int depth);
+static void rewrite(json_t *s, int d, int mark, int depth);
 
-static void each_value(json_t *o, int d, int depth)
+static void each_value(json_t *o, int d, int mark, int depth)
 {
     const char *k;
     json_t *v;
-    if (json_is_object(o)) json_object_foreach(o, k, v) rewrite(v, d, depth);
+    if (json_is_object(o)) json_object_foreach(o, k, v) rewrite(v, d, mark, depth);
 }
 
-static void each_item(json_t *a, int d, int depth)
+static void each_item(json_t *a, int d, int mark, int depth)
 {
     size_t i;
     json_t *v;
-    if (json_is_array(a)) json_array_foreach(a, i, v) rewrite(v, d, depth);
+    if (json_is_array(a)) json_array_foreach(a, i, v) rewrite(v, d, mark, depth);
 }
 
-static void rewrite(json_t *s, int d, int depth)
+/* s as draft d reads it; with mark (strict mode), a schema that lists
+ * properties gets CLOSED_OBJ, one with a tuple CLOSED_TUPLE.  Schemas
+ * under not, if, propertyNames and contains are not marked: they test an
+ * instance, they do not describe one. */
+static void rewrite(json_t *s, int d, int mark, int depth)
 {
     if (!json_is_object(s) || depth > MAX_DEPTH) return;
     const int beside_ref = json_is_string(json_object_get(s, "$ref"));
@@ -80,20 +90,26 @@ static void rewrite(json_t *s, int d, int depth)
     static const char *const LISTS[] = { "anyOf", "oneOf", "allOf", "prefixItems", NULL };
     static const char *const ONE[] = { "additionalItems", "additionalProperties", "not", "if", "then", "else",
                                        "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties", NULL };
+    static const char *const TESTS[] = { "not", "if", "propertyNames", "contains", NULL };
     json_object_foreach(s, k, v)
     {
-        if (in(k, MAPS)) each_value(v, d, depth + 1);
-        else if (in(k, LISTS)) each_item(v, d, depth + 1);
-        else if (in(k, ONE)) rewrite(v, d, depth + 1);
-        else if (!strcmp(k, "items")) json_is_array(v) ? each_item(v, d, depth + 1) : rewrite(v, d, depth + 1);
+        const int m = mark && !in(k, TESTS);
+        if (in(k, MAPS)) each_value(v, d, m, depth + 1);
+        else if (in(k, LISTS)) each_item(v, d, m, depth + 1);
+        else if (in(k, ONE)) rewrite(v, d, m, depth + 1);
+        else if (!strcmp(k, "items")) json_is_array(v) ? each_item(v, d, m, depth + 1) : rewrite(v, d, m, depth + 1);
     }
+    const int lists = json_is_object(json_object_get(s, "properties")) || json_is_object(json_object_get(s, "patternProperties"));
+    if (mark && lists) json_object_set_new(s, CLOSED_OBJ, json_true());
+    if (mark && (json_is_array(json_object_get(s, "prefixItems")) || json_is_array(json_object_get(s, "items"))))
+        json_object_set_new(s, CLOSED_TUPLE, json_true());
 }
 
-json_t *sc_for_draft(const json_t *root)
+json_t *sc_for_draft(const json_t *root, int strict)
 {
     const int d = json_is_object(root) ? draft_of(root) : 2020;
-    if (d >= 2019) return json_incref((json_t *)root);
+    if (d >= 2019 && !strict) return json_incref((json_t *)root);
     json_t *copy = json_deep_copy(root);
-    if (copy) rewrite(copy, d, 0);
+    if (copy) rewrite(copy, d, strict, 0);
     return copy;
 }

@@ -10,6 +10,7 @@
 
 typedef struct {
     gram_b *b;
+    unsigned flags; /* schema.h's GRAM_SCHEMA_* */
     const json_t *root;
     int rc;
     char err[800];
@@ -55,6 +56,12 @@ static inline gram_x sc_seq3(sctx *c, gram_x x, gram_x y, gram_x z) { return SEQ
  * (a list of {"pattern"} and {"enum"} schemas; schema.c's not_rewrite
  * makes it). */
 #define NOT_KEY "$quire_not"
+/* Internal (strict mode): this schema lists properties (CLOSED_OBJ) or
+ * tuple items (CLOSED_TUPLE), so the object or array it describes, as
+ * merged, takes no other members unless additionalProperties or items say
+ * what they may be.  Annotations: merges copy them, checks ignore them. */
+#define CLOSED_OBJ "$quire_closed"
+#define CLOSED_TUPLE "$quire_tuple"
 /* Internal: a type for numbers that are not integers (not {type: integer}). */
 #define FRACTION_TYPE "$quire_fraction"
 
@@ -117,9 +124,10 @@ const json_t *sc_dep_rewrite(sctx *c, const json_t *s);
 const json_t *sc_if_rewrite(sctx *c, const json_t *s);
 void sc_merges_free(sctx *c);
 
-/* schema_draft.c: root as the draft its "$schema" names reads it (a new
- * reference; NULL when out of memory). */
-json_t *sc_for_draft(const json_t *root);
+/* schema_draft.c: root as the draft its "$schema" names reads it, with
+ * strict, its listing schemas marked CLOSED_OBJ / CLOSED_TUPLE (a new reference;
+ * NULL when out of memory). */
+json_t *sc_for_draft(const json_t *root, int strict);
 
 /* The fewest significant digits (1 to 17) that write v so that it reads
  * back the same. */

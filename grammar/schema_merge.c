@@ -105,6 +105,67 @@ static int merge_addl(sctx *c, json_t *m, const json_t *a, const json_t *bb)
     return 0;
 }
 
+/* Side s's tuple (prefixItems, or an "items" list) and the schema of the
+ * items past it (NULL: any); additionalItems beside no tuple means
+ * nothing. */
+static void items_of(const json_t *s, const json_t **tuple, const json_t **rest)
+{
+    const json_t *pre = json_object_get(s, "prefixItems"), *it = json_object_get(s, "items");
+    *tuple = json_is_array(pre) ? pre : json_is_array(it) ? it : NULL;
+    *rest = json_is_array(pre) ? it : json_is_array(it) ? json_object_get(s, "additionalItems") : it;
+}
+
+/* Both of two item schemas (NULL: any): a new reference, NULL with
+ * *none set for any, NULL on errors (c->rc set). */
+static json_t *both_items(sctx *c, const json_t *x, const json_t *y, int *any)
+{
+    *any = 0;
+    if ((!x || json_is_true(x)) && (!y || json_is_true(y))) return *any = 1, NULL;
+    if (!x || json_is_true(x) || json_is_false(y)) return json_incref((json_t *)y);
+    if (!y || json_is_true(y) || json_is_false(x)) return json_incref((json_t *)x);
+    return sc_merge(c, x, y);
+}
+
+/* The items of a merge: position by position, each side's tuple schema
+ * there or its rest, so that one side's rest holds for the other side's
+ * tuple (an allOf's {"items": [...]} and the additionalItems beside the
+ * allOf do not meet: additionalItems speaks of its own schema's tuple).
+ * Written as prefixItems and items.  0, or -1 on errors (c->rc set). */
+static int merge_items(sctx *c, json_t *m, const json_t *a, const json_t *bb)
+{
+    static const char *const K[] = { "prefixItems", "items", "additionalItems" };
+    int ina = 0, inb = 0;
+    for (int i = 0; i < 3; i++) ina |= json_object_get(a, K[i]) != NULL, inb |= json_object_get(bb, K[i]) != NULL;
+    if (!ina || !inb) return 0; /* one side's, as it was (the loop copied it) */
+    const json_t *ta, *ra, *tb, *rb;
+    items_of(a, &ta, &ra);
+    items_of(bb, &tb, &rb);
+    const size_t na = json_array_size(ta), nb = json_array_size(tb), n = na > nb ? na : nb;
+    json_t *tuple = json_array();
+    int any, gone = 0;
+    for (size_t i = 0; tuple && i < n && !gone; i++) {
+        json_t *x = both_items(c, i < na ? json_array_get(ta, i) : ra, i < nb ? json_array_get(tb, i) : rb, &any);
+        if (!x && !any) {
+            json_decref(tuple);
+            return -1;
+        }
+        gone = json_is_false(x); /* no item here: the array ends before it */
+        if (!gone) json_array_append_new(tuple, any ? json_true() : x);
+        else json_decref(x);
+    }
+    json_t *rest = gone ? json_false() : both_items(c, ra, rb, &any);
+    if (!tuple || (!rest && !any)) {
+        json_decref(tuple);
+        return c->rc ? -1 : (sc_fail(c, QERR_NOMEM, "out of memory"), -1);
+    }
+    for (int i = 0; i < 3; i++) json_object_del(m, K[i]);
+    if (json_array_size(tuple)) json_object_set(m, "prefixItems", tuple);
+    if (rest) json_object_set(m, "items", rest);
+    json_decref(tuple);
+    json_decref(rest);
+    return 0;
+}
+
 /* The merge of two schemas that must both hold (allOf); merges nest
  * (properties, items) at most MERGE_DEPTH deep (recursive schemas). */
 #define MERGE_DEPTH 48
@@ -236,7 +297,8 @@ static json_t *merge_in(sctx *c, const json_t *a, const json_t *bb)
         } else if (!strcmp(k, "maximum") || !strcmp(k, "maxLength") || !strcmp(k, "maxItems") ||
                    !strcmp(k, "maxProperties")) {
             if (json_number_value(v) < json_number_value(mine)) json_object_set(m, k, v);
-        } else if (!strcmp(k, "additionalProperties")) {
+        } else if (!strcmp(k, "additionalProperties") || !strcmp(k, "items") || !strcmp(k, "prefixItems") ||
+                   !strcmp(k, "additionalItems")) {
             /* after the loop */
         } else if (json_equal(mine, (json_t *)v)) {
             /* the same on both sides */
@@ -265,13 +327,6 @@ static json_t *merge_in(sctx *c, const json_t *a, const json_t *bb)
                 break;
             }
             json_object_set_new(m, k, both);
-        } else if (!strcmp(k, "items") && json_is_object(mine) && json_is_object(v)) {
-            json_t *it = sc_merge(c, mine, v);
-            if (!it) {
-                json_decref(m);
-                return NULL;
-            }
-            json_object_set_new(m, k, it);
         } else if (!strcmp(k, "const") && json_is_object(m)) {
             /* Two different values: no instance (an empty enum says so). */
             json_object_set_new(m, "enum", json_array());
@@ -281,7 +336,7 @@ static json_t *merge_in(sctx *c, const json_t *a, const json_t *bb)
             return NULL;
         }
     }
-    if (merge_addl(c, m, a, bb)) {
+    if (merge_addl(c, m, a, bb) || merge_items(c, m, a, bb)) {
         json_decref(m);
         return NULL;
     }

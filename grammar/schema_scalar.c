@@ -20,6 +20,16 @@
  * February (the year is not checked for leap years). */
 #define DAYS "((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-9]))"
 
+#define IPV4 "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+/* RFC 3986's IPv6address: h16 groups around "::", the last 32 bits as two
+ * groups or as an IPv4 address. */
+#define H16 "[0-9a-fA-F]{1,4}"
+#define LS32 "(" H16 ":" H16 "|" IPV4 ")"
+#define IPV6                                                                                                        \
+    "((" H16 ":){6}" LS32 "|::(" H16 ":){5}" LS32 "|(" H16 ")?::(" H16 ":){4}" LS32 "|((" H16 ":)?" H16 ")?::(" H16 \
+    ":){3}" LS32 "|((" H16 ":){0,2}" H16 ")?::(" H16 ":){2}" LS32 "|((" H16 ":){0,3}" H16 ")?::" H16 ":" LS32      \
+    "|((" H16 ":){0,4}" H16 ")?::" LS32 "|((" H16 ":){0,5}" H16 ")?::" H16 "|((" H16 ":){0,6}" H16 ")?::)"
+
 /* Patterns of the formats (over code points; compiled in JSON-string mode). */
 const char *sc_format_pattern(const char *f)
 {
@@ -30,22 +40,22 @@ const char *sc_format_pattern(const char *f)
         { "time", "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
         { "date-time", "\\d{4}-" DAYS "[Tt ]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)"
                        "(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
-        { "email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
-                   "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*" },
+        /* RFC 5321's Mailbox: a dot-string or a quoted string, then a
+         * domain or an address literal: [IPv4], or its general form
+         * [tag:content] that IPv6 literals are written in. */
+        { "email", "([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*|\"([ !#-\\[\\]-~]|\\\\[ -~])*\")@"
+                   "([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*|"
+                   "\\[" IPV4 "\\]|\\[[A-Za-z0-9-]*[A-Za-z0-9]:[!-Z^-~]+\\])" },
         { "uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" },
-        { "ipv4", "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)" },
-        { "ipv6", "(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|"
-                  "([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|"
-                  "([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|"
-                  "([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|"
-                  ":((:[0-9a-fA-F]{1,4}){1,7}|:))" },
+        { "ipv4", IPV4 },
+        { "ipv6", IPV6 },
         { "uri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\s\"<>\\\\^`{|}]*" },
         { "hostname", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
         { "uri-reference", "[^\\s\"<>\\\\^`{|}]*" },
         { "json-pointer", "(/([^~/]|~[01])*)*" },
         /* Draft 3's names. */
         { "host-name", "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*" },
-        { "ip-address", "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)" },
+        { "ip-address", IPV4 },
         { "color", "#[0-9A-Fa-f]{3}([0-9A-Fa-f]{3})?|aqua|black|blue|fuchsia|gray|green|lime|maroon|navy|olive|orange|"
                    "purple|red|silver|teal|white|yellow" },
     };

@@ -1,6 +1,7 @@
 /* fuzz_schema.c - libFuzzer target for the JSON Schema compiler
  * (grammar/schema.c) and the matcher (grammar/gram.c): the input is a
- * schema as JSON text; one that parses must compile or fail with a
+ * schema as JSON text, compiled in strict mode or in full mode (GRAM_SCHEMA_FULL)
+ * as its length is even or odd; one that parses must compile or fail with a
  * message, and a compiled grammar then reads the input's own bytes until it
  * refuses one, with a commit and a rollback on the way (no crash, hang,
  * leak or sanitizer report).  jansson allocates from json_arena.h's arena.
@@ -51,7 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[800];
     err[0] = 0;
     gram_budget_set(&(gram_budget){ .re_states = 300, .re_work = 150000, .re_nfa = 5000, .states = 20000 });
-    const int rc = gram_schema_compile(s, &g, err, sizeof err);
+    /* Both modes: strict (the default) for inputs of even length, full for odd. */
+    const int rc = gram_schema_compile_opts(s, size & 1 ? GRAM_SCHEMA_FULL : 0, &g, err, sizeof err);
     json_decref(s);
     json_arena_end(); /* the compiler keeps no JSON */
     if (rc) {
