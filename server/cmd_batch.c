@@ -42,9 +42,11 @@ typedef struct {
     char err[256];
 } item;
 
-/* Fills p from one input line; token ids are stored in *ids (caller frees). */
+/* Fills p from one input line; token ids are stored in *ids, and the
+ * sampling fields' own arrays (logit_bias, stop_token_ids) in *keep (the
+ * caller frees both: qoai_req_free(keep) once the engine has them). */
 static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_max, qreq_params *p, int32_t **ids,
-                      char *err, size_t errlen)
+                      qoai_req *keep, char *err, size_t errlen)
 {
     if (!json_is_object(o)) return qerr_set(err, errlen, QERR_INVAL, "not a JSON object");
     memset(p, 0, sizeof *p);
@@ -90,12 +92,19 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
     p->prompt = *ids;
     p->n_prompt = n;
     /* The sampling fields as the server reads them (completions' logprobs). */
-    qoai_req r;
     qoai_error e;
-    memset(&r, 0, sizeof r);
-    r.p = *p;
-    if ((rc = qoai_params(o, QOAI_COMPLETION, NULL, &r, &e))) return qerr_set(err, errlen, rc, "%s", e.message);
-    *p = r.p;
+    memset(keep, 0, sizeof *keep);
+    keep->p = *p;
+    rc = qoai_params(o, QOAI_COMPLETION, NULL, keep, &e);
+    /* Fields that shape an HTTP reply or its prompt, which a batch line does not have. */
+    static const char *const http_only[] = { "echo", "request_id", "truncate_prompt_tokens", "add_special_tokens",
+                                             "stream", "stream_options" };
+    for (size_t i = 0; !rc && i < sizeof http_only / sizeof http_only[0]; i++)
+        if (json_object_get(o, http_only[i]) && !json_is_null(json_object_get(o, http_only[i])))
+            rc = qoai_fail(&e, 400, "invalid_request_error", http_only[i], "'%s' is not taken by --batch lines",
+                           http_only[i]);
+    if (rc) return qerr_set(err, errlen, rc, "%s", e.message);
+    *p = keep->p;
     return 0;
 }
 
@@ -136,11 +145,13 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
         json_error_t je;
         json_t *o = json_loadb(line, ll, 0, &je);
         qreq_params p;
+        qoai_req keep;
+        memset(&keep, 0, sizeof keep);
         int32_t *ids = NULL;
         if (!o) {
             snprintf(it->err, sizeof it->err, "line %d is not JSON: %s", n, je.text);
             it->failed = 1;
-        } else if (parse_line(o, m, tok, default_max, &p, &ids, it->err, sizeof it->err)) {
+        } else if (parse_line(o, m, tok, default_max, &p, &ids, &keep, it->err, sizeof it->err)) {
             it->failed = 1;
         } else {
             it->n = p.n > 1 ? p.n : 1;
@@ -152,6 +163,7 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
             }
         }
         if (o) it->client_id = json_incref(json_object_get(o, "id"));
+        qoai_req_free(&keep);
         free(ids);
         json_decref(o);
         line = next;

@@ -567,6 +567,13 @@ sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const
         free(r);
         return NULL;
     }
+    if (cid && r->req.request_id) { /* a WebSocket request is known by its id */
+        qoai_req_free(&r->req);
+        free(r);
+        return qoai_fail(e, 400, "invalid_request_error", "request_id",
+                         "'request_id' is for HTTP; a WebSocket request is known by its 'id'"),
+               NULL;
+    }
     r->n = r->req.p.n > 1 ? r->req.p.n : 1;
     r->ch = calloc((size_t)r->n, sizeof *r->ch);
     if (!r->ch) {

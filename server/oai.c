@@ -1,6 +1,7 @@
 /* oai.c - OpenAI-compatible request bodies: parsing, validation, errors
  * (oai.h says which fields and how they are checked). */
 #include "oai.h"
+#include "oai_int.h"
 #include "sha256.h"
 #include "stop.h"
 
@@ -42,8 +43,7 @@ json_t *qoai_error_json(const qoai_error *e)
                      e->code[0] ? json_string(e->code) : json_null());
 }
 
-/* The field k of o, NULL when absent or null. */
-static json_t *field(json_t *o, const char *k)
+json_t *qoai_field(json_t *o, const char *k)
 {
     json_t *v = json_object_get(o, k);
     return v && !json_is_null(v) ? v : NULL;
@@ -53,7 +53,7 @@ static json_t *field(json_t *o, const char *k)
  * when absent, < 0 with *e filled. */
 static int num(json_t *o, const char *k, double lo, double hi, int integral, double *out, qoai_error *e)
 {
-    json_t *v = field(o, k);
+    json_t *v = qoai_field(o, k);
     if (!v) return 0;
     if (integral ? !json_is_integer(v) : !json_is_number(v))
         return qoai_fail(e, 400, INVALID, k, "'%s' must be %s", k, integral ? "an integer" : "a number");
@@ -63,10 +63,9 @@ static int num(json_t *o, const char *k, double lo, double hi, int integral, dou
     return 1;
 }
 
-/* A boolean: 1 when present (value in *out), 0 when absent, < 0 on error. */
-static int flag(json_t *o, const char *k, int *out, qoai_error *e)
+int qoai_flag(json_t *o, const char *k, int *out, qoai_error *e)
 {
-    json_t *v = field(o, k);
+    json_t *v = qoai_field(o, k);
     if (!v) return 0;
     if (!json_is_boolean(v)) return qoai_fail(e, 400, INVALID, k, "'%s' must be true or false", k);
     *out = json_is_true(v);
@@ -171,7 +170,7 @@ static int schema_field(json_t *v, const char *param, gsource *g, qoai_error *e)
 static int guided_source(json_t *o, gsource *g, qoai_error *e)
 {
     int n_set = 0, rc;
-    json_t *rf = field(o, "response_format");
+    json_t *rf = qoai_field(o, "response_format");
     if (rf) {
         json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         if (!json_is_string(t))
@@ -192,7 +191,7 @@ static int guided_source(json_t *o, gsource *g, qoai_error *e)
                              "response_format type '%s' is not one of text, json_object, json_schema", ty);
         }
     }
-    json_t *so = field(o, "structured_outputs");
+    json_t *so = qoai_field(o, "structured_outputs");
     if (so && !json_is_object(so))
         return qoai_fail(e, 400, INVALID, "structured_outputs", "'structured_outputs' must be an object");
     if (so) {
@@ -221,12 +220,12 @@ static int guided_source(json_t *o, gsource *g, qoai_error *e)
             n_set++;
         }
     }
-    if ((rc = schema_field(field(o, "guided_json"), "guided_json", g, e)) < 0) return rc;
+    if ((rc = schema_field(qoai_field(o, "guided_json"), "guided_json", g, e)) < 0) return rc;
     n_set += rc;
-    if ((rc = schema_field(field(o, "json_schema"), "json_schema", g, e)) < 0) return rc;
+    if ((rc = schema_field(qoai_field(o, "json_schema"), "json_schema", g, e)) < 0) return rc;
     n_set += rc;
-    if (field(o, "guided_regex")) g->regex = field(o, "guided_regex"), g->param = "guided_regex", n_set++;
-    if (field(o, "guided_choice")) g->choice = field(o, "guided_choice"), g->param = "guided_choice", n_set++;
+    if (qoai_field(o, "guided_regex")) g->regex = qoai_field(o, "guided_regex"), g->param = "guided_regex", n_set++;
+    if (qoai_field(o, "guided_choice")) g->choice = qoai_field(o, "guided_choice"), g->param = "guided_choice", n_set++;
     if (n_set > 1)
         return qoai_fail(e, 400, INVALID, g->param,
                          "one of response_format (json), structured_outputs, json_schema, guided_json, guided_regex "
@@ -344,7 +343,7 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     if (rc) sp->top_k = (int)d;
     TRY(num(o, "min_p", 0, 1, 0, &d, e));
     if (rc) sp->min_p = (float)d;
-    json_t *seed = field(o, "seed");
+    json_t *seed = qoai_field(o, "seed");
     if (seed && !json_is_integer(seed)) return qoai_fail(e, 400, INVALID, "seed", "'seed' must be an integer");
     if (seed) sp->seed = (uint64_t)json_integer_value(seed);
     TRY(num(o, "frequency_penalty", -2, 2, 0, &d, e));
@@ -356,15 +355,15 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     if (rc) sp->repetition_penalty = (float)d;
     TRY(num(o, "n", 1, QENGINE_MAX_N, 1, &d, e));
     if (rc) p->n = (int)d;
-    TRY(flag(o, "ignore_eos", &b, e));
+    TRY(qoai_flag(o, "ignore_eos", &b, e));
     if (rc) p->ignore_eos = b;
-    TRY(flag(o, "speculative", &b, e));
+    TRY(qoai_flag(o, "speculative", &b, e));
     if (rc) p->no_spec = !b;
 
     /* logprobs: a boolean with top_logprobs in chat, the number of
      * alternatives in completions. */
     if (kind == QOAI_CHAT) {
-        TRY(flag(o, "logprobs", &b, e));
+        TRY(qoai_flag(o, "logprobs", &b, e));
         r->logprobs = rc && b;
         TRY(num(o, "top_logprobs", 0, QSAMPLE_MAX_LOGPROBS, 1, &d, e));
         if (rc && !r->logprobs)
@@ -377,7 +376,7 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
     }
     sp->logprobs = r->logprobs;
 
-    json_t *st = field(o, "stop");
+    json_t *st = qoai_field(o, "stop");
     p->n_stop = 0;
     if (json_is_string(st)) {
         if (!json_string_length(st)) return qoai_fail(e, 400, INVALID, "stop", "'stop' must not be empty");
@@ -400,18 +399,18 @@ int qoai_params(json_t *o, qoai_kind kind, const qoai_limits *lim, qoai_req *r, 
         return qoai_fail(e, 400, INVALID, "stop", "'stop' must be a string or an array of strings");
     }
 
-    TRY(flag(o, "stream", &b, e));
+    TRY(qoai_flag(o, "stream", &b, e));
     r->stream = rc && b;
-    json_t *so = field(o, "stream_options");
+    json_t *so = qoai_field(o, "stream_options");
     if (so) {
         if (!json_is_object(so))
             return qoai_fail(e, 400, INVALID, "stream_options", "'stream_options' must be an object");
         if (!r->stream)
             return qoai_fail(e, 400, INVALID, "stream_options", "'stream_options' is only allowed when 'stream' is true");
-        TRY(flag(so, "include_usage", &b, e));
+        TRY(qoai_flag(so, "include_usage", &b, e));
         r->include_usage = rc && b;
     }
-    json_t *user = field(o, "user");
+    json_t *user = qoai_field(o, "user");
     if (user && !json_is_string(user)) return qoai_fail(e, 400, INVALID, "user", "'user' must be a string");
     if ((rc = qoai_extra_params(o, kind, r, e))) return rc;
     TRY(guided(o, lim, r, e));
@@ -544,7 +543,7 @@ int qoai_messages(json_t *msgs, json_t **out, qoai_error *e)
 static int chat_context(json_t *o, json_t *ctx, int *cont, qoai_error *e)
 {
     int agp = 1, rc, b = 0;
-    json_t *kw = field(o, "chat_template_kwargs"), *docs = field(o, "documents");
+    json_t *kw = qoai_field(o, "chat_template_kwargs"), *docs = qoai_field(o, "documents");
     if (kw && !json_is_object(kw))
         return qoai_fail(e, 400, INVALID, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (docs && !json_is_array(docs))
@@ -560,12 +559,12 @@ static int chat_context(json_t *o, json_t *ctx, int *cont, qoai_error *e)
                                  "chat_template_kwargs may not set '%s': it is a field of the request", k);
         if (json_object_set(ctx, k, v)) return qoai_fail(e, 500, "server_error", NULL, "out of memory");
     }
-    if (field(o, "tools")) json_object_set(ctx, "tools", field(o, "tools")); /* checked by qoai_tools */
+    if (qoai_field(o, "tools")) json_object_set(ctx, "tools", qoai_field(o, "tools")); /* checked by qoai_tools */
     if (docs) json_object_set(ctx, "documents", docs);
     *cont = 0;
-    TRY(flag(o, "add_generation_prompt", &b, e));
+    TRY(qoai_flag(o, "add_generation_prompt", &b, e));
     if (rc) agp = b;
-    TRY(flag(o, "continue_final_message", &b, e));
+    TRY(qoai_flag(o, "continue_final_message", &b, e));
     if (rc) *cont = b;
     if (*cont && agp)
         return qoai_fail(e, 400, INVALID, "continue_final_message",
@@ -694,13 +693,16 @@ static int prompt_ids(json_t *o, qoai_kind kind, const qoai_limits *lim, const q
     return 0;
 }
 
-/* Whether model names one of lim's models (any without a list). */
-static int model_known(const qoai_limits *lim, const char *model)
+int qoai_model_check(json_t *o, const qoai_limits *lim, qoai_error *e)
 {
-    if (!lim || !lim->models) return 1;
+    json_t *mo = qoai_field(o, "model");
+    if (mo && !json_is_string(mo)) return qoai_fail(e, 400, INVALID, "model", "'model' must be a string");
+    if (!mo || !lim || !lim->models) return 0;
     for (const char *const *n = lim->models; *n; n++)
-        if (!strcmp(*n, model)) return 1;
-    return 0;
+        if (!strcmp(*n, json_string_value(mo))) return 0;
+    const int rc = qoai_fail(e, 404, INVALID, "model", "The model `%.200s` does not exist.", json_string_value(mo));
+    snprintf(e->code, sizeof e->code, "model_not_found");
+    return rc;
 }
 
 int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *lim, const qmodel *m,
@@ -718,13 +720,9 @@ int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *
         rc = qoai_fail(e, 400, INVALID, NULL, "the body is not valid JSON (%s at byte %d)", je.text, je.position);
     else if (!json_is_object(r->body))
         rc = qoai_fail(e, 400, INVALID, NULL, "the body must be a JSON object");
-    else if (field(r->body, "model") && !json_is_string(field(r->body, "model")))
-        rc = qoai_fail(e, 400, INVALID, "model", "'model' must be a string");
-    else if (field(r->body, "model") && !model_known(lim, json_string_value(field(r->body, "model")))) {
-        rc = qoai_fail(e, 404, INVALID, "model", "The model `%.200s` does not exist.",
-                       json_string_value(field(r->body, "model")));
-        snprintf(e->code, sizeof e->code, "model_not_found");
-    } else if ((rc = qoai_check_fields(r->body, kind, lim ? lim->envelope : NULL, e)))
+    else if ((rc = qoai_model_check(r->body, lim, e)))
+        ;
+    else if ((rc = qoai_check_fields(r->body, kind, lim ? lim->envelope : NULL, e)))
         ;
     else if (!tok)
         rc = qoai_fail(e, 400, INVALID, NULL, "this model has no tokenizer; text requests cannot be served");
@@ -740,7 +738,7 @@ int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *
                            m->hp.n_vocab);
     if (!rc) rc = prompt_ids(r->body, kind, lim, m, tok, r, e);
     if (!rc) {
-        json_t *mo = field(r->body, "model");
+        json_t *mo = qoai_field(r->body, "model");
         if (mo) r->model = json_string_value(mo);
         const int ctx = m->hp.max_ctx > 0 ? m->hp.max_ctx : 1 << 30, room = ctx - r->p.n_prompt;
         if (room < 1 || (r->has_max_tokens && r->p.max_tokens > room)) {
@@ -759,7 +757,7 @@ int qoai_parse(const char *body, size_t len, qoai_kind kind, const qoai_limits *
             rc = qoai_fail(e, 400, INVALID, "min_tokens", "'min_tokens' (%d) must be at most max_tokens (%d)",
                            r->p.min_tokens, r->p.max_tokens);
         /* No seed: a fresh one, so that the same request draws anew (OpenAI's meaning). */
-        r->seeded = field(r->body, "seed") != NULL;
+        r->seeded = qoai_field(r->body, "seed") != NULL;
         if (!rc && !r->seeded) r->p.sp.seed = q_random_u64();
     }
     if (rc) qoai_req_free(r);

@@ -9,16 +9,12 @@
 #include <string.h>
 
 #include "oai.h"
+#include "oai_int.h"
 #include "qerr.h"
 #include "util.h"
 
 #define INVALID "invalid_request_error"
 
-static json_t *field(json_t *o, const char *k)
-{
-    json_t *v = json_object_get(o, k);
-    return v && !json_is_null(v) ? v : NULL;
-}
 
 /* ---- which fields a body may carry -------------------------------------------- */
 
@@ -86,7 +82,7 @@ int qoai_check_fields(json_t *o, qoai_kind kind, const char *const *envelope, qo
 /* logit_bias: {"<token id>": bias in [-100, 100]} into r->bias / r->p.sp. */
 static int logit_bias(json_t *o, qoai_req *r, qoai_error *e)
 {
-    json_t *lb = field(o, "logit_bias");
+    json_t *lb = qoai_field(o, "logit_bias");
     if (!lb) return 0;
     if (!json_is_object(lb))
         return qoai_fail(e, 400, INVALID, "logit_bias", "'logit_bias' must be an object of token ids to biases");
@@ -118,7 +114,7 @@ static int logit_bias(json_t *o, qoai_req *r, qoai_error *e)
 /* stop_token_ids: token ids that end the output like EOS. */
 static int stop_ids(json_t *o, qoai_req *r, qoai_error *e)
 {
-    json_t *a = field(o, "stop_token_ids");
+    json_t *a = qoai_field(o, "stop_token_ids");
     if (!a) return 0;
     if (!json_is_array(a) || json_array_size(a) > QENGINE_MAX_STOP_IDS)
         return qoai_fail(e, 400, INVALID, "stop_token_ids", "'stop_token_ids' must be an array of at most %d token ids",
@@ -137,65 +133,55 @@ static int stop_ids(json_t *o, qoai_req *r, qoai_error *e)
     return 0;
 }
 
-/* A boolean field: 1 when present (value in *out), 0 when absent, < 0 on error. */
-static int flag(json_t *o, const char *k, int *out, qoai_error *e)
-{
-    json_t *v = field(o, k);
-    if (!v) return 0;
-    if (!json_is_boolean(v)) return qoai_fail(e, 400, INVALID, k, "'%s' must be true or false", k);
-    *out = json_is_true(v);
-    return 1;
-}
-
 int qoai_extra_params(json_t *o, qoai_kind kind, qoai_req *r, qoai_error *e)
 {
     int rc, b = 0;
     if ((rc = logit_bias(o, r, e)) || (rc = stop_ids(o, r, e))) return rc;
-    json_t *v = field(o, "min_tokens");
+    json_t *v = qoai_field(o, "min_tokens");
     if (v && (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 24)))
         return qoai_fail(e, 400, INVALID, "min_tokens", "'min_tokens' must be an integer >= 0");
     if (v) r->p.min_tokens = (int)json_integer_value(v);
-    if ((rc = flag(o, "include_stop_str_in_output", &b, e)) < 0) return rc;
+    if ((rc = qoai_flag(o, "include_stop_str_in_output", &b, e)) < 0) return rc;
     if (rc) r->p.include_stop_str = b;
-    if ((rc = flag(o, "skip_special_tokens", &b, e)) < 0) return rc;
+    if ((rc = qoai_flag(o, "skip_special_tokens", &b, e)) < 0) return rc;
     if (rc) r->p.keep_special = !b;
-    if ((rc = flag(o, "spaces_between_special_tokens", &b, e)) < 0) return rc;
+    if ((rc = qoai_flag(o, "spaces_between_special_tokens", &b, e)) < 0) return rc;
     if (rc && !b)
         return qoai_fail(e, 400, INVALID, "spaces_between_special_tokens",
                          "'spaces_between_special_tokens' false is not supported (special tokens are skipped, or "
                          "kept as their text with skip_special_tokens false)");
-    if ((rc = flag(o, "echo", &b, e)) < 0) return rc;
+    if ((rc = qoai_flag(o, "echo", &b, e)) < 0) return rc;
     r->echo = rc && b;
     if (r->echo && r->logprobs)
         return qoai_fail(e, 400, INVALID, "echo",
                          "'echo' with 'logprobs' needs the prompt's logprobs, which quire does not compute");
-    if ((rc = flag(o, "cache_prompt", &b, e)) < 0) return rc;
+    if ((rc = qoai_flag(o, "cache_prompt", &b, e)) < 0) return rc;
     if (rc && !b)
         return qoai_fail(e, 400, INVALID, "cache_prompt",
                          "'cache_prompt' false is not supported: the prefix cache is shared by every request");
-    if ((rc = flag(o, "store", &b, e)) < 0) return rc;
+    if ((rc = qoai_flag(o, "store", &b, e)) < 0) return rc;
     if (rc && b)
         return qoai_fail(e, 400, INVALID, "store",
                          "'store' true is not supported: keep conversations with quire's sessions (/v1/sessions)");
-    v = field(o, "metadata");
+    v = qoai_field(o, "metadata");
     if (v && !json_is_object(v)) return qoai_fail(e, 400, INVALID, "metadata", "'metadata' must be an object");
-    v = field(o, "service_tier");
+    v = qoai_field(o, "service_tier");
     if (v && !(json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "default"))))
         return qoai_fail(e, 400, INVALID, "service_tier", "'service_tier' must be auto or default (one tier here)");
-    v = field(o, "priority");
+    v = qoai_field(o, "priority");
     if (v && !json_is_integer(v)) return qoai_fail(e, 400, INVALID, "priority", "'priority' must be an integer");
     if (v && json_integer_value(v) != 0)
         return qoai_fail(e, 400, INVALID, "priority",
                          "priority scheduling is not enabled: requests run first come, first served ('priority' 0)");
-    v = field(o, "best_of");
+    v = qoai_field(o, "best_of");
     if (v && (!json_is_integer(v) || json_integer_value(v) != (r->p.n > 1 ? r->p.n : 1)))
         return qoai_fail(e, 400, INVALID, "best_of", "'best_of' other than 'n' is not supported (as in vLLM's V1 engine)");
-    v = field(o, "truncate_prompt_tokens");
+    v = qoai_field(o, "truncate_prompt_tokens");
     if (v && (!json_is_integer(v) || (json_integer_value(v) < 1 && json_integer_value(v) != -1)))
         return qoai_fail(e, 400, INVALID, "truncate_prompt_tokens",
                          "'truncate_prompt_tokens' must be an integer >= 1, or -1 (the model's context)");
     if (v) r->truncate = json_integer_value(v) == -1 ? -1 : (int)(json_integer_value(v) > (1 << 30) ? 1 << 30 : json_integer_value(v));
-    v = field(o, "request_id");
+    v = qoai_field(o, "request_id");
     if (v && (!json_is_string(v) || !json_string_length(v) || json_string_length(v) > 64))
         return qoai_fail(e, 400, INVALID, "request_id", "'request_id' must be a string of 1 to 64 characters");
     for (size_t i = 0; v && i < json_string_length(v); i++) {
@@ -206,7 +192,7 @@ int qoai_extra_params(json_t *o, qoai_kind kind, qoai_req *r, qoai_error *e)
     }
     if (v) r->request_id = json_string_value(v);
     if (kind == QOAI_COMPLETION) {
-        if ((rc = flag(o, "add_special_tokens", &b, e)) < 0) return rc;
+        if ((rc = qoai_flag(o, "add_special_tokens", &b, e)) < 0) return rc;
         r->no_special = rc && !b;
     }
     return 0;

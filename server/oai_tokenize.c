@@ -5,29 +5,13 @@
 
 #include "model.h"
 #include "oai.h"
+#include "oai_int.h"
 #include "qerr.h"
 #include "tokenizer.h"
 #include "util.h"
 
 #define INVALID "invalid_request_error"
 
-static json_t *field(json_t *o, const char *k)
-{
-    json_t *v = json_object_get(o, k);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-static int model_known(const qoai_limits *lim, json_t *o, qoai_error *e)
-{
-    json_t *mo = field(o, "model");
-    if (mo && !json_is_string(mo)) return qoai_fail(e, 400, INVALID, "model", "'model' must be a string");
-    if (!mo || !lim || !lim->models) return 0;
-    for (const char *const *n = lim->models; *n; n++)
-        if (!strcmp(*n, json_string_value(mo))) return 0;
-    const int rc = qoai_fail(e, 404, INVALID, "model", "The model `%.200s` does not exist.", json_string_value(mo));
-    snprintf(e->code, sizeof e->code, "model_not_found");
-    return rc;
-}
 
 /* Every field of o is in names (NULL-terminated). */
 static int only(json_t *o, const char *const *names, qoai_error *e)
@@ -42,16 +26,6 @@ static int only(json_t *o, const char *const *names, qoai_error *e)
     return 0;
 }
 
-static int flag(json_t *o, const char *k, int def, int *out, qoai_error *e)
-{
-    json_t *v = field(o, k);
-    *out = def;
-    if (!v) return 0;
-    if (!json_is_boolean(v)) return qoai_fail(e, 400, INVALID, k, "'%s' must be true or false", k);
-    *out = json_is_true(v);
-    return 0;
-}
-
 int qoai_tokenize(json_t *o, const qoai_limits *lim, const qmodel *m, const qtok *tok, json_t **out, qoai_error *e)
 {
     static const char *const prompt_fields[] = { "model", "prompt", "add_special_tokens", "return_token_strs", NULL };
@@ -61,9 +35,9 @@ int qoai_tokenize(json_t *o, const qoai_limits *lim, const qmodel *m, const qtok
     *out = NULL;
     if (!json_is_object(o)) return qoai_fail(e, 400, INVALID, NULL, "the body must be a JSON object");
     const int chat = json_object_get(o, "messages") != NULL;
-    int rc, special, strs;
-    if ((rc = model_known(lim, o, e)) || (rc = only(o, chat ? chat_fields : prompt_fields, e)) ||
-        (rc = flag(o, "add_special_tokens", !chat, &special, e)) || (rc = flag(o, "return_token_strs", 0, &strs, e)))
+    int rc, special = !chat, strs = 0;
+    if ((rc = qoai_model_check(o, lim, e)) || (rc = only(o, chat ? chat_fields : prompt_fields, e)) ||
+        (rc = qoai_flag(o, "add_special_tokens", &special, e)) < 0 || (rc = qoai_flag(o, "return_token_strs", &strs, e)) < 0)
         return rc;
     if (!tok) return qoai_fail(e, 400, INVALID, NULL, "this model has no tokenizer");
     qoai_req r;
@@ -78,7 +52,7 @@ int qoai_tokenize(json_t *o, const qoai_limits *lim, const qmodel *m, const qtok
             return rc;
         }
     } else {
-        json_t *pr = field(o, "prompt");
+        json_t *pr = qoai_field(o, "prompt");
         if (!json_is_string(pr))
             return qoai_fail(e, 400, INVALID, "prompt", "'prompt' (a string) or 'messages' is required");
         rc = qtok_encode(tok, json_string_value(pr), json_string_length(pr),
@@ -106,9 +80,9 @@ int qoai_detokenize(json_t *o, const qoai_limits *lim, const qmodel *m, const qt
     *out = NULL;
     if (!json_is_object(o)) return qoai_fail(e, 400, INVALID, NULL, "the body must be a JSON object");
     int rc;
-    if ((rc = model_known(lim, o, e)) || (rc = only(o, fields, e))) return rc;
+    if ((rc = qoai_model_check(o, lim, e)) || (rc = only(o, fields, e))) return rc;
     if (!tok) return qoai_fail(e, 400, INVALID, NULL, "this model has no tokenizer");
-    json_t *a = field(o, "tokens");
+    json_t *a = qoai_field(o, "tokens");
     if (!json_is_array(a)) return qoai_fail(e, 400, INVALID, "tokens", "'tokens' must be an array of token ids");
     const size_t n = json_array_size(a);
     int32_t *ids = q_mallocn(n ? n : 1, sizeof *ids);

@@ -7,6 +7,7 @@
 
 #include "gram.h"
 #include "oai.h"
+#include "oai_int.h"
 #include "qerr.h"
 #include "schema.h"
 #include "util.h"
@@ -14,11 +15,6 @@
 #define INVALID "invalid_request_error"
 #define MAX_TOOLS 128
 
-static json_t *field(json_t *o, const char *k)
-{
-    json_t *v = json_object_get(o, k);
-    return v && !json_is_null(v) ? v : NULL;
-}
 
 /* A function name as OpenAI allows them: 1 to 64 of [A-Za-z0-9_.-]. */
 static int good_name(const char *s, size_t n)
@@ -41,7 +37,7 @@ static int one_tool(json_t *tl, size_t i, gram_tool *t, qoai_error *e)
     if (!json_is_string(ty) || strcmp(json_string_value(ty), "function") || !json_is_object(fn))
         return qoai_fail(e, 400, INVALID, prm, "%s must be {\"type\": \"function\", \"function\": {\"name\", ...}}",
                          prm);
-    json_t *nm = json_object_get(fn, "name"), *pa = field(fn, "parameters"), *de = field(fn, "description");
+    json_t *nm = json_object_get(fn, "name"), *pa = qoai_field(fn, "parameters"), *de = qoai_field(fn, "description");
     snprintf(prm, sizeof prm, "tools[%zu].function.name", i);
     if (!json_is_string(nm) || !good_name(json_string_value(nm), json_string_length(nm)))
         return qoai_fail(e, 400, INVALID, prm, "%s must be 1 to 64 letters, digits, '_', '-' or '.'", prm);
@@ -61,7 +57,7 @@ static json_t *no_params(void) { return json_pack("{s:s}", "type", "object"); }
 
 int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
 {
-    json_t *tools = field(o, "tools"), *choice = field(o, "tool_choice"), *par = field(o, "parallel_tool_calls");
+    json_t *tools = qoai_field(o, "tools"), *choice = qoai_field(o, "tool_choice"), *par = qoai_field(o, "parallel_tool_calls");
     if (tools && !json_is_array(tools)) return qoai_fail(e, 400, INVALID, "tools", "'tools' must be an array");
     if (par && !json_is_boolean(par))
         return qoai_fail(e, 400, INVALID, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
