@@ -16,9 +16,16 @@
 
 /* ---- strings ----------------------------------------------------------------------------- */
 
-/* Month and day: 31 days in the long months, 30 in the short ones, 29 in
- * February (the year is not checked for leap years). */
-#define DAYS "((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-9]))"
+/* A full date: years 0001-9999 (year zero is not a date to Python's
+ * datetime or most validators), 31 days in the long months, 30 in the short
+ * ones, 28 in February and the 29th only in Gregorian leap years (divisible
+ * by 4 and not by 100, or by 400). */
+#define YEAR "([1-9]\\d{3}|0[1-9]\\d{2}|00[1-9]\\d|000[1-9])"
+#define LEAP4 "(0[48]|[2468][048]|[13579][26])"
+#define LEAPYEAR "(\\d\\d" LEAP4 "|" LEAP4 "00)"
+#define DATE                                                                                                     \
+    "(" YEAR "-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-8]))|" \
+    LEAPYEAR "-02-29)"
 
 #define IPV4 "((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
 /* RFC 3986's IPv6address: h16 groups around "::", the last 32 bits as two
@@ -36,9 +43,9 @@ const char *sc_format_pattern(const char *f)
     static const struct {
         const char *name, *pattern;
     } F[] = {
-        { "date", "\\d{4}-" DAYS },
+        { "date", DATE },
         { "time", "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
-        { "date-time", "\\d{4}-" DAYS "[Tt ]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)"
+        { "date-time", DATE "[Tt ]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)"
                        "(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)" },
         /* RFC 5321's Mailbox: a dot-string or a quoted string, then a
          * domain or an address literal: [IPv4], or its general form
