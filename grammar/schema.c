@@ -1154,14 +1154,33 @@ int gram_json_any(gram **out, char *err, size_t errlen)
 
 /* ---- tool calls ---------------------------------------------------------------------- */
 
+static const gram_tools_form_desc FORMS[GRAM_TOOLS_FORMS] = {
+    [GRAM_TOOLS_HERMES] = { "hermes", "<tool_call>", "", "", "<tool_call>\n", "\n</tool_call>", "\n", "arguments" },
+    [GRAM_TOOLS_LLAMA3_JSON] = { "llama3_json", NULL, "", "", "", "", "; ", "parameters" },
+    [GRAM_TOOLS_MISTRAL] = { "mistral", "[TOOL_CALLS]", "[TOOL_CALLS] [", "]", "", "", ", ", "arguments" },
+};
+
+const gram_tools_form_desc *gram_tools_form_get(gram_tools_form f)
+{
+    return (unsigned)f < GRAM_TOOLS_FORMS ? &FORMS[f] : NULL;
+}
+
+int gram_tools_form_named(const char *parser)
+{
+    for (int f = 0; parser && f < GRAM_TOOLS_FORMS; f++)
+        if (!strcmp(parser, FORMS[f].parser)) return f;
+    return -1;
+}
+
 typedef struct {
     const gram_tool *t;
-    int n, text_first, max_calls;
+    int n;
+    const gram_tools_opts *o;
     int *bad;
 } tools_arg;
 
-/* {"name":NAME,"arguments":ARGS} for each tool, as alternatives. */
-static gram_x one_call(sctx *c, const tools_arg *a)
+/* {"name": NAME, "KEY": ARGS} for each tool, as alternatives. */
+static gram_x one_call(sctx *c, const tools_arg *a, const gram_tools_form_desc *f)
 {
     gram_x any = NONE;
     for (int i = 0; i < a->n && !c->rc; i++) {
@@ -1170,7 +1189,9 @@ static gram_x one_call(sctx *c, const tools_arg *a)
         char *q = nm ? json_dumps(nm, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         json_decref(nm);
         if (!q) return sc_fail(c, QERR_NOMEM, "out of memory");
-        gram_x head = SEQ(LIT("{\"name\":"), SEQ(LIT(q), LIT(",\"arguments\":")));
+        char key[32];
+        snprintf(key, sizeof key, ", \"%s\": ", f->key);
+        gram_x head = SEQ(LIT("{\"name\": "), SEQ(LIT(q), LIT(key)));
         sc_dumps_free(q);
         /* The parameters are a schema of their own: its $refs start there. */
         gram_x args = as_root(c, a->t[i].params ? a->t[i].params : json_true());
@@ -1180,43 +1201,84 @@ static gram_x one_call(sctx *c, const tools_arg *a)
     return c->rc ? c->rc : any;
 }
 
+/* A regex compiled whole (GRAM_RE_FULL) into *re, or an error in c. */
+static int full_re(sctx *c, const char *src, size_t len, gram_re **re)
+{
+    char msg[200] = "";
+    const int rc = gram_re_compile(src, len, GRAM_RE_FULL, re, msg, sizeof msg);
+    if (rc) sc_fail(c, rc, "%s", msg);
+    return rc;
+}
+
+/* Text first: any text that does not hold the form's trigger (llama3_json:
+ * none, or text that does not begin with '{'). */
+static gram_x free_text(sctx *c, const gram_tools_form_desc *f)
+{
+    gram_re *all = NULL, *with = NULL, *text = NULL;
+    if (!f->trigger) {
+        static const char plain[] = "([^{][\\s\\S]*)?";
+        return full_re(c, plain, sizeof plain - 1, &text) ? c->rc : gram_b_regex_take(B, text);
+    }
+    /* [\s\S]* less [\s\S]*TRIGGER[\s\S]*, the trigger's bytes escaped. */
+    char src[128];
+    size_t k = 0;
+    k += (size_t)snprintf(src, sizeof src, "[\\s\\S]*");
+    for (const char *t = f->trigger; *t && k + 16 < sizeof src; t++) {
+        if (strchr("\\^$.|?*+()[]{}", *t)) src[k++] = '\\';
+        src[k++] = *t;
+    }
+    k += (size_t)snprintf(src + k, sizeof src - k, "[\\s\\S]*");
+    int rc = full_re(c, src, 7, &all);
+    if (!rc) rc = full_re(c, src, k, &with);
+    if (!rc) {
+        char msg[200] = "";
+        rc = gram_re_minus(all, with, &text, msg, sizeof msg);
+        if (rc) sc_fail(c, rc, "%s", msg);
+    }
+    gram_re_free(all);
+    gram_re_free(with);
+    return rc ? c->rc : gram_b_regex_take(B, text);
+}
+
 static gram_x top_tools(sctx *c, const void *arg)
 {
     const tools_arg *a = arg;
-    gram_x call = as_rule(c, "call", one_call(c, a));
+    const gram_tools_form_desc *f = &FORMS[a->o->form];
+    gram_x call = as_rule(c, "call", one_call(c, a, f));
     if (call < 0) return call;
-    gram_x wrapped = sc_seq3(c, LIT(GRAM_TOOL_OPEN), call, LIT(GRAM_TOOL_CLOSE));
-    gram_x calls = a->max_calls == 1 ? wrapped : SEQ(wrapped, gram_b_rep(B, SEQ(LIT("\n"), wrapped), 0, a->max_calls < 1 ? -1 : a->max_calls - 1));
-    if (!a->text_first) return calls;
-    /* Text first: any text without the opening tag, then calls or nothing. */
-    static const char any_text[] = "[\\s\\S]*", with_tag[] = "[\\s\\S]*<tool_call>[\\s\\S]*";
-    gram_re *all = NULL, *with = NULL, *text = NULL;
-    char msg[200] = "";
-    int rc = gram_re_compile(any_text, sizeof any_text - 1, GRAM_RE_FULL, &all, msg, sizeof msg);
-    if (!rc) rc = gram_re_compile(with_tag, sizeof with_tag - 1, GRAM_RE_FULL, &with, msg, sizeof msg);
-    if (!rc) rc = gram_re_minus(all, with, &text, msg, sizeof msg);
-    gram_re_free(all);
-    gram_re_free(with);
-    if (rc) return sc_fail(c, rc, "%s", msg);
-    return SEQ(gram_b_regex_take(B, text), ALT(calls, gram_b_empty(B)));
+    gram_x wrapped = sc_seq3(c, LIT(f->open), call, LIT(f->close));
+    const int max = a->o->max_calls;
+    gram_x calls = max == 1 ? wrapped
+                            : SEQ(wrapped, gram_b_rep(B, SEQ(LIT(f->sep), wrapped), 0, max < 1 ? -1 : max - 1));
+    calls = sc_seq3(c, LIT(f->list_open), calls, LIT(f->list_close));
+    if (!a->o->text_first) return calls;
+    gram_x text = free_text(c, f);
+    if (text < 0) return text;
+    /* llama3_json: calls or text; the others: text, then calls or nothing. */
+    if (!f->trigger) return ALT(calls, text);
+    return SEQ(text, ALT(calls, gram_b_empty(B)));
 }
 
-int gram_tools_grammar_opts(const gram_tool *tools, int n, int text_first, int max_calls, unsigned flags, int *bad,
-                            gram **out, char *err, size_t errlen)
+int gram_tools_grammar_opts(const gram_tool *tools, int n, const gram_tools_opts *o, int *bad, gram **out, char *err,
+                            size_t errlen)
 {
+    static const gram_tools_opts dflt = { GRAM_TOOLS_HERMES, 0, 0, 0 };
     int dummy;
     if (!bad) bad = &dummy;
+    if (!o) o = &dflt;
     *bad = -1;
     *out = NULL;
     if (n < 1) return qerr_set(err, errlen, QERR_INVAL, "no tools");
-    tools_arg a = { tools, n, text_first, max_calls, bad };
-    return compile_with(top_tools, &a, json_true(), flags, out, err, errlen);
+    if ((unsigned)o->form >= GRAM_TOOLS_FORMS) return qerr_set(err, errlen, QERR_INVAL, "no such tool-call form");
+    tools_arg a = { tools, n, o, bad };
+    return compile_with(top_tools, &a, json_true(), o->flags, out, err, errlen);
 }
 
 int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_calls, int *bad, gram **out, char *err,
                        size_t errlen)
 {
-    return gram_tools_grammar_opts(tools, n, text_first, max_calls, 0, bad, out, err, errlen);
+    const gram_tools_opts o = { GRAM_TOOLS_HERMES, text_first, max_calls, 0 };
+    return gram_tools_grammar_opts(tools, n, &o, bad, out, err, errlen);
 }
 
 /* ---- other constraints: a pattern, a list of choices ---------------------------------- */

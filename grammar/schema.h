@@ -115,14 +115,36 @@ int gram_choice_grammar(const char *const *s, const size_t *lens, int n, gram **
 
 /* ---- tool calls ----
  *
- * A call is written as Hermes and Qwen models write theirs:
+ * A call is the JSON object {"name": "NAME", "KEY": ARGS}, its head spaced
+ * as the chat templates write it (json.dumps' separators) and ARGS an
+ * instance of the tool's parameters schema (compact, as above).  Model
+ * families wrap and separate calls in the forms their templates show,
+ * named after vLLM's --tool-call-parser:
  *
- *   <tool_call>\n{"name":"NAME","arguments":ARGS}\n</tool_call>
- *
- * with ARGS an instance of the tool's parameters schema (compact, as
- * above), several calls separated by one '\n'. */
-#define GRAM_TOOL_OPEN "<tool_call>\n"
-#define GRAM_TOOL_CLOSE "\n</tool_call>"
+ *   hermes       <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+ *                (Hermes, Qwen; several calls separated by '\n')
+ *   llama3_json  {"name": "f", "parameters": {...}}
+ *                (Llama 3.1-3.3; several separated by "; "; the calls are
+ *                the whole output, and text is what does not begin with '{')
+ *   mistral      [TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]
+ *                (Mistral v0.3 and later) */
+typedef enum { GRAM_TOOLS_HERMES, GRAM_TOOLS_LLAMA3_JSON, GRAM_TOOLS_MISTRAL, GRAM_TOOLS_FORMS } gram_tools_form;
+
+typedef struct {
+    const char *parser;     /* its name (above) */
+    const char *trigger;    /* the text that begins the calls; NULL: they begin the output, with '{' */
+    const char *list_open;  /* before the first call */
+    const char *list_close; /* after the last */
+    const char *open;       /* around each call */
+    const char *close;
+    const char *sep;        /* between two calls (after close, before open) */
+    const char *key;        /* the arguments' key: "arguments" or "parameters" */
+} gram_tools_form_desc;
+
+/* Form f's description (NULL for none). */
+const gram_tools_form_desc *gram_tools_form_get(gram_tools_form f);
+/* The form of a parser name, or -1. */
+int gram_tools_form_named(const char *parser);
 
 typedef struct {
     const char *name;     /* name_len bytes (any: written as a JSON string) */
@@ -130,15 +152,25 @@ typedef struct {
     const json_t *params; /* the arguments' schema; NULL: any JSON value */
 } gram_tool;
 
-/* Calls of tools[0..n): 1 to max_calls of them (max_calls < 1: no bound);
- * with text_first, any text that does not hold "<tool_call>" comes first
- * and the calls may be left out (tool_choice "auto"); each one's arguments
- * compiled as gram_schema_compile_opts compiles with flags.  0, or an
- * error as gram_schema_compile's with *bad the index of the tool whose
- * parameters failed (-1 for none; bad may be NULL). */
-int gram_tools_grammar_opts(const gram_tool *tools, int n, int text_first, int max_calls, unsigned flags, int *bad,
-                            gram **out, char *err, size_t errlen);
-/* gram_tools_grammar_opts(..., 0, ...): the parameters in strict mode. */
+typedef struct {
+    gram_tools_form form;
+    /* Text may come instead of the calls (tool_choice "auto"): any text
+     * without the form's trigger first, then calls or nothing (llama3_json:
+     * calls, or text that does not begin with '{'). */
+    int text_first;
+    int max_calls;  /* 1 to max_calls calls (< 1: no bound) */
+    unsigned flags; /* as gram_schema_compile_opts' */
+} gram_tools_opts;
+
+/* Calls of tools[0..n) in the form and numbers o says (NULL: hermes, one
+ * or more calls, strict), each one's arguments compiled as
+ * gram_schema_compile_opts compiles them.  0, or an error as
+ * gram_schema_compile's with *bad the index of the tool whose parameters
+ * failed (-1 for none; bad may be NULL). */
+int gram_tools_grammar_opts(const gram_tool *tools, int n, const gram_tools_opts *o, int *bad, gram **out, char *err,
+                            size_t errlen);
+/* Hermes calls in strict mode: gram_tools_grammar_opts with {HERMES,
+ * text_first, max_calls, 0}. */
 int gram_tools_grammar(const gram_tool *tools, int n, int text_first, int max_calls, int *bad, gram **out, char *err,
                        size_t errlen);
 

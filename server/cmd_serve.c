@@ -64,6 +64,7 @@ static const qopt serve_table[] = {
     { NULL, "--allow-origin", "LIST", OPT_STR, F_(allow_origin), "the same as --allowed-origins" },
     { NULL, "--chat-template", "FILE", OPT_STR, F_(chat_template_path), "a Jinja chat template to use instead of the model's" },
     { NULL, "--json-schema-mode", "MODE", OPT_STR, F_(schema_mode), "strict: properties a schema does not list are not generated unless additionalProperties allows them (as XGrammar and llama.cpp); full: JSON Schema's own meaning (default strict)" },
+    { NULL, "--tool-call-parser", "NAME", OPT_STR, F_(tool_parser), "the form tool calls are written and read in: hermes (<tool_call>), llama3_json ({\"name\", \"parameters\"}), mistral ([TOOL_CALLS]), or auto: the one the chat template shows, hermes when it shows none (default auto)" },
     { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
     { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
     { NULL, "--max-tokens", "N", OPT_INT, F_(max_tokens), "largest max_tokens a request may ask for (default 4096)" },
@@ -265,7 +266,7 @@ static void dispatch(qevent *ev)
         char prefix[112];
         snprintf(prefix, sizeof prefix, "call_%.40s_%d_", strchr(r->rid, '-') ? strchr(r->rid, '-') + 1 : r->rid,
                  ev->index);
-        if (!(c->calls = qoai_calls_new(r->req.tool_mode, r->req.tool_name, prefix))) r->failed = 1;
+        if (!(c->calls = qoai_calls_new(r->req.tool_mode, S.lim.tool_form, r->req.tool_name, prefix))) r->failed = 1;
     }
     if (c->calls && (r->req.stream || r->ws))
         d = qoai_calls_feed(c->calls, ev->text ? ev->text : "", ev->text_len, ev->finish != QFINISH_NONE);
@@ -474,7 +475,12 @@ static int load(void)
         S.eo.draft = NULL;
         return 1;
     }
+    /* Tool calls in the form --tool-call-parser names, else the template's. */
+    const int named_form = gram_tools_form_named(S.o.tool_parser);
+    const char *tmpl = S.chat_template ? S.chat_template : m->chat_template;
+    const gram_tools_form form = named_form >= 0 ? (gram_tools_form)named_form : qoai_tool_form_of(tmpl);
     pthread_mutex_lock(&S.mu);
+    S.lim.tool_form = S.lim_ws.tool_form = form;
     S.model = m, S.draft = dm, S.tok = tok, S.eng = e, S.ready = 1;
     S.gvocab = gv;
     S.lim.gvocab = gv;
@@ -496,6 +502,8 @@ static int load(void)
         fprintf(stderr, "quire serve: %s ready on %s, split among %d (tensor parallel)\n", S.name,
                 qengine_backend_name(e), S.eo.tensor_parallel);
     else fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
+    QLOGI("serve: tool calls in the %s form (%s)", gram_tools_form_get(form)->parser,
+          named_form >= 0 ? "--tool-call-parser" : "the chat template's");
     return 0;
 }
 
@@ -908,6 +916,10 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     S.lim.schema_flags = o->schema_mode && !strcmp(o->schema_mode, "full") ? GRAM_SCHEMA_FULL : 0;
+    if (o->tool_parser && strcmp(o->tool_parser, "auto") && gram_tools_form_named(o->tool_parser) < 0) {
+        fprintf(stderr, "quire serve: --tool-call-parser must be auto, hermes, llama3_json or mistral\n");
+        return 2;
+    }
     if (serve_names(o) || serve_origins(o) || serve_template(o)) return 2;
     if (serve_can_bind(o)) return 1;
     /* The web folder: --web, else web/ beside the build folder or here. */

@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "schema.h"
 
 struct qmodel;
 struct qtok;
@@ -86,6 +87,9 @@ typedef struct {
     /* GRAM_SCHEMA_FULL: schemas (response_format, guided_json, tools) with
      * JSON Schema's own meaning; 0: strict (schema.h). */
     unsigned schema_flags;
+    /* The form tool calls are written in (schema.h; serve's
+     * --tool-call-parser, else the one the chat template shows). */
+    gram_tools_form tool_form;
 } qoai_limits;
 
 /* A cache of structure requests that failed to compile: the SHA-256 of the
@@ -198,13 +202,19 @@ int qoai_extra_params(json_t *o, qoai_kind kind, qoai_req *r, qoai_error *e);
  * "tools[i].function.parameters" and the keyword). */
 int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e);
 
+/* The form of tool calls chat template source tmpl shows (NULL: none):
+ * mistral where it writes [TOOL_CALLS], hermes where it writes <tool_call>,
+ * llama3_json where it writes "parameters": with an ipython role; hermes
+ * otherwise, as the fallback. */
+gram_tools_form qoai_tool_form_of(const char *tmpl);
+
 /* The output of a request with tools read back, one per choice: fed the
  * text as it comes, it gives the chat deltas to stream ({"content"} and /
  * or {"tool_calls": [{"index", "id", "type", "function": {"name",
  * "arguments"}}]}, arguments in pieces); at the end the whole message.
  * Call ids are id_prefix followed by the call's index. */
 typedef struct qoai_calls qoai_calls;
-qoai_calls *qoai_calls_new(int mode, const char *name, const char *id_prefix);
+qoai_calls *qoai_calls_new(int mode, gram_tools_form form, const char *name, const char *id_prefix);
 void qoai_calls_free(qoai_calls *p);
 /* n more bytes of output (last: it ends with them): the delta to send, or
  * NULL when there is nothing to send yet (or no memory). */

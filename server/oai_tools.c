@@ -118,8 +118,9 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     r->tool_mode = mode;
     r->tool_name = named;
     const int max_calls = par && json_is_false(par) ? 1 : 0;
-    /* The same tools and choice again: the grammar compiled before. */
-    json_t *k = json_pack("[s, O, i, s?, i, i]", "tools", tools, mode, named, max_calls, (int)lim->schema_flags);
+    /* The same tools, choice and form again: the grammar compiled before. */
+    json_t *k = json_pack("[s, O, i, s?, i, i, i]", "tools", tools, mode, named, max_calls, (int)lim->schema_flags,
+                          (int)lim->tool_form);
     char *key = k ? json_dumps(k, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(k);
     if (key && lim->gcache && (r->grammar = gram_cache_get(lim->gcache, key, strlen(key)))) {
@@ -143,9 +144,10 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     if (!dflt) rc = QERR_NOMEM;
     else if (mode == QOAI_TOOLS_NAMED)
         rc = gram_schema_compile_opts(t[pick].params, lim->schema_flags, &r->grammar, err, sizeof err), bad = pick;
-    else
-        rc = gram_tools_grammar_opts(t, (int)n, mode == QOAI_TOOLS_AUTO, max_calls, lim->schema_flags, &bad,
-                                     &r->grammar, err, sizeof err);
+    else {
+        const gram_tools_opts go = { lim->tool_form, mode == QOAI_TOOLS_AUTO, max_calls, lim->schema_flags };
+        rc = gram_tools_grammar_opts(t, (int)n, &go, &bad, &r->grammar, err, sizeof err);
+    }
     gram_budget_set(NULL);
     json_decref(dflt);
     free(t);
@@ -169,13 +171,27 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     return 0;
 }
 
+/* ---- the form a template shows ------------------------------------------------------- */
+
+gram_tools_form qoai_tool_form_of(const char *tmpl)
+{
+    if (!tmpl) return GRAM_TOOLS_HERMES;
+    if (strstr(tmpl, "[TOOL_CALLS]")) return GRAM_TOOLS_MISTRAL;
+    if (strstr(tmpl, "<tool_call>")) return GRAM_TOOLS_HERMES;
+    /* Llama 3.x: '{"name": "' + name + '", "parameters": ' + arguments, and
+     * the results in an ipython turn. */
+    if (strstr(tmpl, "\"parameters\": ") && strstr(tmpl, "ipython")) return GRAM_TOOLS_LLAMA3_JSON;
+    return GRAM_TOOLS_HERMES;
+}
+
 /* ---- reading the output back ---------------------------------------------------------- */
 
-#define OPEN_TAG "<tool_call>"
-#define OPEN_LEN (sizeof OPEN_TAG - 1)
-#define ARGS_KEY ",\"arguments\":"
-
-typedef enum { P_TEXT, P_HEAD, P_ARGS, P_TAIL } pstate_t;
+/* The output goes through these states (the grammar wrote it in the
+ * form's shape, so only the markers matter): text until the form's
+ * trigger (llama3_json: a '{' as the first byte, else all of it is text);
+ * a call's head up to its arguments' key; the arguments up to the '}'
+ * that closes the call; between calls, up to the next call's key. */
+typedef enum { P_TEXT, P_PLAIN, P_HEAD, P_ARGS, P_TAIL } pstate_t;
 
 typedef struct {
     char *name;
@@ -185,10 +201,13 @@ typedef struct {
 
 struct qoai_calls {
     int mode;
+    const gram_tools_form_desc *form;
+    char key[32];      /* "KEY": */
+    size_t key_len;
     char *named;       /* QOAI_TOOLS_NAMED: the function */
     char id_prefix[64];
     pstate_t st;
-    char *held;        /* P_TEXT / P_TAIL: bytes that may begin the tag; P_HEAD: the call's head so far */
+    char *held;        /* P_TEXT / P_TAIL: bytes that may begin the trigger or a head; P_HEAD: the head so far */
     size_t held_len, held_cap;
     char *content;     /* the text before the calls */
     size_t content_len, content_cap;
@@ -198,11 +217,13 @@ struct qoai_calls {
     int nomem;
 };
 
-qoai_calls *qoai_calls_new(int mode, const char *name, const char *id_prefix)
+qoai_calls *qoai_calls_new(int mode, gram_tools_form form, const char *name, const char *id_prefix)
 {
     qoai_calls *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->mode = mode;
+    if (!(p->form = gram_tools_form_get(form))) p->form = gram_tools_form_get(GRAM_TOOLS_HERMES);
+    p->key_len = (size_t)snprintf(p->key, sizeof p->key, "\"%s\":", p->form->key);
     snprintf(p->id_prefix, sizeof p->id_prefix, "%s", id_prefix ? id_prefix : "call_");
     if (mode == QOAI_TOOLS_NAMED) {
         /* The whole output is the arguments of the one call. */
@@ -309,76 +330,110 @@ static const char *find(const char *s, size_t n, const char *needle, size_t k)
     return NULL;
 }
 
-/* The longest end of s[0..n) that begins the opening tag. */
-static size_t tag_start(const char *s, size_t n)
+static int is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
+
+/* The longest end of s[0..n) that begins tag (k bytes). */
+static size_t tag_start(const char *s, size_t n, const char *tag, size_t k)
 {
-    for (size_t k = n < OPEN_LEN - 1 ? n : OPEN_LEN - 1; k > 0; k--)
-        if (!memcmp(s + n - k, OPEN_TAG, k)) return k;
+    for (size_t m = n < k - 1 ? n : k - 1; m > 0; m--)
+        if (!memcmp(s + n - m, tag, m)) return m;
     return 0;
+}
+
+static void text_out(qoai_calls *p, delta *d, const char *s, size_t n)
+{
+    grow(p, &p->content, &p->content_len, &p->content_cap, s, n);
+    grow(p, &d->text, &d->len, &d->cap, s, n);
+}
+
+/* P_HEAD: {"name": NAME, "KEY": - the call starts once its key is in;
+ * 0 when it is not yet. */
+static int head(qoai_calls *p, delta *d, const char *b, size_t *pos, size_t len)
+{
+    const char *k = find(b + *pos, len - *pos, p->key, p->key_len);
+    if (!k) return 0;
+    const char *nm = find(b + *pos, (size_t)(k - b) - *pos, "\"name\":", 7);
+    json_t *name = nm ? json_loadb(nm + 7, (size_t)(k - nm - 7), JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    const int ok = json_is_string(name);
+    start_call(p, d, ok ? json_string_value(name) : "", ok ? json_string_length(name) : 0);
+    json_decref(name);
+    *pos = (size_t)(k - b) + p->key_len;
+    p->st = P_ARGS;
+    p->depth = p->in_str = p->esc = 0;
+    return 1;
+}
+
+/* P_ARGS: up to the '}' that closes the call around them (named: all of
+ * the output); 0 when it has not come yet. */
+static int args(qoai_calls *p, delta *d, const char *b, size_t *pos, size_t len)
+{
+    if (p->named && !p->n_calls) start_call(p, d, p->named, strlen(p->named));
+    /* The space after the key ("KEY": ARGS) is not the arguments'. */
+    if (p->n_calls && !p->calls[p->n_calls - 1].args_len)
+        while (*pos < len && is_space(b[*pos])) (*pos)++;
+    size_t i = *pos;
+    int end = 0;
+    for (; i < len && !end; i++) {
+        const char ch = b[i];
+        if (p->in_str) {
+            if (p->esc) p->esc = 0;
+            else if (ch == '\\') p->esc = 1;
+            else if (ch == '"') p->in_str = 0;
+        } else if (ch == '"') {
+            p->in_str = 1;
+        } else if (ch == '{' || ch == '[') {
+            p->depth++;
+        } else if (ch == '}' || ch == ']') {
+            if (p->depth == 0 && p->mode != QOAI_TOOLS_NAMED) end = 1;
+            else p->depth--;
+        }
+    }
+    add_args(p, d, b + *pos, (end ? i - 1 : i) - *pos);
+    *pos = i;
+    if (end) p->st = P_TAIL;
+    return end;
 }
 
 /* Bytes s[0..n) in the current state; last: the output ends after them.
  * They join what was held back, and one pass over that buffer goes through
  * the states (linear in the bytes however many calls they hold); what may
- * still be the start of a tag, or a call's head so far, stays held. */
+ * still be the start of the trigger, or a call's head so far, stays held. */
 static void step(qoai_calls *p, delta *d, const char *s, size_t n, int last)
 {
     grow(p, &p->held, &p->held_len, &p->held_cap, s, n);
-    if (p->nomem) return;
-    const char *b = p->held;
-    const size_t len = p->held_len;
+    if (p->nomem || !p->held_len) return;
+    const char *b = p->held, *trig = p->form->trigger;
+    const size_t len = p->held_len, tlen = trig ? strlen(trig) : 0;
     size_t pos = 0;
-    for (;;) {
-        if (p->st == P_TEXT || p->st == P_TAIL) {
-            const char *at = find(b + pos, len - pos, OPEN_TAG, OPEN_LEN);
-            const size_t upto = at ? (size_t)(at - b) : len - (last ? 0 : tag_start(b + pos, len - pos));
-            if (p->st == P_TEXT && upto > pos) {
-                grow(p, &p->content, &p->content_len, &p->content_cap, b + pos, upto - pos);
-                grow(p, &d->text, &d->len, &d->cap, b + pos, upto - pos);
-            }
+    for (int more = 1; more && !p->nomem;) {
+        if (p->st == P_PLAIN) {
+            text_out(p, d, b + pos, len - pos);
+            pos = len;
+            more = 0;
+        } else if (p->st == P_TEXT && !trig) {
+            /* The first byte decides: a call, or text. */
+            if (pos == len) break;
+            p->st = b[pos] == '{' && !p->content_len ? P_HEAD : P_PLAIN;
+        } else if (p->st == P_TEXT) {
+            const char *at = find(b + pos, len - pos, trig, tlen);
+            const size_t upto = at ? (size_t)(at - b) : len - (last ? 0 : tag_start(b + pos, len - pos, trig, tlen));
+            text_out(p, d, b + pos, upto - pos);
             pos = upto;
             if (!at) break;
-            pos += OPEN_LEN; /* the tag: what follows is the call's head */
+            pos += tlen; /* the trigger: what follows is the first call's head */
             p->st = P_HEAD;
         } else if (p->st == P_HEAD) {
-            /* \n{"name":"NAME","arguments":  then the arguments. */
-            const char *k = find(b + pos, len - pos, ARGS_KEY, sizeof ARGS_KEY - 1);
-            if (!k) break;
-            const char *nm = find(b + pos, (size_t)(k - b) - pos, "\"name\":", 7);
-            json_t *name = nm ? json_loadb(nm + 7, (size_t)(k - nm - 7), JSON_DECODE_ANY, NULL) : NULL;
-            start_call(p, d, json_is_string(name) ? json_string_value(name) : "",
-                       json_is_string(name) ? json_string_length(name) : 0);
-            json_decref(name);
-            pos = (size_t)(k - b) + sizeof ARGS_KEY - 1;
-            p->st = P_ARGS;
-            p->depth = p->in_str = p->esc = 0;
+            more = head(p, d, b, &pos, len);
+        } else if (p->st == P_ARGS) {
+            more = args(p, d, b, &pos, len);
         } else {
-            /* P_ARGS: up to the '}' that closes the call around them. */
-            if (p->named && !p->n_calls) start_call(p, d, p->named, strlen(p->named));
-            size_t i = pos;
-            int end = 0;
-            for (; i < len && !end; i++) {
-                const char ch = b[i];
-                if (p->in_str) {
-                    if (p->esc) p->esc = 0;
-                    else if (ch == '\\') p->esc = 1;
-                    else if (ch == '"') p->in_str = 0;
-                } else if (ch == '"') {
-                    p->in_str = 1;
-                } else if (ch == '{' || ch == '[') {
-                    p->depth++;
-                } else if (ch == '}' || ch == ']') {
-                    if (p->depth == 0 && p->mode != QOAI_TOOLS_NAMED) end = 1;
-                    else p->depth--;
-                }
-            }
-            add_args(p, d, b + pos, (end ? i - 1 : i) - pos);
-            pos = i;
-            if (!end) break;
-            p->st = P_TAIL;
+            /* P_TAIL: the closing marks, a separator, and the next call's
+             * head (its key) or the end. */
+            if (!find(b + pos, len - pos, p->key, p->key_len)) break;
+            p->st = P_HEAD;
         }
-        if (p->nomem) return;
     }
+    if (p->nomem) return;
     memmove(p->held, p->held + pos, len - pos);
     p->held_len = len - pos;
 }
@@ -406,8 +461,6 @@ json_t *qoai_calls_feed(qoai_calls *p, const char *s, size_t n, int last)
     json_decref(d.calls);
     return o;
 }
-
-static int is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
 
 json_t *qoai_calls_message(qoai_calls *p)
 {

@@ -42,6 +42,7 @@ typedef struct {
     int max_model_len;      /* --max-model-len / -c / --ctx-size: the context requests get (0: the model's) */
     const char *chat_template_path; /* --chat-template: a Jinja file instead of the model's template */
     const char *schema_mode; /* --json-schema-mode: strict (default) or full */
+    const char *tool_parser; /* --tool-call-parser: auto (default), hermes, llama3_json or mistral */
     float gpu_mem_util, grace;
 } serve_opts;
 

@@ -481,14 +481,14 @@ static void test_tools(void)
         int mode;
         const char *takes, *refuses;
     } cases[] = {
-        { "}", QOAI_TOOLS_AUTO, "Hi.\n<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>", "<tool_call>x" },
+        { "}", QOAI_TOOLS_AUTO, "Hi.\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", "<tool_call>x" },
         { ", \"tool_choice\": \"required\"}", QOAI_TOOLS_REQUIRED,
-          "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>\n<tool_call>\n"
-          "{\"name\":\"now\",\"arguments\":{}}\n</tool_call>",
+          "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\":\"Oslo\"}}\n</tool_call>\n<tool_call>\n"
+          "{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
           "Hi." },
         { ", \"tool_choice\": \"required\", \"parallel_tool_calls\": false}", QOAI_TOOLS_REQUIRED,
-          "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>",
-          "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>" },
+          "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+          "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>" },
         { ", \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"weather\"}}}", QOAI_TOOLS_NAMED,
           "{\"city\":\"Oslo\"}", "{\"town\":\"Oslo\"}" },
         { ", \"tool_choice\": \"none\"}", QOAI_TOOLS_OFF, NULL, NULL },
@@ -521,14 +521,14 @@ static void test_tools(void)
                        "\"{\\\"city\\\":\\\"a}\\\\\\\"b\\\",\\\"n\\\":[1,{}]}\",\"name\":\"weather\"},\"id\":\"call_x_0\","
                        "\"type\":\"function\"},{\"function\":{\"arguments\":\"{}\",\"name\":\"now\"},\"id\":\"call_x_1\","
                        "\"type\":\"function\"}]}";
-    qoai_calls *whole = qoai_calls_new(QOAI_TOOLS_AUTO, NULL, "call_x_");
+    qoai_calls *whole = qoai_calls_new(QOAI_TOOLS_AUTO, GRAM_TOOLS_HERMES, NULL, "call_x_");
     REQUIRE(whole);
     json_decref(qoai_calls_feed(whole, out, strlen(out), 1));
     CHECK_EQ_INT(qoai_calls_count(whole), 2);
     check_dump(qoai_calls_message(whole), want);
     qoai_calls_free(whole);
     /* Byte by byte: the deltas join into the same content and arguments. */
-    qoai_calls *bit = qoai_calls_new(QOAI_TOOLS_AUTO, NULL, "call_x_");
+    qoai_calls *bit = qoai_calls_new(QOAI_TOOLS_AUTO, GRAM_TOOLS_HERMES, NULL, "call_x_");
     REQUIRE(bit);
     char content[256] = "", args[2][256] = { "", "" }, names[2][32] = { "", "" };
     const size_t n = strlen(out);
@@ -557,11 +557,11 @@ static void test_tools(void)
     check_dump(qoai_calls_message(bit), want);
     qoai_calls_free(bit);
     /* A call cut short (a stop string, max_tokens) is not complete; whole ones are. */
-    qoai_calls *cut = qoai_calls_new(QOAI_TOOLS_REQUIRED, NULL, "c");
+    qoai_calls *cut = qoai_calls_new(QOAI_TOOLS_REQUIRED, GRAM_TOOLS_HERMES, NULL, "c");
     json_decref(qoai_calls_feed(cut, out, 60, 1));
     CHECK(qoai_calls_count(cut) == 1 && !qoai_calls_complete(cut));
     qoai_calls_free(cut);
-    qoai_calls *whole2 = qoai_calls_new(QOAI_TOOLS_REQUIRED, NULL, "c");
+    qoai_calls *whole2 = qoai_calls_new(QOAI_TOOLS_REQUIRED, GRAM_TOOLS_HERMES, NULL, "c");
     json_decref(qoai_calls_feed(whole2, out, strlen(out), 1));
     CHECK(qoai_calls_complete(whole2) && !qoai_calls_failed(whole2));
     qoai_calls_free(whole2);
@@ -571,14 +571,14 @@ static void test_tools(void)
     char *many = malloc(ol * 20000 + 1);
     REQUIRE(many);
     for (int i = 0; i < 20000; i++) memcpy(many + (size_t)i * ol, one, ol);
-    qoai_calls *mc = qoai_calls_new(QOAI_TOOLS_REQUIRED, NULL, "c");
+    qoai_calls *mc = qoai_calls_new(QOAI_TOOLS_REQUIRED, GRAM_TOOLS_HERMES, NULL, "c");
     json_decref(qoai_calls_feed(mc, many, ol * 20000 - 1, 1));
     CHECK_EQ_INT(qoai_calls_count(mc), 20000);
     CHECK(qoai_calls_complete(mc));
     qoai_calls_free(mc);
     free(many);
     /* Text only: content, no calls; a text that merely begins like the tag. */
-    qoai_calls *txt = qoai_calls_new(QOAI_TOOLS_AUTO, NULL, "c");
+    qoai_calls *txt = qoai_calls_new(QOAI_TOOLS_AUTO, GRAM_TOOLS_HERMES, NULL, "c");
     json_t *d = qoai_calls_feed(txt, "a <tool_", 8, 0);
     check_dump(d, "{\"content\":\"a \"}");
     d = qoai_calls_feed(txt, "x", 1, 1);
@@ -587,7 +587,7 @@ static void test_tools(void)
     check_dump(qoai_calls_message(txt), "{\"content\":\"a <tool_x\",\"role\":\"assistant\"}");
     qoai_calls_free(txt);
     /* Named: the whole output is the arguments. */
-    qoai_calls *nm = qoai_calls_new(QOAI_TOOLS_NAMED, "weather", "id");
+    qoai_calls *nm = qoai_calls_new(QOAI_TOOLS_NAMED, GRAM_TOOLS_HERMES, "weather", "id");
     check_dump(qoai_calls_feed(nm, "{\"city\":", 8, 0),
                "{\"tool_calls\":[{\"function\":{\"arguments\":\"{\\\"city\\\":\",\"name\":\"weather\"},\"id\":"
                "\"id0\",\"index\":0,\"type\":\"function\"}]}");
@@ -596,6 +596,121 @@ static void test_tools(void)
                                        "{\"arguments\":\"{\\\"city\\\":\\\"}\\\"}\",\"name\":\"weather\"},\"id\":\"id0\","
                                        "\"type\":\"function\"}]}");
     qoai_calls_free(nm);
+}
+
+/* Output in form f read back whole and byte by byte: the same message
+ * (want), the deltas joining into its content and arguments, and complete
+ * as says. */
+static void read_back(gram_tools_form f, int mode, const char *out, const char *want, int complete)
+{
+    qoai_calls *whole = qoai_calls_new(mode, f, NULL, "c");
+    REQUIRE(whole);
+    json_decref(qoai_calls_feed(whole, out, strlen(out), 1));
+    CHECK_EQ_INT(qoai_calls_complete(whole), complete);
+    check_dump(qoai_calls_message(whole), want);
+    qoai_calls_free(whole);
+    qoai_calls *bit = qoai_calls_new(mode, f, NULL, "c");
+    REQUIRE(bit);
+    json_t *sum = json_pack("{s:s, s:[]}", "content", "", "calls");
+    const size_t n = strlen(out);
+    for (size_t i = 0; i <= n; i++) {
+        json_t *d = qoai_calls_feed(bit, out + i, i < n ? 1 : 0, i == n);
+        json_t *c = json_object_get(d, "content"), *tc = json_object_get(d, "tool_calls"), *x;
+        char buf[512];
+        if (c) {
+            snprintf(buf, sizeof buf, "%s%s", json_string_value(json_object_get(sum, "content")), json_string_value(c));
+            json_object_set_new(sum, "content", json_string(buf));
+        }
+        size_t k;
+        json_array_foreach(tc, k, x) {
+            json_t *calls = json_object_get(sum, "calls");
+            const size_t idx = (size_t)json_integer_value(json_object_get(x, "index"));
+            if (idx == json_array_size(calls))
+                json_array_append_new(calls, json_pack("{s:s, s:s}", "name", "", "arguments", ""));
+            REQUIRE(idx < json_array_size(calls));
+            json_t *fn = json_object_get(x, "function"), *mine = json_array_get(calls, idx);
+            if (json_object_get(fn, "name")) json_object_set(mine, "name", json_object_get(fn, "name"));
+            const char *more = json_string_value(json_object_get(fn, "arguments"));
+            snprintf(buf, sizeof buf, "%s%s", json_string_value(json_object_get(mine, "arguments")), more ? more : "");
+            json_object_set_new(mine, "arguments", json_string(buf));
+        }
+        json_decref(d);
+    }
+    json_t *m = qoai_calls_message(bit);
+    char *md = dump(json_incref(m));
+    CHECK(md && !strcmp(md, want));
+    free(md);
+    json_t *mc = json_object_get(m, "content"), *mt = json_object_get(m, "tool_calls");
+    const char *got = json_string_value(json_object_get(sum, "content"));
+    CHECK(json_is_null(mc) ? strspn(got, " \n") == strlen(got) : !strcmp(got, json_string_value(mc)));
+    CHECK_EQ_INT((int)json_array_size(json_object_get(sum, "calls")), (int)json_array_size(mt));
+    for (size_t k = 0; k < json_array_size(mt); k++) {
+        json_t *mf = json_object_get(json_array_get(mt, k), "function");
+        json_t *sf = json_array_get(json_object_get(sum, "calls"), k);
+        CHECK(json_equal(json_object_get(mf, "name"), json_object_get(sf, "name")));
+        CHECK(json_equal(json_object_get(mf, "arguments"), json_object_get(sf, "arguments")));
+    }
+    json_decref(m);
+    json_decref(sum);
+    qoai_calls_free(bit);
+}
+
+/* Llama 3.x's and Mistral's forms read back; the form each fixture
+ * template shows (tests/fixtures/chat_templates). */
+static void test_tool_forms(void)
+{
+    read_back(GRAM_TOOLS_LLAMA3_JSON, QOAI_TOOLS_REQUIRED,
+              "{\"name\": \"weather\", \"parameters\": {\"city\":\"a}\\\"b\"}}; {\"name\": \"now\", \"parameters\": {}}",
+              "{\"content\":null,\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":"
+              "\"{\\\"city\\\":\\\"a}\\\\\\\"b\\\"}\",\"name\":\"weather\"},\"id\":\"c0\",\"type\":\"function\"},"
+              "{\"function\":{\"arguments\":\"{}\",\"name\":\"now\"},\"id\":\"c1\",\"type\":\"function\"}]}", 1);
+    read_back(GRAM_TOOLS_LLAMA3_JSON, QOAI_TOOLS_AUTO, "Hello {\"name\": \"now\", \"parameters\": {}}",
+              "{\"content\":\"Hello {\\\"name\\\": \\\"now\\\", \\\"parameters\\\": {}}\",\"role\":\"assistant\"}", 0);
+    read_back(GRAM_TOOLS_LLAMA3_JSON, QOAI_TOOLS_AUTO, "{\"name\": \"now\", \"parameters\": {\"k\"",
+              "{\"content\":null,\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{\\\"k\\\"\","
+              "\"name\":\"now\"},\"id\":\"c0\",\"type\":\"function\"}]}", 0);
+    read_back(GRAM_TOOLS_MISTRAL, QOAI_TOOLS_AUTO,
+              "Sure. [TOOL_CALLS] [{\"name\": \"weather\", \"arguments\": {\"city\":\"[Oslo]\"}}, {\"name\": \"now\", "
+              "\"arguments\": {}}]",
+              "{\"content\":\"Sure. \",\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":"
+              "\"{\\\"city\\\":\\\"[Oslo]\\\"}\",\"name\":\"weather\"},\"id\":\"c0\",\"type\":\"function\"},"
+              "{\"function\":{\"arguments\":\"{}\",\"name\":\"now\"},\"id\":\"c1\",\"type\":\"function\"}]}", 1);
+    read_back(GRAM_TOOLS_MISTRAL, QOAI_TOOLS_AUTO, "a [TOOL_x] b",
+              "{\"content\":\"a [TOOL_x] b\",\"role\":\"assistant\"}", 0);
+    read_back(GRAM_TOOLS_HERMES, QOAI_TOOLS_REQUIRED,
+              "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+              "{\"content\":null,\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\",\"name\":"
+              "\"now\"},\"id\":\"c0\",\"type\":\"function\"}]}", 1);
+    /* The templates people serve: the form they show. */
+    CHECK_EQ_INT(qoai_tool_form_of(NULL), GRAM_TOOLS_HERMES);
+    CHECK_EQ_INT(qoai_tool_form_of("{{ messages[0].content }}"), GRAM_TOOLS_HERMES);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/chat_templates/tool_conversations.json", qt_root());
+    json_t *fx = json_load_file(path, 0, NULL);
+    REQUIRE(fx);
+    static const struct {
+        const char *name;
+        gram_tools_form form;
+    } want[] = { { "Qwen2.5-Instruct", GRAM_TOOLS_HERMES },
+                 { "meta-llama-Llama-3.1-8B-Instruct", GRAM_TOOLS_LLAMA3_JSON },
+                 { "Mistral-7B-Instruct-v0.3", GRAM_TOOLS_MISTRAL },
+                 { "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", GRAM_TOOLS_HERMES },
+                 { "Phi-3-mini-4k-instruct", GRAM_TOOLS_HERMES } };
+    int seen = 0;
+    size_t i;
+    json_t *rec;
+    json_array_foreach(json_object_get(fx, "records"), i, rec) {
+        const char *nm = json_string_value(json_object_get(rec, "name"));
+        for (size_t k = 0; nm && k < sizeof want / sizeof want[0]; k++)
+            if (!strcmp(nm, want[k].name)) {
+                const int got = qoai_tool_form_of(json_string_value(json_object_get(rec, "template")));
+                if (got != (int)want[k].form) fprintf(stderr, "  %s: form %d, want %d\n", nm, got, want[k].form);
+                CHECK_EQ_INT(got, want[k].form);
+                seen++;
+            }
+    }
+    CHECK(seen >= 5);
+    json_decref(fx);
 }
 
 /* A structure request that failed to compile is refused again at once,
@@ -690,6 +805,7 @@ int main(void)
     }
     QT_RUN(test_guided);
     QT_RUN(test_tools);
+    QT_RUN(test_tool_forms);
     QT_RUN(test_chat_valid);
     QT_RUN(test_completion_valid);
     QT_RUN(test_bad_bodies);

@@ -372,14 +372,14 @@ static void test_tools(void)
     CHECK_EQ_INT(bad, -1);
     REQUIRE(gram_tools_grammar(tools, 2, 0, 0, NULL, &many, err, sizeof err) == 0);
     REQUIRE(gram_tools_grammar(tools, 2, 1, 0, NULL, &aut, err, sizeof err) == 0);
-    const char *w = "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>";
-    const char *r = "<tool_call>\n{\"name\":\"roll\",\"arguments\":{\"n\":6}}\n</tool_call>";
+    const char *w = "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
+    const char *r = "<tool_call>\n{\"name\": \"roll\", \"arguments\": {\"n\":6}}\n</tool_call>";
     char two[512];
     snprintf(two, sizeof two, "%s\n%s", w, r);
     CHECK(takes(one, w) && takes(one, r) && !takes(one, two));
-    CHECK(!takes(one, "<tool_call>\n{\"name\":\"roll\",\"arguments\":{\"n\":0}}\n</tool_call>"));
-    CHECK(!takes(one, "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"n\":6}}\n</tool_call>"));
-    CHECK(!takes(one, "<tool_call>\n{\"name\":\"other\",\"arguments\":{}}\n</tool_call>"));
+    CHECK(!takes(one, "<tool_call>\n{\"name\": \"roll\", \"arguments\": {\"n\":0}}\n</tool_call>"));
+    CHECK(!takes(one, "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"n\":6}}\n</tool_call>"));
+    CHECK(!takes(one, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
     CHECK(!takes(one, "") && !takes(one, "Hello"));
     CHECK(takes(many, w) && takes(many, two) && !takes(many, ""));
     CHECK(takes(aut, "") && takes(aut, "Hello, <b>world</b>\n") && takes(aut, w) && takes(aut, two));
@@ -387,7 +387,7 @@ static void test_tools(void)
     snprintf(mixed, sizeof mixed, "Let me look.\n%s", w);
     CHECK(takes(aut, mixed));
     CHECK(!takes(aut, "I said <tool_call> and stopped"));
-    CHECK(!takes(aut, "<tool_call>\n{\"name\":\"nope\",\"arguments\":{}}\n</tool_call>"));
+    CHECK(!takes(aut, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
     gram_free(one);
     gram_free(many);
     gram_free(aut);
@@ -403,6 +403,76 @@ static void test_tools(void)
     json_decref(p0);
     json_decref(p1);
     json_decref(p2);
+}
+
+/* Each family's form: Llama 3.x's bare objects with "parameters" joined by
+ * "; " (text instead of calls only when it does not begin with '{'), and
+ * Mistral's [TOOL_CALLS] list; the forms do not take each other's calls. */
+static void test_tool_forms(void)
+{
+    CHECK_EQ_INT(gram_tools_form_named("hermes"), GRAM_TOOLS_HERMES);
+    CHECK_EQ_INT(gram_tools_form_named("llama3_json"), GRAM_TOOLS_LLAMA3_JSON);
+    CHECK_EQ_INT(gram_tools_form_named("mistral"), GRAM_TOOLS_MISTRAL);
+    CHECK_EQ_INT(gram_tools_form_named("pythonic"), -1);
+    CHECK_EQ_INT(gram_tools_form_named(NULL), -1);
+    CHECK(gram_tools_form_get(GRAM_TOOLS_FORMS) == NULL);
+    json_t *p0 = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+                            "\"required\":[\"city\"],\"additionalProperties\":false}", 0, NULL);
+    REQUIRE(p0);
+    const gram_tool tools[2] = { { "weather", 7, p0 }, { "now", 3, NULL } };
+    static const struct {
+        gram_tools_form form;
+        const char *one, *two, *text_then_call, *foreign;
+    } F[] = {
+        { GRAM_TOOLS_LLAMA3_JSON, "{\"name\": \"weather\", \"parameters\": {\"city\":\"Paris\"}}",
+          "{\"name\": \"weather\", \"parameters\": {\"city\":\"Paris\"}}; {\"name\": \"now\", \"parameters\": {}}", NULL,
+          "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>" },
+        { GRAM_TOOLS_MISTRAL, "[TOOL_CALLS] [{\"name\": \"weather\", \"arguments\": {\"city\":\"Paris\"}}]",
+          "[TOOL_CALLS] [{\"name\": \"weather\", \"arguments\": {\"city\":\"Paris\"}}, {\"name\": \"now\", \"arguments\": {}}]",
+          "Let me look. [TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]",
+          "{\"name\": \"now\", \"parameters\": {}}" },
+        { GRAM_TOOLS_HERMES, "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>",
+          "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", "
+          "\"arguments\": {}}\n</tool_call>",
+          "Hm.\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
+          "[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]" },
+    };
+    char err[800];
+    for (size_t i = 0; i < sizeof F / sizeof F[0]; i++) {
+        gram *one = NULL, *many = NULL, *aut = NULL;
+        const gram_tools_opts o1 = { F[i].form, 0, 1, 0 }, om = { F[i].form, 0, 0, 0 }, oa = { F[i].form, 1, 0, 0 };
+        REQUIRE(gram_tools_grammar_opts(tools, 2, &o1, NULL, &one, err, sizeof err) == 0);
+        REQUIRE(gram_tools_grammar_opts(tools, 2, &om, NULL, &many, err, sizeof err) == 0);
+        REQUIRE(gram_tools_grammar_opts(tools, 2, &oa, NULL, &aut, err, sizeof err) == 0);
+        const char *trig = gram_tools_form_get(F[i].form)->trigger;
+        CHECK(takes(one, F[i].one) && !takes(one, F[i].two) && !takes(one, "") && !takes(one, F[i].foreign));
+        CHECK(takes(many, F[i].one) && takes(many, F[i].two) && !takes(many, "Hello"));
+        CHECK(takes(aut, F[i].one) && takes(aut, F[i].two) && takes(aut, "") && takes(aut, "Hello, world"));
+        /* Compact heads are not the form (the templates space them). */
+        CHECK(!takes(many, "{\"name\":\"now\",\"parameters\":{}}"));
+        CHECK(!takes(many, "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>"));
+        if (F[i].text_then_call) CHECK(takes(aut, F[i].text_then_call));
+        if (trig) {
+            /* The trigger in text is the start of calls, or not taken. */
+            char said[128];
+            snprintf(said, sizeof said, "I said %s and stopped", trig);
+            CHECK(!takes(aut, said));
+        } else {
+            /* llama3_json: text that begins with '{' is a call or nothing;
+             * text then a call is text. */
+            CHECK(!takes(aut, "{oops}") && takes(aut, "Hm. {\"name\": \"now\"}"));
+        }
+        gram_free(one);
+        gram_free(many);
+        gram_free(aut);
+    }
+    const gram_tools_opts bad = { GRAM_TOOLS_FORMS, 0, 0, 0 };
+    gram *g = NULL;
+    CHECK(gram_tools_grammar_opts(tools, 2, &bad, NULL, &g, err, sizeof err) == QERR_INVAL && g == NULL);
+    CHECK(gram_tools_grammar_opts(tools, 2, NULL, NULL, &g, err, sizeof err) == 0 && g != NULL);
+    CHECK(g && takes(g, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+    gram_free(g);
+    json_decref(p0);
 }
 
 /* The compile budget reaches a whole schema: its grammar's states, and a
@@ -483,6 +553,7 @@ static void test_merge_keeps_input(void)
 int main(void)
 {
     QT_RUN(test_tools);
+    QT_RUN(test_tool_forms);
     QT_RUN(test_cases);
     QT_RUN(test_refused);
     QT_RUN(test_ranges);

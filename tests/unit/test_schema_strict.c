@@ -188,11 +188,12 @@ static void test_strict_tools(void)
     const gram_tool tools[1] = { { "weather", 7, p } };
     char err[800];
     gram *st = NULL, *fu = NULL, *dflt = NULL;
-    REQUIRE(gram_tools_grammar_opts(tools, 1, 0, 1, 0, NULL, &st, err, sizeof err) == 0);
-    REQUIRE(gram_tools_grammar_opts(tools, 1, 0, 1, GRAM_SCHEMA_FULL, NULL, &fu, err, sizeof err) == 0);
+    const gram_tools_opts so = { GRAM_TOOLS_HERMES, 0, 1, 0 }, fo = { GRAM_TOOLS_HERMES, 0, 1, GRAM_SCHEMA_FULL };
+    REQUIRE(gram_tools_grammar_opts(tools, 1, &so, NULL, &st, err, sizeof err) == 0);
+    REQUIRE(gram_tools_grammar_opts(tools, 1, &fo, NULL, &fu, err, sizeof err) == 0);
     REQUIRE(gram_tools_grammar(tools, 1, 0, 1, NULL, &dflt, err, sizeof err) == 0);
-    const char *ok = "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>";
-    const char *more = "<tool_call>\n{\"name\":\"weather\",\"arguments\":{\"city\":\"Paris\",\"unit\":\"C\"}}\n</tool_call>";
+    const char *ok = "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
+    const char *more = "<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\":\"Paris\",\"unit\":\"C\"}}\n</tool_call>";
     CHECK(takes(st, ok) && takes(fu, ok) && takes(dflt, ok));
     CHECK(!takes(st, more) && takes(fu, more) && !takes(dflt, more));
     gram_free(st);
