@@ -326,7 +326,7 @@ int q_utf8_valid(const void *data, size_t n)
 int q_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
 {
     if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap * 2 : 4096;
+        size_t c = *cap ? *cap * 2 : 256;
         while (c < *len + n + 1) c *= 2;
         char *nb = realloc(*b, c);
         if (!nb) return QERR_NOMEM;

@@ -3,7 +3,7 @@
 #   1. release build with warnings as errors (CUDA backend too where nvcc is found), ctest;
 #   2. ASan + UBSan build of the unit tests, ctest;
 #   3. libFuzzer targets, each to FUZZ_RUNS executions (default 1,000,000) or
-#      FUZZ_MAX_TIME seconds (default 150), FUZZ_JOBS (default 2) at a time;
+#      FUZZ_MAX_TIME seconds (default 300), FUZZ_JOBS (default 2) at a time;
 #   4. end-to-end tests: pytest against the real binary, in a venv with the
 #      pinned versions of tests/e2e/requirements.txt;
 #   5. the server's end-to-end tests against the ASan + UBSan binary.
@@ -84,14 +84,15 @@ tally "${pending[@]}"
 
 # Every tests/fuzz/fuzz_*.c target runs until FUZZ_RUNS executions (default
 # 1,000,000) from a scratch copy of its seed corpus, with FUZZ_MAX_TIME seconds
-# (default 240) as a safety net, FUZZ_JOBS (default 2) targets at a time, each
+# (default 300) as a safety net, FUZZ_JOBS (default 2) targets at a time, each
 # with its own log (build/fuzz/<target>.log).  A target fails the suite when it
 # crashes, leaks, times out, or ends below FUZZ_RUNS executions (FUZZ_STRICT=0
 # only reports those below).  A target's header comment may give "max_len: N"
 # (the longest input worth trying).  On CI's two cores the slowest take about
-# 180 s (fuzz_schema), 110 s (fuzz_tokenizer_load) and 90 s (fuzz_regex).
+# 180 s (fuzz_schema), 135 s (fuzz_calls), 110 s (fuzz_tokenizer_load) and
+# 90 s (fuzz_regex).
 FUZZ_RUNS=${FUZZ_RUNS:-1000000}
-FUZZ_MAX_TIME=${FUZZ_MAX_TIME:-240}
+FUZZ_MAX_TIME=${FUZZ_MAX_TIME:-300}
 FUZZ_STRICT=${FUZZ_STRICT:-1}
 fuzz_below=()
 FUZZ_JOBS=${FUZZ_JOBS:-2}
@@ -100,7 +101,7 @@ begin fuzz "" "fuzz targets"
 fuzz_start=$SECONDS
 # The slow targets first, so that the last to finish are the quick ones.
 fuzz_names=()
-for n in fuzz_regex fuzz_schema fuzz_tokenizer_encode fuzz_tokenizer_load fuzz_chat fuzz_oai; do
+for n in fuzz_regex fuzz_schema fuzz_calls fuzz_tokenizer_encode fuzz_tokenizer_load fuzz_chat fuzz_oai; do
   [ -f "tests/fuzz/$n.c" ] && fuzz_names+=("$n")
 done
 for src in tests/fuzz/fuzz_*.c; do

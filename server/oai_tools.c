@@ -209,6 +209,7 @@ struct qoai_calls {
     pstate_t st;
     char *held;        /* P_TEXT / P_TAIL: bytes that may begin the trigger or a head; P_HEAD: the head so far */
     size_t held_len, held_cap;
+    size_t seen;       /* P_HEAD / P_TAIL: bytes of held already searched for the key */
     char *content;     /* the text before the calls */
     size_t content_len, content_cap;
     int depth, in_str, esc; /* P_ARGS: where the arguments' JSON is */
@@ -348,9 +349,19 @@ static void text_out(qoai_calls *p, delta *d, const char *s, size_t n)
 
 /* P_HEAD: {"name": NAME, "KEY": - the call starts once its key is in;
  * 0 when it is not yet. */
+/* The arguments' key in b[pos..len), searched once: what an earlier feed
+ * searched (less a key's length) is not searched again. */
+static const char *find_key(qoai_calls *p, const char *b, size_t pos, size_t len)
+{
+    const size_t from = p->seen >= p->key_len ? pos + p->seen - p->key_len + 1 : pos;
+    const char *k = from < len ? find(b + from, len - from, p->key, p->key_len) : NULL;
+    p->seen = k ? 0 : len - pos;
+    return k;
+}
+
 static int head(qoai_calls *p, delta *d, const char *b, size_t *pos, size_t len)
 {
-    const char *k = find(b + *pos, len - *pos, p->key, p->key_len);
+    const char *k = find_key(p, b, *pos, len);
     if (!k) return 0;
     const char *nm = find(b + *pos, (size_t)(k - b) - *pos, "\"name\":", 7);
     json_t *name = nm ? json_loadb(nm + 7, (size_t)(k - nm - 7), JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK, NULL) : NULL;
@@ -429,11 +440,11 @@ static void step(qoai_calls *p, delta *d, const char *s, size_t n, int last)
         } else {
             /* P_TAIL: the closing marks, a separator, and the next call's
              * head (its key) or the end. */
-            if (!find(b + pos, len - pos, p->key, p->key_len)) break;
+            if (!find_key(p, b, pos, len)) break;
             p->st = P_HEAD;
         }
     }
-    if (p->nomem) return;
+    if (p->nomem || !pos) return;
     memmove(p->held, p->held + pos, len - pos);
     p->held_len = len - pos;
 }

@@ -1,7 +1,6 @@
 /* fuzz_oai.c - libFuzzer target for OpenAI-compatible request bodies
  * (server/oai.c): any bytes as a chat body and as a completions body, and
- * as POST /tokenize and /detokenize bodies (oai_tokenize.c), and as a
- * model's output read back as tool calls in each form (oai_tools.c), for
+ * as POST /tokenize and /detokenize bodies (oai_tokenize.c), for
  * the bundled stories260K model (from $QUIRE_ROOT, else the current
  * directory: run from the repository root).  Every outcome must be a clean
  * request or a 4xx error with a message, and nothing may be left to free
@@ -64,29 +63,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         qoai_req_free(&r);
     }
-    /* The output reader: whole, then in pieces split where the bytes say;
-     * the same number of calls either way. */
-    for (int form = 0; form < GRAM_TOOLS_FORMS; form++)
-        for (int mode = QOAI_TOOLS_NAMED; mode <= QOAI_TOOLS_AUTO; mode++) {
-            qoai_calls *whole = qoai_calls_new(mode, (gram_tools_form)form, "f", "c");
-            qoai_calls *bits = qoai_calls_new(mode, (gram_tools_form)form, "f", "c");
-            if (!whole || !bits) abort();
-            json_decref(qoai_calls_feed(whole, (const char *)data, size, 1));
-            for (size_t at = 0; at < size;) {
-                const size_t n = 1 + data[at] % 7 < size - at ? 1 + data[at] % 7 : size - at;
-                json_decref(qoai_calls_feed(bits, (const char *)data + at, n, at + n == size));
-                at += n;
-            }
-            if (!size) json_decref(qoai_calls_feed(bits, "", 0, 1));
-            json_t *m1 = qoai_calls_message(whole), *m2 = qoai_calls_message(bits);
-            if (!qoai_calls_failed(whole) && !qoai_calls_failed(bits) &&
-                (qoai_calls_count(whole) != qoai_calls_count(bits) || !json_equal(m1, m2)))
-                abort();
-            json_decref(m1);
-            json_decref(m2);
-            qoai_calls_free(whole);
-            qoai_calls_free(bits);
-        }
     json_t *o = json_loadb((const char *)data, size, 0, NULL);
     if (o) {
         json_t *out = NULL;

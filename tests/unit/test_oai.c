@@ -681,6 +681,21 @@ static void test_tool_forms(void)
               "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>",
               "{\"content\":null,\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\",\"name\":"
               "\"now\"},\"id\":\"c0\",\"type\":\"function\"}]}", 1);
+    /* A head that never ends, fed a byte at a time, is searched once (a
+     * reader that searched it again each time would take minutes here). */
+    const double t0 = q_now();
+    for (int form = 0; form < GRAM_TOOLS_FORMS; form++) {
+        qoai_calls *junk = qoai_calls_new(QOAI_TOOLS_REQUIRED, (gram_tools_form)form, NULL, "c");
+        REQUIRE(junk);
+        const char *open = form == GRAM_TOOLS_MISTRAL ? "[TOOL_CALLS] [" : form == GRAM_TOOLS_HERMES ? "<tool_call>\n" : "{";
+        json_decref(qoai_calls_feed(junk, open, strlen(open), 0));
+        for (int i = 0; i < 400000; i++) json_decref(qoai_calls_feed(junk, "\"name\": \"x\", " + i % 14, 1, 0));
+        json_decref(qoai_calls_feed(junk, "", 0, 1));
+        CHECK(qoai_calls_count(junk) == 0 && !qoai_calls_complete(junk));
+        qoai_calls_free(junk);
+    }
+    fprintf(stderr, "  1.2 MB of unending heads read in %.2f s\n", q_now() - t0);
+    CHECK(q_now() - t0 < 20);
     /* The templates people serve: the form they show. */
     CHECK_EQ_INT(qoai_tool_form_of(NULL), GRAM_TOOLS_HERMES);
     CHECK_EQ_INT(qoai_tool_form_of("{{ messages[0].content }}"), GRAM_TOOLS_HERMES);
