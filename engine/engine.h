@@ -257,6 +257,12 @@ typedef struct {
  * (qtok_token_bytes); special tokens and tokens with no bytes never allowed
  * by a grammar.  0 and *out (gram_vocab_free), or QERR_NOMEM. */
 int qengine_grammar_vocab(const struct qtok *tok, struct gram_vocab **out);
+/* The same, but the special tokens whose bytes are one of allow[] (NULL-
+ * terminated; NULL: none) are allowed where a grammar writes those bytes
+ * (tool-call markers such as Mistral's [TOOL_CALLS]); *n_allowed (may be
+ * NULL) gets how many were. */
+int qengine_grammar_vocab_with(const struct qtok *tok, const char *const *allow, int *n_allowed,
+                               struct gram_vocab **out);
 
 /* Creates an engine for m (which must outlive it); tok (may be NULL: no
  * text, no stop strings) is borrowed too.  0 or a QERR_* code with a message. */

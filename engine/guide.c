@@ -16,9 +16,20 @@
 #include "tokenizer.h"
 #include "util.h"
 
-int qengine_grammar_vocab(const qtok *tok, gram_vocab **out)
+int qengine_grammar_vocab(const qtok *tok, gram_vocab **out) { return qengine_grammar_vocab_with(tok, NULL, NULL, out); }
+
+/* 1 when the l bytes b are one of allow[]. */
+static int allowed(const char *const *allow, const char *b, int l)
+{
+    for (int k = 0; allow && allow[k]; k++)
+        if (strlen(allow[k]) == (size_t)l && !memcmp(allow[k], b, (size_t)l)) return 1;
+    return 0;
+}
+
+int qengine_grammar_vocab_with(const qtok *tok, const char *const *allow, int *n_allowed, gram_vocab **out)
 {
     *out = NULL;
+    if (n_allowed) *n_allowed = 0;
     const int n = qtok_vocab_size(tok);
     uint8_t **bytes = q_callocn((size_t)n + 1, sizeof *bytes), *skip = calloc((size_t)n + 1, 1);
     size_t *lens = q_callocn((size_t)n + 1, sizeof *lens);
@@ -27,6 +38,10 @@ int qengine_grammar_vocab(const qtok *tok, gram_vocab **out)
     for (int i = 0; i < n && !rc; i++) {
         const int l = qtok_token_bytes(tok, i, buf, sizeof buf);
         skip[i] = l <= 0 || qtok_is_special(tok, i);
+        if (skip[i] && l > 0 && allowed(allow, buf, l)) {
+            skip[i] = 0;
+            if (n_allowed) (*n_allowed)++;
+        }
         if (l > 0) {
             if (!(bytes[i] = malloc((size_t)l))) rc = QERR_NOMEM;
             else memcpy(bytes[i], buf, (size_t)l), lens[i] = (size_t)l;

@@ -475,11 +475,22 @@ static int load(void)
         S.eo.draft = NULL;
         return 1;
     }
-    /* Tool calls in the form --tool-call-parser names, else the template's. */
+    /* Tool calls in the form --tool-call-parser names, else the template's;
+     * where its markers are special tokens, a vocabulary that allows them. */
     const int named_form = gram_tools_form_named(S.o.tool_parser);
     const char *tmpl = S.chat_template ? S.chat_template : m->chat_template;
     const gram_tools_form form = named_form >= 0 ? (gram_tools_form)named_form : qoai_tool_form_of(tmpl);
+    const char *markers[] = { "[TOOL_CALLS]", "<tool_call>", "</tool_call>", NULL };
+    gram_vocab *gvt = NULL;
+    int n_markers = 0;
+    const char *const *allow = form == GRAM_TOOLS_MISTRAL ? markers : form == GRAM_TOOLS_HERMES ? markers + 1 : NULL;
+    if (qengine_grammar_vocab_with(tok, allow, &n_markers, &gvt) || !n_markers) {
+        gram_vocab_free(gvt);
+        gvt = NULL;
+    }
     pthread_mutex_lock(&S.mu);
+    S.gvocab_tools = gvt;
+    S.lim.gvocab_tools = S.lim_ws.gvocab_tools = gvt;
     S.lim.tool_form = S.lim_ws.tool_form = form;
     S.model = m, S.draft = dm, S.tok = tok, S.eng = e, S.ready = 1;
     S.gvocab = gv;
@@ -502,8 +513,9 @@ static int load(void)
         fprintf(stderr, "quire serve: %s ready on %s, split among %d (tensor parallel)\n", S.name,
                 qengine_backend_name(e), S.eo.tensor_parallel);
     else fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
-    QLOGI("serve: tool calls in the %s form (%s)", gram_tools_form_get(form)->parser,
-          named_form >= 0 ? "--tool-call-parser" : "the chat template's");
+    QLOGI("serve: tool calls in the %s form (%s)%s", gram_tools_form_get(form)->parser,
+          named_form >= 0 ? "--tool-call-parser" : "the chat template's",
+          n_markers ? ", its markers as the model's special tokens" : "");
     return 0;
 }
 
@@ -1033,6 +1045,7 @@ int cmd_serve(int argc, char **argv)
     }
     qengine_destroy(S.eng);
     gram_vocab_free(S.gvocab);
+    gram_vocab_free(S.gvocab_tools);
     gram_cache_free(S.gcache);
     qoai_failcache_free(S.gfail);
     qstore_stop(S.store);

@@ -67,6 +67,10 @@ typedef struct {
     /* The model's grammar vocabulary (engine.h qengine_grammar_vocab), or
      * NULL: requests for structured output are refused. */
     const struct gram_vocab *gvocab;
+    /* The vocabulary tool-call grammars use where the form's markers are
+     * special tokens of the model (Mistral's [TOOL_CALLS]): gvocab with
+     * those allowed, and the output keeps them for the reader; NULL: gvocab. */
+    const struct gram_vocab *gvocab_tools;
     /* Compiled grammars shared by requests that ask for the same one, or NULL. */
     struct gram_cache *gcache;
     /* Grammars that failed to compile, with their errors, or NULL: a request

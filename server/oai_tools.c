@@ -55,6 +55,16 @@ static int one_tool(json_t *tl, size_t i, gram_tool *t, qoai_error *e)
 /* Parameters of a function that names none: an object, as OpenAI reads it. */
 static json_t *no_params(void) { return json_pack("{s:s}", "type", "object"); }
 
+/* The request's grammar over the tools' vocabulary: where the form's
+ * markers are special tokens, the output keeps them (the reader needs
+ * them; no other special token can come, the grammar masks them). */
+static void tools_vocab(const qoai_limits *lim, qoai_req *r)
+{
+    r->p.grammar = r->grammar;
+    r->p.grammar_vocab = lim->gvocab_tools ? lim->gvocab_tools : lim->gvocab;
+    if (lim->gvocab_tools) r->p.keep_special = 1;
+}
+
 int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
 {
     json_t *tools = qoai_field(o, "tools"), *choice = qoai_field(o, "tool_choice"), *par = qoai_field(o, "parallel_tool_calls");
@@ -126,8 +136,7 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
     if (key && lim->gcache && (r->grammar = gram_cache_get(lim->gcache, key, strlen(key)))) {
         free(key);
         free(t);
-        r->p.grammar = r->grammar;
-        r->p.grammar_vocab = lim->gvocab;
+        tools_vocab(lim, r);
         return 0;
     }
     if (qoai_failcache_get(lim->gfail, key, e)) {
@@ -166,8 +175,7 @@ int qoai_tools(json_t *o, const qoai_limits *lim, qoai_req *r, qoai_error *e)
         return frc;
     }
     free(key);
-    r->p.grammar = r->grammar;
-    r->p.grammar_vocab = lim->gvocab;
+    tools_vocab(lim, r);
     return 0;
 }
 

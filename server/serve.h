@@ -142,6 +142,7 @@ typedef struct {
     int n_keys;
     qstore *store;      /* the database (NULL with --no-persist) */
     struct gram_vocab *gvocab; /* the tokenizer as the grammars see it (guided decoding) */
+    struct gram_vocab *gvocab_tools; /* the same with the tool-call form's special marker tokens, or NULL */
     struct gram_cache *gcache; /* compiled grammars, shared by requests that repeat one */
     qoai_failcache *gfail;     /* grammars that failed to compile, with their errors */
     sjob *sjobs;        /* jobs in the store for the lws thread */

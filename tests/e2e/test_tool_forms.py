@@ -6,7 +6,10 @@ template shows none), detected from the chat template or named with
 stories260K with one of the real templates in
 tests/fixtures/chat_templates/tool_conversations.json; the raw output (the
 tokens' texts from logprobs) is checked against the form, and read back into
-the same tool_calls the openai SDK gets, whole and streamed."""
+the same tool_calls the openai SDK gets, whole and streamed.  Where the
+marker is one of the model's special tokens (Mistral's [TOOL_CALLS], id 5,
+served with a random-weight model and Mistral's real tokenizer), the grammar
+lets the model write it as that one token and the reader still sees it."""
 import json
 import os
 import subprocess
@@ -182,3 +185,45 @@ def test_bad_parser_name_stops_the_start(quire):
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2
     assert "--tool-call-parser must be auto, hermes, llama3_json or mistral" in p.stderr
+
+
+def test_mistral_marker_as_its_special_token(quire, tmp_path):
+    fx = ROOT / "tests" / "fixtures"
+    d = tmp_path / "tiny-mistral"
+    d.mkdir()
+    for f in ("config.json", "model.safetensors"):
+        (d / f).symlink_to(fx / "models" / "tiny-mistral-random" / f)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).symlink_to(fx / "tokenizers" / "mistral-v0.3" / f)
+    srv = Server(quire, model=str(d))
+    try:
+        assert "tool calls in the mistral form (the chat template's), its markers as the model's special tokens" in \
+            srv.log_text()
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        tools = [TOOLS[1]]
+        for stream in (False, True):
+            kw = dict(model="tiny-mistral", messages=MSGS, tools=tools, tool_choice="required", max_tokens=60,
+                      temperature=0, logit_bias={"5": 100}, parallel_tool_calls=False)
+            if not stream:
+                r = client.chat.completions.create(logprobs=True, **kw)
+                c = r.choices[0]
+                toks = [t.token for t in c.logprobs.content]
+                assert toks[0] == "[TOOL_CALLS]", toks[:4]  # one token, the special one
+                assert "".join(toks) == render("mistral", pairs(c.message))
+                assert c.finish_reason == "tool_calls" and pairs(c.message) == [("now", "{}")]
+                assert c.message.content is None
+            else:
+                got, content = "", ""
+                for ch in client.chat.completions.create(stream=True, **kw):
+                    if ch.choices:
+                        content += ch.choices[0].delta.content or ""
+                        for tc in ch.choices[0].delta.tool_calls or []:
+                            got += (tc.function.name or "") + "|" + (tc.function.arguments or "")
+                assert got.startswith("now|") and content == ""
+        # Without tools the special token is masked by no grammar, and its
+        # text is skipped as before (skip_special_tokens' default).
+        r = client.completions.create(model="tiny-mistral", prompt="hi", max_tokens=3, temperature=0,
+                                      logit_bias={"5": 100})
+        assert "[TOOL_CALLS]" not in r.choices[0].text
+    finally:
+        assert srv.stop() == 0

@@ -10,7 +10,7 @@
  *   cmake --build build-fuzz --target fuzz_calls
  *   cp -r tests/fuzz/corpus/calls /tmp/corpus && ./build-fuzz/fuzz_calls /tmp/corpus
  *
- * max_len: 1024
+ * max_len: 256
  */
 #include "oai.h"
 #include "util.h"

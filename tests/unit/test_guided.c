@@ -269,6 +269,64 @@ static void test_spec_schemas(void)
     for (int i = 0; i < 4; i++) free(pr[i]);
 }
 
+/* Mistral's [TOOL_CALLS] is a special token: masked in the plain grammar
+ * vocabulary, allowed in the one with the marker where the grammar writes
+ * "[TOOL_CALLS]", and its text kept by a detokenizer that keeps specials
+ * (the serve path for tool requests). */
+static void test_special_markers(void)
+{
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/mistral-v0.3/tokenizer.json", qt_root());
+    qtok *tok = NULL;
+    REQUIRE(qtok_load_json(path, &tok, err, sizeof err) == 0);
+    const int id = qtok_token_to_id(tok, "[TOOL_CALLS]", 12);
+    REQUIRE(id > 0 && qtok_is_special(tok, id));
+    static const char *const allow[] = { "[TOOL_CALLS]", "<tool_call>", NULL };
+    gram_vocab *plain = NULL, *with = NULL;
+    int n = -1;
+    REQUIRE(qengine_grammar_vocab(tok, &plain) == 0);
+    REQUIRE(qengine_grammar_vocab_with(tok, allow, &n, &with) == 0);
+    CHECK_EQ_INT(n, 1); /* Mistral has no <tool_call> */
+    json_t *p = json_loads("{\"type\":\"object\",\"properties\":{\"c\":{\"type\":\"string\"}},\"required\":[\"c\"]}", 0,
+                           NULL);
+    const gram_tool tools[1] = { { "f", 1, p } };
+    const gram_tools_opts o = { GRAM_TOOLS_MISTRAL, 0, 0, 0 };
+    gram *g = NULL;
+    REQUIRE(gram_tools_grammar_opts(tools, 1, &o, NULL, &g, err, sizeof err) == 0);
+    const int nv = qtok_vocab_size(tok);
+    uint32_t *mask = calloc(((size_t)nv + 31) / 32, sizeof *mask);
+    gram_m *m = gram_m_new(g);
+    REQUIRE(mask && m);
+    const int bracket = qtok_token_to_id(tok, "[", 1);
+    REQUIRE(gram_m_mask(m, plain, mask) == 0);
+    CHECK(!(mask[id / 32] >> (id % 32) & 1));
+    CHECK(bracket < 0 || (mask[bracket / 32] >> (bracket % 32) & 1));
+    REQUIRE(gram_m_mask(m, with, mask) == 0);
+    CHECK(mask[id / 32] >> (id % 32) & 1);
+    /* The token then the rest of the call: the grammar takes it. */
+    REQUIRE(gram_m_feed_token(m, with, id) == 0);
+    static const char rest[] = " [{\"name\": \"f\", \"arguments\": {\"c\":\"x\"}}]";
+    CHECK(gram_m_feed(m, (const uint8_t *)rest, sizeof rest - 1) == 0 && gram_m_can_end(m));
+    /* Its text: kept when specials are, dropped otherwise. */
+    for (int keep = 0; keep < 2; keep++) {
+        qdetok *d = qdetok_new(tok, keep ? 0 : QTOK_SKIP_SPECIAL);
+        REQUIRE(d);
+        const char *t = NULL;
+        size_t tl = 0;
+        REQUIRE(qdetok_push(d, id, &t, &tl) == 0);
+        if (keep) CHECK(tl == 12 && !memcmp(t, "[TOOL_CALLS]", 12));
+        else CHECK(tl == 0);
+        qdetok_free(d);
+    }
+    gram_m_free(m);
+    gram_free(g);
+    free(mask);
+    json_decref(p);
+    gram_vocab_free(plain);
+    gram_vocab_free(with);
+    qtok_free(tok);
+}
+
 int main(void)
 {
     char path[1024], err[256];
@@ -285,6 +343,7 @@ int main(void)
     }
     QT_RUN(test_schemas);
     QT_RUN(test_spec_schemas);
+    QT_RUN(test_special_markers);
     gram_vocab_free(g_vocab);
     qtok_free(g_tok);
     qmodel_destroy(g_model);
