@@ -1155,9 +1155,11 @@ int gram_json_any(gram **out, char *err, size_t errlen)
 /* ---- tool calls ---------------------------------------------------------------------- */
 
 static const gram_tools_form_desc FORMS[GRAM_TOOLS_FORMS] = {
-    [GRAM_TOOLS_HERMES] = { "hermes", "<tool_call>", "", "", "<tool_call>\n", "\n</tool_call>", "\n", "arguments" },
-    [GRAM_TOOLS_LLAMA3_JSON] = { "llama3_json", NULL, "", "", "", "", "; ", "parameters" },
-    [GRAM_TOOLS_MISTRAL] = { "mistral", "[TOOL_CALLS]", "[TOOL_CALLS] [", "]", "", "", ", ", "arguments" },
+    [GRAM_TOOLS_HERMES] = { "hermes", "<tool_call>", "", "", "<tool_call>\n", "\n</tool_call>", "\n", "arguments",
+                            { "<tool_call>", "</tool_call>", NULL } },
+    [GRAM_TOOLS_LLAMA3_JSON] = { "llama3_json", NULL, "", "", "", "", "; ", "parameters", { NULL } },
+    [GRAM_TOOLS_MISTRAL] = { "mistral", "[TOOL_CALLS]", "[TOOL_CALLS] [", "]", "", "", ", ", "arguments",
+                             { "[TOOL_CALLS]", NULL } },
 };
 
 const gram_tools_form_desc *gram_tools_form_get(gram_tools_form f)
@@ -1219,16 +1221,17 @@ static gram_x free_text(sctx *c, const gram_tools_form_desc *f)
         static const char plain[] = "([^{][\\s\\S]*)?";
         return full_re(c, plain, sizeof plain - 1, &text) ? c->rc : gram_b_regex_take(B, text);
     }
-    /* [\s\S]* less [\s\S]*TRIGGER[\s\S]*, the trigger's bytes escaped. */
+    /* [\s\S]* less [\s\S]*TRIGGER[\s\S]*, the trigger's bytes escaped
+     * (the triggers are the short constants above). */
+    static const char any[] = "[\\s\\S]*";
     char src[128];
-    size_t k = 0;
-    k += (size_t)snprintf(src, sizeof src, "[\\s\\S]*");
+    size_t k = (size_t)snprintf(src, sizeof src, "%s", any);
     for (const char *t = f->trigger; *t && k + 16 < sizeof src; t++) {
         if (strchr("\\^$.|?*+()[]{}", *t)) src[k++] = '\\';
         src[k++] = *t;
     }
-    k += (size_t)snprintf(src + k, sizeof src - k, "[\\s\\S]*");
-    int rc = full_re(c, src, 7, &all);
+    k += (size_t)snprintf(src + k, sizeof src - k, "%s", any);
+    int rc = full_re(c, any, sizeof any - 1, &all);
     if (!rc) rc = full_re(c, src, k, &with);
     if (!rc) {
         char msg[200] = "";

@@ -139,6 +139,7 @@ typedef struct {
     const char *close;
     const char *sep;        /* between two calls (after close, before open) */
     const char *key;        /* the arguments' key: "arguments" or "parameters" */
+    const char *tokens[3];  /* the markers a model may have as tokens of their own (NULL-terminated) */
 } gram_tools_form_desc;
 
 /* Form f's description (NULL for none). */

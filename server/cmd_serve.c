@@ -480,14 +480,14 @@ static int load(void)
     const int named_form = gram_tools_form_named(S.o.tool_parser);
     const char *tmpl = S.chat_template ? S.chat_template : m->chat_template;
     const gram_tools_form form = named_form >= 0 ? (gram_tools_form)named_form : qoai_tool_form_of(tmpl);
-    const char *markers[] = { "[TOOL_CALLS]", "<tool_call>", "</tool_call>", NULL };
+    const char *const *markers = gram_tools_form_get(form)->tokens;
     gram_vocab *gvt = NULL;
     int n_markers = 0;
-    const char *const *allow = form == GRAM_TOOLS_MISTRAL ? markers : form == GRAM_TOOLS_HERMES ? markers + 1 : NULL;
-    if (qengine_grammar_vocab_with(tok, allow, &n_markers, &gvt) || !n_markers) {
-        gram_vocab_free(gvt);
-        gvt = NULL;
+    for (int k = 0; markers[k] && !n_markers; k++) {
+        const int id = qtok_token_to_id(tok, markers[k], strlen(markers[k]));
+        n_markers = id >= 0 && qtok_is_special(tok, id);
     }
+    if (n_markers && qengine_grammar_vocab_with(tok, markers, &n_markers, &gvt)) n_markers = 0;
     pthread_mutex_lock(&S.mu);
     S.gvocab_tools = gvt;
     S.lim.gvocab_tools = S.lim_ws.gvocab_tools = gvt;

@@ -197,9 +197,10 @@ gram_tools_form qoai_tool_form_of(const char *tmpl)
 /* The output goes through these states (the grammar wrote it in the
  * form's shape, so only the markers matter): text until the form's
  * trigger (llama3_json: a '{' as the first byte, else all of it is text);
- * a call's head up to its arguments' key; the arguments up to the '}'
- * that closes the call; between calls, up to the next call's key. */
-typedef enum { P_TEXT, P_PLAIN, P_HEAD, P_ARGS, P_TAIL } pstate_t;
+ * up to the next arguments' key (a call's head, and before any but the
+ * first the last call's closing marks and the separator); the arguments up
+ * to the '}' that closes their call, then the next head or the end. */
+typedef enum { P_TEXT, P_PLAIN, P_HEAD, P_ARGS } pstate_t;
 
 typedef struct {
     char *name;
@@ -215,9 +216,9 @@ struct qoai_calls {
     char *named;       /* QOAI_TOOLS_NAMED: the function */
     char id_prefix[64];
     pstate_t st;
-    char *held;        /* P_TEXT / P_TAIL: bytes that may begin the trigger or a head; P_HEAD: the head so far */
+    char *held;        /* P_TEXT: bytes that may begin the trigger; P_HEAD: the head so far */
     size_t held_len, held_cap;
-    size_t seen;       /* P_HEAD / P_TAIL: bytes of held already searched for the key */
+    size_t seen;       /* P_HEAD: bytes of held already searched for the key */
     char *content;     /* the text before the calls */
     size_t content_len, content_cap;
     int depth, in_str, esc; /* P_ARGS: where the arguments' JSON is */
@@ -355,8 +356,6 @@ static void text_out(qoai_calls *p, delta *d, const char *s, size_t n)
     grow(p, &d->text, &d->len, &d->cap, s, n);
 }
 
-/* P_HEAD: {"name": NAME, "KEY": - the call starts once its key is in;
- * 0 when it is not yet. */
 /* The arguments' key in b[pos..len), searched once: what an earlier feed
  * searched (less a key's length) is not searched again. */
 static const char *find_key(qoai_calls *p, const char *b, size_t pos, size_t len)
@@ -367,6 +366,8 @@ static const char *find_key(qoai_calls *p, const char *b, size_t pos, size_t len
     return k;
 }
 
+/* P_HEAD: {"name": NAME, "KEY": - the call starts once its key is in;
+ * 0 when it is not yet. */
 static int head(qoai_calls *p, delta *d, const char *b, size_t *pos, size_t len)
 {
     const char *k = find_key(p, b, *pos, len);
@@ -409,7 +410,7 @@ static int args(qoai_calls *p, delta *d, const char *b, size_t *pos, size_t len)
     }
     add_args(p, d, b + *pos, (end ? i - 1 : i) - *pos);
     *pos = i;
-    if (end) p->st = P_TAIL;
+    if (end) p->st = P_HEAD;
     return end;
 }
 
@@ -443,13 +444,8 @@ static void step(qoai_calls *p, delta *d, const char *s, size_t n, int last)
             p->st = P_HEAD;
         } else if (p->st == P_HEAD) {
             more = head(p, d, b, &pos, len);
-        } else if (p->st == P_ARGS) {
-            more = args(p, d, b, &pos, len);
         } else {
-            /* P_TAIL: the closing marks, a separator, and the next call's
-             * head (its key) or the end. */
-            if (!find_key(p, b, pos, len)) break;
-            p->st = P_HEAD;
+            more = args(p, d, b, &pos, len);
         }
     }
     if (p->nomem || !pos) return;
@@ -461,7 +457,7 @@ int qoai_calls_complete(const qoai_calls *p)
 {
     if (!p || !p->n_calls) return 0;
     if (p->mode == QOAI_TOOLS_NAMED) return !p->in_str && p->depth == 0 && p->calls[0].args_len > 0;
-    return p->st == P_TAIL || p->st == P_TEXT;
+    return p->st == P_HEAD; /* past a call's closing '}' (and not inside the next one's arguments) */
 }
 
 int qoai_calls_failed(const qoai_calls *p) { return p && p->nomem; }

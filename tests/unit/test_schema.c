@@ -9,34 +9,14 @@
 
 #include "gram.h"
 #include "qerr.h"
+#include "qgram.h"
 #include "qtest.h"
 #include "schema.h"
 #include "util.h"
 
 /* The cases are JSON Schema's own meaning: full mode (strict mode, the
  * default, has test_schema_strict.c). */
-static gram *compile(const char *schema)
-{
-    json_error_t je;
-    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
-    if (!s) {
-        fprintf(stderr, "  bad test schema: %s\n", je.text);
-        return NULL;
-    }
-    gram *g = NULL;
-    char err[800];
-    if (gram_schema_compile_opts(s, GRAM_SCHEMA_FULL, &g, err, sizeof err)) fprintf(stderr, "  %s: %s\n", schema, err);
-    json_decref(s);
-    return g;
-}
-
-static int takes(const gram *g, const char *text)
-{
-    gram_m *m = gram_m_new(g);
-    const int ok = m && gram_m_feed(m, (const uint8_t *)text, strlen(text)) == 0 && gram_m_can_end(m);
-    gram_m_free(m);
-    return ok;
-}
+static gram *compile(const char *schema) { return compile_flags(schema, GRAM_SCHEMA_FULL); }
 
 typedef struct {
     const char *schema;

@@ -10,31 +10,11 @@
 
 #include "gram.h"
 #include "qerr.h"
+#include "qgram.h"
 #include "qtest.h"
 #include "schema.h"
 
-static gram *compile(const char *schema, unsigned flags)
-{
-    json_error_t je;
-    json_t *s = json_loads(schema, JSON_DECODE_ANY, &je);
-    if (!s) {
-        fprintf(stderr, "  bad test schema: %s\n", je.text);
-        return NULL;
-    }
-    gram *g = NULL;
-    char err[800];
-    if (gram_schema_compile_opts(s, flags, &g, err, sizeof err)) fprintf(stderr, "  %s: %s\n", schema, err);
-    json_decref(s);
-    return g;
-}
-
-static int takes(const gram *g, const char *text)
-{
-    gram_m *m = gram_m_new(g);
-    const int ok = m && gram_m_feed(m, (const uint8_t *)text, strlen(text)) == 0 && gram_m_can_end(m);
-    gram_m_free(m);
-    return ok;
-}
+static gram *compile(const char *schema, unsigned flags) { return compile_flags(schema, flags); }
 
 typedef struct {
     const char *schema;
