@@ -5,7 +5,9 @@
  * (token ids) or "messages" (a chat, through the model's template, with
  * optional "tools") and optional sampling fields (OpenAI names: max_tokens,
  * temperature, top_p, top_k, min_p, seed, repetition_penalty,
- * frequency_penalty, presence_penalty, stop, ignore_eos) and "id".  Output:
+ * frequency_penalty, presence_penalty, stop, ignore_eos, and the other
+ * fields qoai_params reads) and "id"; a field it does not take is an error
+ * line naming it.  Output:
  * one JSON object per request in input order (id, text, token_ids,
  * finish_reason, usage, timings), then one with the engine statistics. */
 #include <jansson.h>
@@ -49,6 +51,13 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
                       qoai_req *keep, char *err, size_t errlen)
 {
     if (!json_is_object(o)) return qerr_set(err, errlen, QERR_INVAL, "not a JSON object");
+    /* The fields its endpoint's body may carry (chat with "messages",
+     * completions otherwise), the line's id and prompt_ids; of those, the
+     * ones that a served reply alone has are refused by name below. */
+    static const char *const own[] = { "id", "prompt_ids", NULL };
+    qoai_error fe;
+    if (qoai_check_fields(o, json_is_array(json_object_get(o, "messages")) ? QOAI_CHAT : QOAI_COMPLETION, own, &fe))
+        return qerr_set(err, errlen, QERR_INVAL, "%s", fe.message);
     memset(p, 0, sizeof *p);
     p->sp = qsample_defaults();
     p->max_tokens = default_max;
@@ -96,13 +105,18 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
     memset(keep, 0, sizeof *keep);
     keep->p = *p;
     rc = qoai_params(o, QOAI_COMPLETION, NULL, keep, &e);
-    /* Fields that shape an HTTP reply or its prompt, which a batch line does not have. */
-    static const char *const http_only[] = { "echo", "request_id", "truncate_prompt_tokens", "add_special_tokens",
-                                             "stream", "stream_options" };
-    for (size_t i = 0; !rc && i < sizeof http_only / sizeof http_only[0]; i++)
-        if (json_object_get(o, http_only[i]) && !json_is_null(json_object_get(o, http_only[i])))
-            rc = qoai_fail(&e, 400, "invalid_request_error", http_only[i], "'%s' is not taken by --batch lines",
-                           http_only[i]);
+    /* Fields that shape a served reply or its prompt, which a batch line
+     * does not have: the reply's form, tool calls read back (a line's
+     * "tools" only reach the template), the chat template's extras, and the
+     * model a server picks by name (a line runs on -m's). */
+    static const char *const served_only[] = { "echo", "request_id", "truncate_prompt_tokens", "add_special_tokens",
+                                               "stream", "stream_options", "tool_choice", "parallel_tool_calls",
+                                               "chat_template_kwargs", "add_generation_prompt",
+                                               "continue_final_message", "documents", "top_logprobs", "model" };
+    for (size_t i = 0; !rc && i < sizeof served_only / sizeof served_only[0]; i++)
+        if (json_object_get(o, served_only[i]) && !json_is_null(json_object_get(o, served_only[i])))
+            rc = qoai_fail(&e, 400, "invalid_request_error", served_only[i],
+                           "'%s' is not taken by --batch lines (quire serve takes it)", served_only[i]);
     if (rc) return qerr_set(err, errlen, rc, "%s", e.message);
     *p = keep->p;
     return 0;

@@ -14,6 +14,8 @@ not json
 {"id": "d", "prompt": "Once upon a time", "max_tokens": 20, "temperature": 0}
 {"id": "n3", "prompt": "Lily", "max_tokens": 6, "temperature": 1.0, "seed": 5, "n": 3, "logprobs": 2, "ignore_eos": true}
 {"id": "chat", "messages": [{"role": "user", "content": "Hi <|im_end|>"}], "max_tokens": 4, "temperature": 0, "ignore_eos": true}
+{"id": "tc", "messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}
+{"id": "unknown", "prompt": "Hi", "bogus": 1}
 JSONL
 "$Q" generate -m models/stories260K.gguf --batch "$tmp/in.jsonl" --max-batch-tokens 3 >"$tmp/out.jsonl" 2>"$tmp/err" || { echo "FAIL exit status"; cat "$tmp/err"; exit 1; }
 python3 - "$tmp/out.jsonl" <<'PY'
@@ -26,7 +28,7 @@ def check(name, cond, detail=""):
     global ok, fail
     if cond: ok += 1; print("ok  ", name)
     else: fail += 1; print("FAIL", name, detail)
-check("one result per input line, then stats", len(lines) == 9 and "stats" in lines[-1], str(len(lines)))
+check("one result per input line, then stats", len(lines) == 11 and "stats" in lines[-1], str(len(lines)))
 by = {l.get("id"): l for l in lines[:-1]}
 a = by.get("a", {})
 # HF's greedy continuation of BOS "Once upon a time" is the fixture's ids 4..23.
@@ -49,8 +51,12 @@ ch3 = n3.get("choices", [])
 check("n = 3: three choices, indexed, 6 tokens each", [c["index"] for c in ch3] == [0, 1, 2] and all(len(c["token_ids"]) == 6 for c in ch3) and n3["usage"]["completion_tokens"] == 18, str(n3)[:300])
 check("logprobs: one entry per token, 2 alternatives, chosen token's logprob <= 0",
       all(len(c["logprobs"]) == 6 and all(len(x["top"]) == 2 and x["logprob"] <= 0 for x in c["logprobs"]) for c in ch3))
+check("a field only a served reply has is an error line naming it (tool_choice)",
+      by.get("tc", {}).get("error", "").startswith("'tool_choice' is not taken by --batch lines"), str(by.get("tc")))
+check("an unknown field is an error line naming it", by.get("unknown", {}).get("error") ==
+      "Unrecognized request argument supplied: bogus", str(by.get("unknown")))
 st = lines[-1]["stats"]
-check("stats count the requests", st["requests"] == 8 and st["generated"] >= 45)
+check("stats count the requests", st["requests"] == 10 and st["generated"] >= 45)
 print(f"{ok} passed, {fail} failed")
 sys.exit(1 if fail else 0)
 PY
