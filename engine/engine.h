@@ -7,7 +7,17 @@
  * rest of the token budget in chunks), prefix caching (a prompt reuses the
  * cached blocks of its longest cached prefix), and preemption when the pool
  * runs out of blocks: by recomputation, or by swapping the victim's blocks
- * to host memory (qengine_opts.preempt_mode). */
+ * to host memory (qengine_opts.preempt_mode).
+ *
+ * engine/ decides what to compute.  Here: the request lifecycle and the step
+ * (engine*.c), the KV block manager (kv.*), sampling and stops (sample.*,
+ * stop.*), guided decoding's token masks (guide.*), the persistent tier's
+ * bridge to the store (tier.*), device choice and tensor parallelism
+ * (device.c, tp.c).  Its rooms: model/ (what a model is and how files load),
+ * text/ (tokenizers, chat templates), store/ (sqlite).  engine/ may include
+ * its rooms, spec/, grammar/, kernels/ and base/; never server/.  The rooms
+ * stand lower: model/ on kernels/ and base/, text/ on model/, store/ on
+ * base/ only (scripts/check_includes.py checks). */
 #ifndef QUIRE_ENGINE_H
 #define QUIRE_ENGINE_H
 
@@ -66,7 +76,7 @@ typedef struct {
     size_t kv_mem_mb;       /* KV pool budget in MiB when num_blocks is 0 (0: 256 on the
                              * CPU, float32 K/V; CUDA: what gpu_mem_util leaves) */
     float gpu_mem_util;     /* CUDA: fraction of device memory to hold (0: the backend's 0.90) */
-    /* Tensor parallelism (engine/shard.h): the model split among this many
+    /* Tensor parallelism (engine/model/shard.h): the model split among this many
      * GPUs, devices 0 .. n-1 (on the CPU, as many groups of threads); 0 or
      * 1: one device.  A draft model runs whole on device 0. */
     int tensor_parallel;

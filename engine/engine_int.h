@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "cpu/pool.h"
+#include "pool.h"
 #include "engine.h"
 #include "gram.h"
 #include "guide.h"
@@ -21,6 +21,7 @@
 #include "stop.h"
 #include "tier.h"
 #include "tokenizer.h"
+#include "buf.h"
 #include "util.h"
 
 typedef struct req {

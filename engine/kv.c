@@ -117,6 +117,7 @@
  */
 #include "kv.h"
 #include "qerr.h"
+#include "buf.h"
 #include "util.h"
 
 #include <limits.h>

@@ -36,6 +36,7 @@
 #define _GNU_SOURCE
 #include "stop.h"
 #include "qerr.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <stdint.h>
@@ -56,59 +57,6 @@ struct qstop {
     int stopped, stop_index;
 };
 
-/* Length of a valid UTF-8 character starting at s[0..n), or 0 if there is
- * none (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) need = 3;
-    else if (c >= 0xF0 && c <= 0xF4) need = 4;
-    else return 0;
-    if (c == 0xE0) lo = 0xA0;
-    else if (c == 0xED) hi = 0x9F;
-    else if (c == 0xF0) lo = 0x90;
-    else if (c == 0xF4) hi = 0x8F;
-    if (n < need) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < need; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    return need;
-}
-
-static int utf8_valid(const unsigned char *s, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_char(s + i, n - i);
-        if (!k) return 0;
-        i += k;
-    }
-    return 1;
-}
-
-/* Bytes at the end of s[0..n) that begin a UTF-8 character still waiting
- * for continuation bytes (0 when the text ends on a boundary or the tail can
- * never become valid: those bytes go out as they are). */
-static size_t utf8_partial_tail(const unsigned char *s, size_t n)
-{
-    for (size_t k = 1; k <= 3 && k <= n; k++) {
-        const unsigned char *p = s + n - k;
-        if ((p[0] & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
-        size_t need = p[0] >= 0xF0 ? 4 : p[0] >= 0xE0 ? 3 : p[0] >= 0xC2 ? 2 : 1;
-        if (p[0] > 0xF4 || need <= k) return 0;
-        /* A valid prefix?  Pad it with the smallest continuation that keeps
-         * it valid and ask the full check. */
-        unsigned char tmp[4];
-        memcpy(tmp, p, k);
-        for (size_t i = k; i < need; i++) tmp[i] = i == 1 && (p[0] == 0xE0 || p[0] == 0xF0) ? 0xA0 : 0x80;
-        return utf8_char(tmp, need) == need ? k : 0;
-    }
-    return 0;
-}
-
 int qstop_new(const char *const *stops, const size_t *lens, int n, unsigned flags, qstop **out, char *err,
               size_t errlen)
 {
@@ -125,7 +73,7 @@ int qstop_new(const char *const *stops, const size_t *lens, int n, unsigned flag
         if (len > QSTOP_MAX_BYTES)
             return qerr_set(err, errlen, QERR_LIMIT, "stop string %d is %zu bytes long, at most %d are allowed", i,
                             len, QSTOP_MAX_BYTES);
-        if (!utf8_valid((const unsigned char *)stops[i], len))
+        if (!qutf8_valid(stops[i], len))
             return qerr_set(err, errlen, QERR_INVAL, "stop string %d is not valid UTF-8", i);
         total += len; /* at most QSTOP_MAX_STRINGS * QSTOP_MAX_BYTES */
     }
@@ -245,7 +193,7 @@ int qstop_feed(qstop *m, const char *chunk, size_t len, qstop_out *out)
     if (!(m->flags & QSTOP_INCLUDE))
         for (int k = 0; k < m->n; k++)
             if (m->state[k] > hold) hold = m->state[k];
-    size_t u = utf8_partial_tail((const unsigned char *)m->buf, m->blen);
+    size_t u = qutf8_partial_tail(m->buf, m->blen);
     size_t keep = hold > u ? hold : u;
     if (keep > m->blen) keep = m->blen; /* cannot happen (hold <= window + chunk) */
     m->off_win = m->blen - keep;

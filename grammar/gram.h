@@ -13,7 +13,11 @@
  * grammar is ambiguous at this point; stacks are shared nodes, so the set
  * stays small).  It advances by bytes or by tokens, says whether the input
  * so far is complete (EOS allowed), and rolls back by tokens (speculative
- * decoding). */
+ * decoding).
+ *
+ * grammar/ is JSON Schema -> grammar -> token masks (gram*, schema*), with
+ * PCRE2 for a schema's `pattern`.  It includes base/ only: no engine, no
+ * sockets; a vocabulary comes in as token byte strings. */
 #ifndef QUIRE_GRAM_H
 #define QUIRE_GRAM_H
 

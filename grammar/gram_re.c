@@ -24,6 +24,7 @@
 
 #include "gram_nfa.h"
 #include "qerr.h"
+#include "utf8.h"
 #include "util.h"
 
 #define MAX_CP 0x10FFFF
@@ -180,21 +181,11 @@ static int bin(parser *ps, ntype t, int a, int b)
 /* The next code point of the pattern (UTF-8), or -1 at a bad byte. */
 static int32_t next_cp(parser *ps)
 {
-    const unsigned char *p = (const unsigned char *)ps->p;
     if (ps->p >= ps->end) return -1;
-    uint32_t c = p[0];
-    int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (!n || ps->p + n > ps->end) return -1;
-    if (n > 1) {
-        c &= 0x3Fu >> (n - 1);
-        for (int i = 1; i < n; i++) {
-            if ((p[i] & 0xC0) != 0x80) return -1;
-            c = c << 6 | (p[i] & 0x3F);
-        }
-        if (c > MAX_CP || (c >= 0xD800 && c <= 0xDFFF) || (n == 2 && c < 0x80) || (n == 3 && c < 0x800) ||
-            (n == 4 && c < 0x10000))
-            return -1;
-    }
+    const size_t n = qutf8_char(ps->p, (size_t)(ps->end - ps->p));
+    if (!n) return -1;
+    uint32_t c;
+    qutf8_decode_valid(ps->p, &c);
     ps->p += n;
     return (int32_t)c;
 }
@@ -605,19 +596,6 @@ static void nfa_path(nfa *a, int s, int t, const uint8_t *lo, const uint8_t *hi,
     }
 }
 
-static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
-
-static void utf8_put(uint32_t c, uint8_t *b)
-{
-    const int n = utf8_len(c);
-    if (n == 1) {
-        b[0] = (uint8_t)c;
-        return;
-    }
-    for (int i = n - 1; i > 0; i--) b[i] = (uint8_t)(0x80 | (c & 0x3F)), c >>= 6;
-    b[0] = (uint8_t)((n == 2 ? 0xC0 : n == 3 ? 0xE0 : 0xF0) | c);
-}
-
 /* Byte paths from s to t for the UTF-8 encodings of [lo, hi]. */
 static void utf8_split(nfa *a, int s, int t, uint32_t lo, uint32_t hi)
 {
@@ -629,7 +607,7 @@ static void utf8_split(nfa *a, int s, int t, uint32_t lo, uint32_t hi)
             utf8_split(a, s, t, bounds[i] + 1, hi);
             return;
         }
-    const int n = utf8_len(lo);
+    const int n = qutf8_enc_len(lo);
     for (int i = 1; i < n; i++) {
         const uint32_t m = (1u << (6 * i)) - 1;
         if ((lo & ~m) != (hi & ~m)) {
@@ -646,8 +624,8 @@ static void utf8_split(nfa *a, int s, int t, uint32_t lo, uint32_t hi)
         }
     }
     uint8_t bl[4], bh[4];
-    utf8_put(lo, bl);
-    utf8_put(hi, bh);
+    qutf8_encode(lo, (char *)bl);
+    qutf8_encode(hi, (char *)bh);
     nfa_path(a, s, t, bl, bh, n);
 }
 

@@ -35,6 +35,7 @@
 
 #include "qerr.h"
 #include "gram_re.h"
+#include "buf.h"
 #include "util.h"
 
 

@@ -14,6 +14,7 @@
 #include "gram_re.h"
 #include "schema.h"
 #include "schema_int.h"
+#include "buf.h"
 #include "util.h"
 
 #define CHECK_DEPTH 64

@@ -1,5 +1,5 @@
 # embed_migrations.cmake - writes OUT, a C file holding migrations/NNNN_*.sql
-# in order as qstore_migrations[] (engine/store.h), so the program needs no
+# in order as qstore_migrations[] (engine/store/store.h), so the program needs no
 # files at run time.  cmake -DDIR=migrations -DOUT=file.c -P embed_migrations.cmake
 file(GLOB files "${DIR}/*.sql")
 list(SORT files)

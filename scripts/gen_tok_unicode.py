@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generates engine/tok_unicode.c: the Unicode tables the tokenizer needs.
+"""Generates engine/text/tok_unicode.c: the Unicode tables the tokenizer needs.
 
-    python3 scripts/gen_tok_unicode.py > engine/tok_unicode.c
+    python3 scripts/gen_tok_unicode.py > engine/text/tok_unicode.c
 
 The data comes from Python's unicodedata module (Python 3.11 ships Unicode
 14.0.0; the generated file records the version it was made from).  Tables:

@@ -24,6 +24,7 @@
 
 #include "backend.h"
 #include "chat.h"
+#include "arch.h"
 #include "cli.h"
 #include "engine.h"
 #include "model.h"
@@ -282,7 +283,7 @@ int cmd_generate(int argc, char **argv)
     eo.block_size = o.block_size;
     const qhparams *hp = &m->hp;
     QLOGI("model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, %s weights, fingerprint %s",
-          m->name, hp->arch == QARCH_QWEN2 ? "qwen2" : "llama", hp->n_layers, hp->dim, hp->n_heads,
+          m->name, qfamily_get(hp->family)->name, hp->n_layers, hp->dim, hp->n_heads,
           hp->n_kv_heads, hp->n_vocab, qdt_name(m->w.tok_embd.dtype), m->fingerprint_hex);
 
     if (m->random_fill) {

@@ -33,6 +33,7 @@
 
 #include "backend.h"
 #include "chat.h"
+#include "arch.h"
 #include "cli.h"
 #include "gram.h"
 #include "schema.h"
@@ -44,6 +45,7 @@
 #include "opts.h"
 #include "qerr.h"
 #include "tokenizer.h"
+#include "buf.h"
 #include "util.h"
 
 
@@ -506,7 +508,7 @@ static int load(void)
     const qhparams *hp = &m->hp;
     QLOGI("serve: model %s: %s, %.1fM parameters, %d layers, %s weights; context %d tokens; KV cache %ld tokens "
           "(%d blocks); loaded in %.1f s",
-          m->name ? m->name : S.name, hp->arch == QARCH_QWEN2 ? "qwen2" : "llama", (double)qmodel_param_count(m) / 1e6,
+          m->name ? m->name : S.name, qfamily_get(hp->family)->name, (double)qmodel_param_count(m) / 1e6,
           hp->n_layers, qdt_name(m->w.tok_embd.dtype), hp->max_ctx,
           (long)st.kv_blocks * (S.eo.block_size > 0 ? S.eo.block_size : 16), st.kv_blocks, q_now() - t0);
     if (S.eo.tensor_parallel > 1)

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "opts.h"
 #include "tokenizer.h"
+#include "utf8.h"
 #include "util.h"
 
 typedef struct {
@@ -72,24 +73,6 @@ static char *read_all(FILE *f, size_t *len)
     return buf;
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when it is not one
- * (bad lead or continuation byte, overlong form, surrogate, > U+10FFFF). */
-static int utf8_valid_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || (size_t)len > n) return 0;
-    unsigned cp = c & (0x7f >> len);
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    static const unsigned min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < min[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 /* A JSON string of s, with invalid UTF-8 replaced by U+FFFD. */
 static json_t *json_text(const char *s, size_t n)
 {
@@ -98,11 +81,11 @@ static json_t *json_text(const char *s, size_t n)
     char *fixed = q_mallocn(n + 1, 3), *o = fixed;
     if (!fixed) return NULL;
     for (size_t i = 0; i < n;) {
-        int len = utf8_valid_len((const unsigned char *)s + i, n - i);
+        const size_t len = qutf8_char(s + i, n - i);
         if (len) {
-            memcpy(o, s + i, (size_t)len);
+            memcpy(o, s + i, len);
             o += len;
-            i += (size_t)len;
+            i += len;
         } else {
             memcpy(o, "\xef\xbf\xbd", 3);
             o += 3;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
 #include "util.h"
 #include <strings.h>
 
@@ -118,7 +119,7 @@ static qhttp_rc parse_target(qhttp *h, char *t)
         s += 2;
     }
     *w = 0;
-    if (!q_utf8_valid(t, (size_t)(w - t))) return fail(h, 400, "the path is not UTF-8");
+    if (!qutf8_valid(t, (size_t)(w - t))) return fail(h, 400, "the path is not UTF-8");
     r->path = t;
     return QHTTP_R_MORE;
 }

@@ -1,4 +1,9 @@
-/* main.c - the quire program: dispatches to a subcommand. */
+/* main.c - the quire program: dispatches to a subcommand.
+ *
+ * server/ is the top floor: the subcommands (cmd_*.c), the HTTP and
+ * WebSocket protocols (http.*, ws.*), the OpenAI-compatible API (oai*), the
+ * serve loop (cmd_serve.c, serve_*.c) and metrics.  It may include every
+ * folder below it; nothing below includes server/. */
 #include <stdio.h>
 #include <string.h>
 

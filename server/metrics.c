@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "qerr.h"
 
 #define MAX_PAIRS 64
@@ -111,39 +112,22 @@ void qmetrics_ttft(qmetrics *m, double s) { observe(m, &m->ttft, s); }
 void qmetrics_itl(qmetrics *m, double s) { observe(m, &m->itl, s); }
 void qmetrics_latency(qmetrics *m, double s) { observe(m, &m->lat, s); }
 
-/* A growing text buffer; on failure it stays failed and keeps nothing. */
+/* The page being written; on failure it stays failed and keeps nothing. */
 typedef struct {
-    char *s;
-    size_t len, cap;
+    qbuf q;
     int failed;
 } buf;
 
 __attribute__((format(printf, 2, 3))) static void put(buf *b, const char *fmt, ...)
 {
     if (b->failed) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        const int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->failed = 1;
-            return;
-        }
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            free(b->s);
-            *b = (buf){ NULL, 0, 0, 1 };
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
+    va_list ap;
+    va_start(ap, fmt);
+    const int bad = qbuf_vprintf(&b->q, fmt, ap);
+    va_end(ap);
+    if (bad) {
+        qbuf_free(&b->q);
+        b->failed = 1;
     }
 }
 
@@ -244,7 +228,7 @@ int qmetrics_render(qmetrics *m, const qengine_stats *st, const qstore_stats *ss
         put(&b, "quire_session_messages_written_total %llu\n", (unsigned long long)sst->messages_written);
     }
     if (b.failed) return QERR_NOMEM;
-    *out = b.s;
-    *len = b.len;
+    *out = b.q.p;
+    *len = b.q.len;
     return 0;
 }

@@ -10,6 +10,7 @@
 #include "oai_int.h"
 #include "qerr.h"
 #include "schema.h"
+#include "buf.h"
 #include "util.h"
 
 #define INVALID "invalid_request_error"

@@ -22,6 +22,7 @@
 
 #include "qerr.h"
 #include "serve.h"
+#include "buf.h"
 #include "util.h"
 
 /* ---- output ------------------------------------------------------------------------ */

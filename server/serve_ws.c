@@ -13,6 +13,7 @@
 
 #include "qerr.h"
 #include "serve.h"
+#include "buf.h"
 #include "util.h"
 
 /* The first frame (up to a '\n', or all) of a buffer of frames, moved into

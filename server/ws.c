@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sha256.h"
+#include "utf8.h"
 #include "util.h"
 
 void qws_accept(const char *key, char out[29])
@@ -138,7 +139,7 @@ qws_rc qws_parse(qws *w)
             w->msg_len += (size_t)len;
             w->msg[w->msg_len] = 0;
             if (fin) {
-                if (w->msg_op == QWS_TEXT && !q_utf8_valid(w->msg, w->msg_len))
+                if (w->msg_op == QWS_TEXT && !qutf8_valid(w->msg, w->msg_len))
                     return bad(w, 1007, "a text message that is not UTF-8");
                 w->op = w->msg_op;
                 w->msg_op = 0;

@@ -6,7 +6,9 @@
  * n-gram prompt lookup (vLLM's "ngram", llama.cpp's lookup decoding): the
  * text so far often repeats itself (code, quotes of the prompt, lists,
  * JSON keys), so the tokens that followed the last few tokens' latest
- * earlier occurrence are a good guess of what follows now, at no cost. */
+ * earlier occurrence are a good guess of what follows now, at no cost.
+ *
+ * spec/ includes base/ only. */
 #ifndef QUIRE_SPEC_H
 #define QUIRE_SPEC_H
 

@@ -30,7 +30,7 @@
 #include "backend.h"
 #include "util.h"
 #include "cpu/ops.h"
-#include "cpu/pool.h"
+#include "pool.h"
 
 typedef struct {
     qbackend base;
@@ -471,6 +471,8 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
     const qhparams *hp = &w->hp;
     if (opts->num_blocks <= 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cpu backend: %d blocks of %d tokens", opts->num_blocks, opts->block_size);
+    const char *feature = qhp_unsupported(hp);
+    if (feature) return qerr_set(err, errlen, QERR_UNSUPPORTED, "cpu backend: the model needs %s, which it does not compute yet", feature);
     int rc = check_weights_present(w, err, errlen);
     if (rc) return rc;
     cpu_be *be = calloc(1, sizeof *be);

@@ -22,6 +22,7 @@
  */
 #include "qerr.h"
 #include "tokenizer.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <stddef.h>

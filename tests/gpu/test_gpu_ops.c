@@ -11,7 +11,7 @@
  *
  * Thresholds.  "ulp" is the spacing of the storage type's values at the
  * reference value (the subnormal spacing below its normal range):
- *   convert   bit-exact against engine/util.h's q_f32_to_bf16 /
+ *   convert   bit-exact against base/util.h's q_f32_to_bf16 /
  *             q_f32_to_f16 / q_bf16_to_f32 / q_f16_to_f32 for all nine
  *             type pairs: every bf16 and f16 pattern, and ±0, float
  *             subnormals, ties, values that round to inf, inf; NaN stays NaN.

@@ -1,5 +1,5 @@
 /* test_gram_mask.c - token masks over real vocabularies (grammar/gram.c
- * with engine/tok_decode.c's qtok_token_bytes), for the gpt2 (byte-level
+ * with engine/text/tok_decode.c's qtok_token_bytes), for the gpt2 (byte-level
  * BPE, 50k) and llama-spm (SentencePiece with byte fallback, 32k)
  * tokenizers of tests/fixtures:
  *   - a token's bytes, concatenated over an encoding, give back the text;

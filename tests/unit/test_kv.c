@@ -8,6 +8,7 @@
 
 #include "kv.h"
 #include "qerr.h"
+#include "buf.h"
 #include "util.h"
 #include "qtest.h"
 

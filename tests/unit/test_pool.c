@@ -1,5 +1,5 @@
 /* test_pool.c - the CPU worker pool runs every task exactly once. */
-#include "cpu/pool.h"
+#include "pool.h"
 #include "qtest.h"
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* test_shard.c - tensor parallelism's split of a model (engine/shard.h).
+/* test_shard.c - tensor parallelism's split of a model (engine/model/shard.h).
  *
  * For the fixture Llama-3 (8 heads, 2 KV heads, MLP 344) and Qwen2 (biases)
  * and 1, 2 and 4 shards (as far as the heads divide), in double precision:

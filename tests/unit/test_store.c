@@ -1,4 +1,4 @@
-/* test_store.c - the database's migrations (engine/store.c): an empty
+/* test_store.c - the database's migrations (engine/store/store.c): an empty
  * database, one at every earlier level, a newer one (refused), a corrupt
  * file and a file that is not a database (clear errors), a migration that
  * fails (rolled back to the level before it), WAL, the program's own

@@ -1,4 +1,4 @@
-/* test_store_thread.c - the store thread (engine/store.c, store_jobs.c):
+/* test_store_thread.c - the store thread (engine/store/store.c, store_jobs.c):
  * sessions and messages (create, append, list by owner, get, rename,
  * delete, another owner sees nothing), and the persistent tier of KV
  * blocks (write, look a chain up, another fingerprint never matches, a

@@ -17,6 +17,7 @@
 #include "qerr.h"
 #include "qtest.h"
 #include "tokenizer.h"
+#include "utf8.h"
 #include "util.h"
 
 static const char *const NAMES[] = { "gpt2", "llama-spm", "llama2", "mistral-v0.3", "phi-3",

@@ -1,8 +1,13 @@
-/* test_util.c - error table, checked allocation, hashing, fp16/bf16, files. */
+/* test_util.c - the base floor: error table, checked allocation, hashing,
+ * fp16/bf16, files, UTF-8, growable buffers. */
 #include <stdint.h>
 #include <unistd.h>
 
+#include <string.h>
+
+#include "buf.h"
 #include "qerr.h"
+#include "utf8.h"
 #include "util.h"
 #include "qtest.h"
 
@@ -137,6 +142,90 @@ static void test_log_levels(void)
     CHECK(qlog_get_level() == QLOG_INFO);
 }
 
+/* RFC 3629's edges: each rule has a case on both sides. */
+static void test_utf8(void)
+{
+    static const struct { const char *s; int step, bad; } c[] = {
+        { "a", 1, 1 },
+        { "\xc2\x80", 2, 1 },         /* U+0080, the first 2-byte one */
+        { "\xc1\xbf", 0, 1 },         /* overlong 2-byte */
+        { "\xe0\xa0\x80", 3, 1 },     /* U+0800 */
+        { "\xe0\x9f\xbf", 0, 1 },     /* overlong 3-byte */
+        { "\xed\x9f\xbf", 3, 1 },     /* U+D7FF */
+        { "\xed\xa0\x80", 0, 1 },     /* U+D800, a surrogate */
+        { "\xf0\x90\x80\x80", 4, 1 }, /* U+10000 */
+        { "\xf0\x8f\xbf\xbf", 0, 1 }, /* overlong 4-byte */
+        { "\xf4\x8f\xbf\xbf", 4, 1 }, /* U+10FFFF */
+        { "\xf4\x90\x80\x80", 0, 1 }, /* past U+10FFFF */
+        { "\xf5\x80\x80\x80", 0, 1 }, /* no such lead byte */
+        { "\x80", 0, 1 },             /* a lone continuation */
+        { "\xe2\x96", -2, 1 },         /* unfinished */
+        { "\xe2\x96x", 0, 2 },         /* cut by ASCII: one U+FFFD for two bytes */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        int bad = -1;
+        const int k = qutf8_step(c[i].s, strlen(c[i].s), &bad);
+        CHECK_EQ_INT(k, c[i].step);
+        if (k == 0) CHECK_EQ_INT(bad, c[i].bad);
+        CHECK_EQ_INT((int)qutf8_char(c[i].s, strlen(c[i].s)), k > 0 ? k : 0);
+        CHECK_EQ_INT(qutf8_valid(c[i].s, strlen(c[i].s)), k > 0);
+    }
+    uint32_t cp = 0;
+    CHECK_EQ_INT((int)qutf8_decode("\xf0\x9f\xa6\x99", 4, &cp), 4);
+    CHECK_EQ_INT((int)cp, 0x1f999);
+    CHECK_EQ_INT((int)qutf8_decode("\xed\xa0\x80", 3, &cp), 1);
+    CHECK_EQ_INT((int)cp, 0xfffd);
+    const uint32_t cps[] = { 0, 0x7f, 0x80, 0x7ff, 0x800, 0xffff, 0x10000, 0x10ffff };
+    for (size_t i = 0; i < sizeof cps / sizeof *cps; i++) {
+        char b[4];
+        const int n = qutf8_encode(cps[i], b);
+        CHECK_EQ_INT(n, qutf8_enc_len(cps[i]));
+        CHECK_EQ_INT(qutf8_step(b, (size_t)n, NULL), n);
+        uint32_t back;
+        CHECK_EQ_INT(qutf8_decode_valid(b, &back), n);
+        CHECK_EQ_INT((int)back, (int)cps[i]);
+    }
+    CHECK_EQ_INT((int)qutf8_valid_prefix("abcdefghij\xc3\xa9k\xffz", 15), 13);
+    CHECK_EQ_INT((int)qutf8_partial_tail("ab\xe2\x96", 4), 2);
+    CHECK_EQ_INT((int)qutf8_partial_tail("ab\xe0\x80", 4), 0); /* can never become valid */
+    CHECK_EQ_INT((int)qutf8_partial_tail("\xf0\x9f\x98", 3), 3);
+    CHECK_EQ_INT((int)qutf8_partial_tail("\xf0\x9f\x98\x80", 4), 0);
+    CHECK_EQ_INT((int)qutf8_complete("a\x80\x80\x80", 4), 4);
+    CHECK(qutf8_is_partial("\xf4\x8f", 2));
+    CHECK(!qutf8_is_partial("\xf4\x90", 2));
+}
+
+static void test_buf(void)
+{
+    qbuf b = { 0 };
+    qbuf_free(&b); /* a zeroed buffer is a no-op */
+    CHECK_EQ_INT(qbuf_put(&b, "ab", 2), 0);
+    CHECK_EQ_INT(qbuf_putc(&b, 'c'), 0);
+    CHECK_EQ_INT(qbuf_printf(&b, "%d-%s", 42, "x"), 0);
+    CHECK(b.len == 7 && !strcmp(b.p, "abc42-x"));
+    /* a printf past the capacity grows once and keeps what was there */
+    char big[300];
+    memset(big, 'y', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    CHECK_EQ_INT(qbuf_printf(&b, "%s", big), 0);
+    CHECK(b.len == 7 + 299 && !memcmp(b.p, "abc42-x", 7) && b.p[b.len] == 0 && b.cap > b.len);
+    /* past the allocation limit: refused, the buffer unchanged */
+    const size_t len = b.len;
+    q_set_alloc_limit(1024);
+    CHECK_EQ_INT(qbuf_reserve(&b, 4096), QERR_NOMEM);
+    CHECK_EQ_INT(qbuf_printf(&b, "%s%s%s%s", big, big, big, big), QERR_NOMEM);
+    CHECK(b.len == len && b.p[len] == 0 && !memcmp(b.p, "abc42-x", 7));
+    q_set_alloc_limit((size_t)64 << 30);
+    CHECK_EQ_INT(qbuf_reserve(&b, SIZE_MAX), QERR_LIMIT);
+    qbuf_free(&b);
+    CHECK(!b.p && !b.len && !b.cap);
+    char *p = NULL;
+    size_t n = 0, cap = 0;
+    CHECK_EQ_INT(q_append(&p, &n, &cap, "hi", 2), 0);
+    CHECK(n == 2 && !strcmp(p, "hi"));
+    free(p);
+}
+
 int main(void)
 {
     QT_RUN(test_error_table);
@@ -145,5 +234,7 @@ int main(void)
     QT_RUN(test_half_floats);
     QT_RUN(test_read_file);
     QT_RUN(test_log_levels);
+    QT_RUN(test_utf8);
+    QT_RUN(test_buf);
     QT_MAIN_END();
 }

@@ -1,5 +1,10 @@
 /* util.h - logging, checked allocation, overflow-checked arithmetic, hashing,
- * a monotonic clock.  Small things every module uses. */
+ * a monotonic clock.  Small things every module uses.
+ *
+ * base/ is the floor every other folder stands on: the error table (qerr.h),
+ * these utilities, UTF-8 (utf8.h), growable buffers (buf.h) and the worker
+ * pool (pool.h).  Anything in the project may include base/; base/ includes
+ * nothing of the project but itself (scripts/check_includes.py checks). */
 #ifndef QUIRE_UTIL_H
 #define QUIRE_UTIL_H
 
@@ -35,12 +40,6 @@ void *q_callocn(size_t n, size_t size);
 void *q_reallocn(void *p, size_t n, size_t size);
 char *q_strdup(const char *s);
 char *q_strndup(const char *s, size_t n);
-/* Appends s[0..n) to the buffer *b (*len bytes used of *cap) and keeps a
- * NUL after them: 0, or QERR_NOMEM with the buffer unchanged. */
-int q_append(char **b, size_t *len, size_t *cap, const char *s, size_t n);
-/* Whether s[0..n) is UTF-8 (RFC 3629: no overlong forms, no surrogates,
- * nothing past U+10FFFF).  Cannot fail. */
-int q_utf8_valid(const void *s, size_t n);
 void q_set_alloc_limit(size_t bytes);
 /* Allocates size bytes aligned to 64 (for SIMD); free with q_free_aligned. */
 void *q_malloc_aligned(size_t size);

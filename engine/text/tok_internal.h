@@ -27,73 +27,20 @@
 #include <pcre2.h>
 
 #include "tokenizer.h"
-
-/* ---- growable byte buffer --------------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-} tok_buf;
-
-/* Makes room for extra more bytes (and a NUL).  0 or QERR_NOMEM/QERR_LIMIT. */
-int tok_buf_reserve(tok_buf *b, size_t extra);
-int tok_buf_put(tok_buf *b, const void *s, size_t n);
-void tok_buf_free(tok_buf *b);
-
-static inline int tok_buf_putc(tok_buf *b, char c)
-{
-    if (b->len + 1 >= b->cap && tok_buf_reserve(b, 1)) return -1;
-    b->p[b->len++] = c;
-    return 0;
-}
+#include "buf.h"
+#include "utf8.h"
 
 /* First occurrence of nd[0..nn) in h[0..hn), or NULL (portable memmem). */
 const char *tok_memmem(const char *h, size_t hn, const char *nd, size_t nn);
 
 /* ---- UTF-8 --------------------------------------------------------------- */
 
-/* Length of the character a lead byte starts (text known to be valid). */
-static inline int tok_u8len(unsigned char c)
-{
-    return c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-}
-
-/* Decodes one character of valid UTF-8; returns its length. */
-static inline int tok_u8dec(const char *s, uint32_t *cp)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    if (u[0] < 0x80) {
-        *cp = u[0];
-        return 1;
-    }
-    if (u[0] < 0xe0) {
-        *cp = ((uint32_t)(u[0] & 0x1f) << 6) | (u[1] & 0x3f);
-        return 2;
-    }
-    if (u[0] < 0xf0) {
-        *cp = ((uint32_t)(u[0] & 0x0f) << 12) | ((uint32_t)(u[1] & 0x3f) << 6) | (u[2] & 0x3f);
-        return 3;
-    }
-    *cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3f) << 12) | ((uint32_t)(u[2] & 0x3f) << 6) |
-          (u[3] & 0x3f);
-    return 4;
-}
-
-/* Writes cp as UTF-8 into out; returns the length (1..4). */
-int tok_u8enc(uint32_t cp, char *out);
-
-/* 1 when s[0..n) is the start of a valid UTF-8 character that is not complete. */
-int tok_u8partial(const char *s, size_t n);
-
-/* Length of the valid UTF-8 prefix of s[0..n) (n when all is valid). */
-size_t tok_u8valid(const char *s, size_t n);
-
 /* Appends s[0..n) to out with invalid sequences replaced by U+FFFD exactly as
  * Rust's String::from_utf8_lossy does (one U+FFFD per maximal invalid
  * subpart).  With hold set, a trailing sequence that is incomplete but could
  * still become valid is not converted: its length is returned (0..3) so that
  * the caller keeps those bytes for later.  Returns -1 when out of memory. */
-int tok_u8lossy(const char *s, size_t n, int hold, tok_buf *out);
+int tok_u8lossy(const char *s, size_t n, int hold, qbuf *out);
 
 /* ---- Unicode tables (tok_unicode.c, generated) ---------------------------------- */
 
@@ -117,7 +64,7 @@ int tok_uni_lower(uint32_t cp, uint32_t out[2]);
 /* Keys are byte strings copied into one pool; open addressing on entry
  * indices.  Lookups never allocate. */
 typedef struct {
-    tok_buf pool;
+    qbuf pool;
     uint32_t *off, *len;
     int32_t *val;
     uint32_t n, ecap;
@@ -286,7 +233,7 @@ typedef struct {
 } tok_piece;
 
 typedef struct {
-    tok_buf text;
+    qbuf text;
     tok_piece *p;
     size_t n, cap;
 } tok_plist;
@@ -304,8 +251,8 @@ int tok_ids_push(tok_ids *o, int32_t id);
 /* Scratch space of one encode call. */
 typedef struct {
     pcre2_match_data *md;
-    tok_buf nb[3];              /* normalizer ping-pong and temporaries */
-    tok_buf u32;                /* NFC/NFD code points */
+    qbuf nb[3];              /* normalizer ping-pong and temporaries */
+    qbuf u32;                /* NFC/NFD code points */
     struct tok_seg *seg;        /* split segments */
     size_t seg_cap;
     void *sym;                  /* BPE symbols */
@@ -340,7 +287,7 @@ extern const uint16_t tok_byte_to_cp[256];
 int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not one of the 256 */
 
 /* Runs the normalizers over s[0..n) and appends the result to out. */
-int tok_normalize(const qtok *t, tok_work *w, const char *s, size_t n, tok_buf *out);
+int tok_normalize(const qtok *t, tok_work *w, const char *s, size_t n, qbuf *out);
 
 /* Runs pre-tokenizer p over the pieces of in, writing out (reset). */
 int tok_pretokenize(const tok_pre *p, tok_work *w, const tok_plist *in, tok_plist *out);

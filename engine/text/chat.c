@@ -57,7 +57,7 @@ int qchat_compile(const char *src, size_t len, qchat_tmpl **out, char *err, size
     if (!src && len) return qerr_set(err, errlen, QERR_INVAL, "qchat_compile: src is NULL");
     if (len > QCHAT_MAX_SOURCE)
         return qerr_set(err, errlen, QERR_LIMIT, "template too large (%zu bytes, limit %zu)", len, QCHAT_MAX_SOURCE);
-    if (!qcj_utf8_valid(src ? src : "", len)) return qerr_set(err, errlen, QERR_FORMAT, "template is not valid UTF-8");
+    if (!qutf8_valid(src ? src : "", len)) return qerr_set(err, errlen, QERR_FORMAT, "template is not valid UTF-8");
     qchat_tmpl *t = q_callocn(1, sizeof *t);
     qcj_ctx *c = q_callocn(1, sizeof *c);
     if (!t || !c) {
@@ -138,7 +138,7 @@ static void render_body(qcj_ctx *c, const qchat_tmpl *t, const json_t *context)
         json_t *val;
         json_object_foreach((json_t *)context, key, val) {
             size_t kl = strlen(key);
-            if (!qcj_utf8_valid(key, kl)) qcj_fail(c, QERR_INVAL, 0, "context key is not valid UTF-8");
+            if (!qutf8_valid(key, kl)) qcj_fail(c, QERR_INVAL, 0, "context key is not valid UTF-8");
             char *name = qcj_alloc(c, kl + 1);
             memcpy(name, key, kl + 1);
             root->vars[root->n].name = name;

@@ -144,7 +144,7 @@ int tok_bpe_finish(tok_bpe *b)
                                 : len == 2 ? (t[0] & 0x1fu) << 6 | (t[1] & 0x3fu)
                                            : (t[0] & 0x0fu) << 12 | (t[1] & 0x3fu) << 6 | (t[2] & 0x3fu);
             char enc[4];
-            if ((cp >= 0xd800 && cp < 0xe000) || tok_u8enc(cp, enc) != (int)len || memcmp(enc, t, len)) continue;
+            if ((cp >= 0xd800 && cp < 0xe000) || qutf8_encode(cp, enc) != (int)len || memcmp(enc, t, len)) continue;
             if (!pass) {
                 if (!b->bmp_page[cp >> 8]) b->bmp_page[cp >> 8] = (uint16_t)++pages;
             } else {
@@ -323,7 +323,7 @@ struct tok_cache {
     cslot *slots;   /* cap slots (a power of two, at most CACHE_SLOTS), NULL before the first word */
     uint32_t cap;
     size_t count;
-    tok_buf keys;
+    qbuf keys;
     int32_t *ids;
     size_t n_ids, cap_ids;
 };
@@ -337,7 +337,7 @@ void tok_cache_free(tok_cache *c)
 {
     if (!c) return;
     free(c->slots);
-    tok_buf_free(&c->keys);
+    qbuf_free(&c->keys);
     free(c->ids);
     free(c);
 }
@@ -391,7 +391,7 @@ static void cache_put(tok_cache *c, uint64_t h, const char *s, size_t n, const i
         c->cap_ids = cap;
     }
     size_t koff = c->keys.len;
-    if (tok_buf_put(&c->keys, s, n)) return;
+    if (qbuf_put(&c->keys, s, n)) return;
     if (k) memcpy(c->ids + c->n_ids, ids, k * sizeof *ids);
     uint32_t i = (uint32_t)h & (c->cap - 1);
     while (c->slots[i].h) i = (i + 1) & (c->cap - 1);
@@ -416,10 +416,10 @@ static int32_t char_id(const tok_bpe *b, tok_work *w, const char *s, int cl, uin
         }
         return tok_strmap_get(&b->vocab, s, (size_t)cl);
     }
-    tok_buf *t = &w->nb[2];
+    qbuf *t = &w->nb[2];
     t->len = 0;
-    if ((!first && b->prefix && tok_buf_put(t, b->prefix, b->prefix_len)) || tok_buf_put(t, s, (size_t)cl) ||
-        (last && b->suffix && tok_buf_put(t, b->suffix, b->suffix_len))) {
+    if ((!first && b->prefix && qbuf_put(t, b->prefix, b->prefix_len)) || qbuf_put(t, s, (size_t)cl) ||
+        (last && b->suffix && qbuf_put(t, b->suffix, b->suffix_len))) {
         *full = s;
         *full_len = (size_t)cl;
         return -2;
@@ -452,7 +452,7 @@ static int bpe_word(const tok_bpe *b, tok_work *w, const char *s, size_t n, tok_
     int rc;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int cl = tok_u8dec(s + i, &cp);
+        int cl = qutf8_decode_valid(s + i, &cp);
         const char *full;
         size_t full_len;
         int32_t id = char_id(b, w, s + i, cl, cp, i == 0, i + (size_t)cl == n, &full, &full_len);

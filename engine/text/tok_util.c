@@ -18,44 +18,6 @@
 #include "qerr.h"
 #include "util.h"
 
-/* ---- buffers ---------------------------------------------------------------- */
-
-int tok_buf_reserve(tok_buf *b, size_t extra)
-{
-    size_t need;
-    if (q_add_overflow(b->len, extra, &need) || q_add_overflow(need, 1, &need)) return QERR_LIMIT;
-    if (need <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) {
-        if (cap > ((size_t)1 << 40)) return QERR_LIMIT;
-        cap *= 2;
-    }
-    char *p = q_reallocn(b->p, cap, 1);
-    if (!p) return QERR_NOMEM;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-int tok_buf_put(tok_buf *b, const void *s, size_t n)
-{
-    if (n >= b->cap - b->len) { /* no room for n bytes and the NUL */
-        int rc = tok_buf_reserve(b, n);
-        if (rc) return rc;
-    }
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
-
-void tok_buf_free(tok_buf *b)
-{
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
-
 const char *tok_memmem(const char *h, size_t hn, const char *nd, size_t nn)
 {
     if (nn == 0) return h;
@@ -84,7 +46,7 @@ int tok_plist_add(tok_plist *l, size_t off, size_t len, int32_t id, uint32_t ori
 
 void tok_plist_free(tok_plist *l)
 {
-    tok_buf_free(&l->text);
+    qbuf_free(&l->text);
     free(l->p);
     l->p = NULL;
     l->n = l->cap = 0;
@@ -105,121 +67,32 @@ int tok_ids_push(tok_ids *o, int32_t id)
 
 /* ---- UTF-8 ------------------------------------------------------------------ */
 
-int tok_u8enc(uint32_t cp, char *out)
-{
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xc0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xe0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xf0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/* How many bytes at s[0..n) form one valid character (1..4), 0 when the
- * sequence is invalid, or -k when it is a valid but incomplete start of k
- * bytes (only possible at the end of the input).  *bad gets the length of the
- * maximal invalid subpart when 0 is returned. */
-static int u8step(const unsigned char *s, size_t n, int *bad)
-{
-    unsigned c = s[0];
-    *bad = 1;
-    if (c < 0x80) return 1;
-    int need;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) need = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        need = 3;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 4;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-    } else {
-        return 0;
-    }
-    for (int i = 1; i < need; i++) {
-        if ((size_t)i >= n) return -i;
-        unsigned d = s[i];
-        if (i == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xbf)) {
-            *bad = i;
-            return 0;
-        }
-    }
-    return need;
-}
-
-int tok_u8partial(const char *s, size_t n)
-{
-    int bad;
-    return n > 0 && n < 4 && u8step((const unsigned char *)s, n, &bad) == -(int)n;
-}
-
-size_t tok_u8valid(const char *s, size_t n)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        /* ASCII eight bytes at a time */
-        while (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, u + i, 8);
-            if (w & 0x8080808080808080ull) break;
-            i += 8;
-        }
-        if (i >= n) break;
-        if (u[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int bad, k = u8step(u + i, n - i, &bad);
-        if (k <= 0) return i;
-        i += (size_t)k;
-    }
-    return n;
-}
-
-int tok_u8lossy(const char *s, size_t n, int hold, tok_buf *out)
+int tok_u8lossy(const char *s, size_t n, int hold, qbuf *out)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, run = 0; /* run: start of the pending valid stretch */
-    if (tok_buf_reserve(out, n + 3)) return -1;
+    if (qbuf_reserve(out, n + 3)) return -1;
     while (i < n) {
         if (u[i] < 0x80) {
             i++;
             continue;
         }
-        int bad, k = u8step(u + i, n - i, &bad);
+        int bad, k = qutf8_step(u + i, n - i, &bad);
         if (k > 0) {
             i += (size_t)k;
             continue;
         }
-        if (tok_buf_put(out, s + run, i - run)) return -1;
+        if (qbuf_put(out, s + run, i - run)) return -1;
         if (k < 0) { /* incomplete at the end */
             if (hold) return (int)(n - i);
-            if (tok_buf_put(out, "\xef\xbf\xbd", 3)) return -1;
+            if (qbuf_put(out, "\xef\xbf\xbd", 3)) return -1;
             return 0;
         }
-        if (tok_buf_put(out, "\xef\xbf\xbd", 3)) return -1;
+        if (qbuf_put(out, "\xef\xbf\xbd", 3)) return -1;
         i += (size_t)bad;
         run = i;
     }
-    if (tok_buf_put(out, s + run, n - run)) return -1;
+    if (qbuf_put(out, s + run, n - run)) return -1;
     return 0;
 }
 
@@ -305,7 +178,7 @@ int tok_strmap_put(tok_strmap *m, const char *s, size_t n, int32_t val, int *exi
         m->ecap = cap;
     }
     uint32_t off = (uint32_t)m->pool.len;
-    int rc = tok_buf_put(&m->pool, s, n);
+    int rc = qbuf_put(&m->pool, s, n);
     if (rc) return rc;
     m->pool.len++; /* keep each key NUL-terminated in the pool */
     m->off[m->n] = off;
@@ -321,7 +194,7 @@ int tok_strmap_put(tok_strmap *m, const char *s, size_t n, int32_t val, int *exi
 
 void tok_strmap_free(tok_strmap *m)
 {
-    tok_buf_free(&m->pool);
+    qbuf_free(&m->pool);
     free(m->off);
     free(m->len);
     free(m->val);

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "model.h"
 #include "util.h"
 
@@ -179,40 +180,48 @@ static int64_t count_params(const qhparams *hp)
     return n > (double)QMODEL_RANDOM_MAX_PARAMS ? -1 : (int64_t)n;
 }
 
+/* Each tensor's shape (rows, cols: 0 = dim, 1 = n_heads*head_dim,
+ * 2 = n_kv_heads*head_dim, 3 = ffn_dim, 4 = n_vocab, -1 = none) and fill. */
+static const struct { int rows, cols; fill_kind kind; } shapes[QTN_COUNT] = {
+    [QTN_EMBD] = { 4, 0, FILL_MATRIX },       [QTN_NORM] = { 0, -1, FILL_NORM },
+    [QTN_OUTPUT] = { 4, 0, FILL_MATRIX },     [QTN_ROPE_FREQS] = { -1, -1, FILL_NORM },
+    [QTN_ATTN_NORM] = { 0, -1, FILL_NORM },   [QTN_WQ] = { 1, 0, FILL_MATRIX },
+    [QTN_WK] = { 2, 0, FILL_MATRIX },         [QTN_WV] = { 2, 0, FILL_MATRIX },
+    [QTN_BQ] = { 1, -1, FILL_BIAS },          [QTN_BK] = { 2, -1, FILL_BIAS },
+    [QTN_BV] = { 2, -1, FILL_BIAS },          [QTN_WO] = { 0, 1, FILL_RESIDUAL },
+    [QTN_FFN_NORM] = { 0, -1, FILL_NORM },    [QTN_GATE] = { 3, 0, FILL_MATRIX },
+    [QTN_UP] = { 3, 0, FILL_MATRIX },         [QTN_DOWN] = { 0, 3, FILL_RESIDUAL },
+};
+
+/* Whether the model has tensor i: the family names it, and the flags want it. */
+static int wanted(const qhparams *hp, const char *const *names, int i)
+{
+    if (!names[i] || i == QTN_ROPE_FREQS) return 0;
+    if (i == QTN_OUTPUT) return !hp->tied_embeddings;
+    if (i == QTN_BQ || i == QTN_BK || i == QTN_BV) return hp->attn_bias;
+    return 1;
+}
+
+/* Registers the family's tensors under their HF names, in the table's order
+ * (the fill of tensor t depends on t), then binds them. */
 static int build(builder *b, uint64_t seed)
 {
     qmodel *m = b->m;
     const qhparams *hp = &m->hp;
-    const int64_t dim = hp->dim, q = (int64_t)hp->n_heads * hp->head_dim, kv = (int64_t)hp->n_kv_heads * hp->head_dim;
+    const char *const *names = qfamily_get(hp->family)->hf_names->name;
+    const int64_t sizes[5] = { hp->dim, (int64_t)hp->n_heads * hp->head_dim, (int64_t)hp->n_kv_heads * hp->head_dim,
+                               hp->ffn_dim, hp->n_vocab };
     char name[QMODEL_MAX_NAME];
     int rc;
-    if ((rc = add(b, "model.embed_tokens.weight", hp->n_vocab, dim, FILL_MATRIX)) ||
-        (rc = add(b, "model.norm.weight", dim, 0, FILL_NORM)))
-        return rc;
-    if (!hp->tied_embeddings && (rc = add(b, "lm_head.weight", hp->n_vocab, dim, FILL_MATRIX))) return rc;
-    static const struct { const char *fmt; int rows, cols; fill_kind kind; int bias; } per_layer[] = {
-        /* rows / cols: 0 = dim, 1 = n_heads*head_dim, 2 = n_kv_heads*head_dim, 3 = ffn_dim, -1 = none */
-        { "model.layers.%d.input_layernorm.weight", 0, -1, FILL_NORM, 0 },
-        { "model.layers.%d.self_attn.q_proj.weight", 1, 0, FILL_MATRIX, 0 },
-        { "model.layers.%d.self_attn.k_proj.weight", 2, 0, FILL_MATRIX, 0 },
-        { "model.layers.%d.self_attn.v_proj.weight", 2, 0, FILL_MATRIX, 0 },
-        { "model.layers.%d.self_attn.q_proj.bias", 1, -1, FILL_BIAS, 1 },
-        { "model.layers.%d.self_attn.k_proj.bias", 2, -1, FILL_BIAS, 1 },
-        { "model.layers.%d.self_attn.v_proj.bias", 2, -1, FILL_BIAS, 1 },
-        { "model.layers.%d.self_attn.o_proj.weight", 0, 1, FILL_RESIDUAL, 0 },
-        { "model.layers.%d.post_attention_layernorm.weight", 0, -1, FILL_NORM, 0 },
-        { "model.layers.%d.mlp.gate_proj.weight", 3, 0, FILL_MATRIX, 0 },
-        { "model.layers.%d.mlp.up_proj.weight", 3, 0, FILL_MATRIX, 0 },
-        { "model.layers.%d.mlp.down_proj.weight", 0, 3, FILL_RESIDUAL, 0 },
-    };
-    const int64_t sizes[4] = { dim, q, kv, hp->ffn_dim };
-    for (int l = 0; l < hp->n_layers; l++)
-        for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {
-            if (per_layer[i].bias && !hp->attn_bias) continue;
-            snprintf(name, sizeof name, per_layer[i].fmt, l);
-            int64_t cols = per_layer[i].cols < 0 ? 0 : sizes[per_layer[i].cols];
-            if ((rc = add(b, name, sizes[per_layer[i].rows], cols, per_layer[i].kind))) return rc;
+    for (int l = -1; l < hp->n_layers; l++) {
+        const int lo = l < 0 ? 0 : QTN_FIRST_LAYER, hi = l < 0 ? QTN_FIRST_LAYER : QTN_COUNT;
+        for (int i = lo; i < hi; i++) {
+            if (!wanted(hp, names, i)) continue;
+            snprintf(name, sizeof name, names[i], l);
+            const int64_t cols = shapes[i].cols < 0 ? 0 : sizes[shapes[i].cols];
+            if ((rc = add(b, name, sizes[shapes[i].rows], cols, shapes[i].kind))) return rc;
         }
+    }
     if (b->host && (rc = fill_all(b->jobs, b->n_jobs, seed, b->err, b->errlen))) return rc;
     return qmodel_bind(m, b->err, b->errlen);
 }

@@ -9,7 +9,10 @@
  * before it), and refuses a database of a higher level than the program
  * knows, a file that is not a database, and a damaged one: a page that
  * PRAGMA quick_check finds bad, or a table, index or column that its
- * level's migrations made missing.  The journal is WAL. */
+ * level's migrations made missing.  The journal is WAL.
+ *
+ * engine/store/ is the database and nothing else: it includes base/ only,
+ * and knows blocks as bytes under a hash (the engine's tier.c decides which). */
 #ifndef QUIRE_STORE_H
 #define QUIRE_STORE_H
 

@@ -32,6 +32,8 @@
 
 #include <jansson.h>
 
+#include "utf8.h"
+
 /* ---- arena -------------------------------------------------------------- */
 
 typedef struct qcj_chunk qcj_chunk;
@@ -374,13 +376,6 @@ void qcj_write_json(qcj_ctx *c, const qcj_node *at, qcj_buf *b, qcj_val v, const
 
 /* ---- UTF-8 and Unicode helpers ------------------------------------------- */
 
-/* Decodes one code point of valid UTF-8 at p (n > 0 bytes left); returns its
- * length in bytes.  Invalid input decodes byte by byte as U+FFFD. */
-size_t qcj_utf8_dec(const char *p, size_t n, uint32_t *cp);
-/* Encodes cp into out (4 bytes); returns the length. */
-size_t qcj_utf8_enc(uint32_t cp, char *out);
-/* 1 when p[0..n) is valid UTF-8 without surrogates. */
-int qcj_utf8_valid(const char *p, size_t n);
 /* Byte offset of code point index i in s (i <= nchars). */
 size_t qcj_str_off(const qcj_str *s, size_t i);
 /* Python str.isspace() for one code point. */

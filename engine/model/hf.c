@@ -17,8 +17,8 @@
  * hf_load_dir() reads them in that order into a qmodel; qmodel_bind()
  * (model.c) then finds the tensors under the HF names.
  *
- * config.json.  model_type "llama" or "mistral" gives QARCH_LLAMA, "qwen2"
- * QARCH_QWEN2 (q/k/v biases); without model_type, architectures[0] decides.
+ * config.json.  model_type names the family (arch.c's rows: llama, mistral,
+ * qwen2); without model_type, architectures[0] does.
  * Every size is a JSON integer in a stated range, every float a finite
  * number; a wrong JSON type is QERR_FORMAT naming the key, a value out of
  * range QERR_RANGE.  Defaults follow transformers: num_key_value_heads =
@@ -63,6 +63,7 @@
  * a special token (Llama 3 does this, without add_bos_token).
  */
 #define _GNU_SOURCE
+#include "arch.h"
 #include "model.h"
 #include "util.h"
 
@@ -85,21 +86,6 @@
 #define HF_MAX_HEADS 4096
 #define HF_MAX_HEAD_DIM 4096
 #define HF_MAX_EOS ((int)(sizeof ((qmodel *)0)->eos_ids / sizeof(int)))
-
-/* The architectures quire runs, by model_type and by class name. */
-enum { HF_SW_NONE, HF_SW_MISTRAL, HF_SW_QWEN2 };
-static const struct {
-    const char *model_type, *class_name;
-    qarch arch;
-    int attn_bias;      /* always has q/k/v biases */
-    int max_ctx;        /* transformers' default max_position_embeddings */
-    int sliding;        /* how the config turns a sliding window on */
-} hf_archs[] = {
-    { "llama", "LlamaForCausalLM", QARCH_LLAMA, 0, 2048, HF_SW_NONE },
-    { "mistral", "MistralForCausalLM", QARCH_LLAMA, 0, 131072, HF_SW_MISTRAL },
-    { "qwen2", "Qwen2ForCausalLM", QARCH_QWEN2, 1, 32768, HF_SW_QWEN2 },
-};
-#define HF_N_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
 
 /* ---- JSON helpers ------------------------------------------------------- */
 
@@ -232,15 +218,15 @@ static int config_arch(json_t *c, int *which, char *err, size_t errlen)
             return qerr_set(err, errlen, QERR_FORMAT,
                             "config.json: neither \"model_type\" nor \"architectures\" is given");
     }
-    for (size_t i = 0; i < HF_N_ARCHS; i++) {
-        if ((mt && !strcmp(mt, hf_archs[i].model_type)) || (cls && !strcmp(cls, hf_archs[i].class_name))) {
-            *which = (int)i;
-            return 0;
-        }
+    const int f = qfamily_by_hf(mt, mt ? NULL : cls);
+    if (f >= 0) {
+        *which = f;
+        return 0;
     }
-    return qerr_set(err, errlen, QERR_UNSUPPORTED,
-                    "config.json: %s \"%.64s\" is not supported (llama, mistral, qwen2)",
-                    mt ? "model_type" : "architecture", mt ? mt : cls);
+    char known[128];
+    qfamily_list(0, known, sizeof known);
+    return qerr_set(err, errlen, QERR_UNSUPPORTED, "config.json: %s \"%.64s\" is not supported (%s)",
+                    mt ? "model_type" : "architecture", mt ? mt : cls, known);
 }
 
 static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
@@ -314,7 +300,7 @@ static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
 
     if (!json_is_object(c)) return qerr_set(err, errlen, QERR_FORMAT, "config.json: not a JSON object");
     if ((rc = config_arch(c, &a, err, errlen))) return rc;
-    hp->arch = hf_archs[a].arch;
+    const qfamily *fam = qfamily_get(a);
 
     if ((rc = js_int(c, F, "hidden_size", 1, 0, 1, QMODEL_MAX_DIM, &v, err, errlen))) return rc;
     hp->dim = (int)v;
@@ -348,27 +334,27 @@ static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
     hp->rope_neox = 1;
     if ((rc = js_int(c, F, "vocab_size", 1, 0, 1, QMODEL_MAX_VOCAB, &v, err, errlen))) return rc;
     hp->n_vocab = (int)v;
-    if ((rc = js_int(c, F, "max_position_embeddings", 0, hf_archs[a].max_ctx, 1, HF_MAX_CTX, &v, err, errlen)))
+    if ((rc = js_int(c, F, "max_position_embeddings", 0, fam->hf_max_ctx, 1, HF_MAX_CTX, &v, err, errlen)))
         return rc;
     hp->max_ctx = (int)v;
     if ((rc = js_num(c, F, "rms_norm_eps", 0, 1e-6, 0, 0.5, &d, err, errlen))) return rc;
     hp->norm_eps = (float)d;
     if ((rc = js_bool(c, F, "tie_word_embeddings", 0, &hp->tied_embeddings, err, errlen))) return rc;
     if ((rc = js_bool(c, F, "attention_bias", 0, &hp->attn_bias, err, errlen))) return rc;
-    if (hf_archs[a].attn_bias) hp->attn_bias = 1;
+    qfamily_apply(a, hp);
     if ((rc = config_rope(c, hp, err, errlen))) return rc;
 
     /* Features that would make quire compute something else. */
     const char *act;
     int mlp_bias;
     if ((rc = js_str(c, F, "hidden_act", &act, err, errlen))) return rc;
-    if (act && strcmp(act, "silu"))
+    if (act && strcmp(act, qact_hf_name(fam->act)))
         return qerr_set(err, errlen, QERR_UNSUPPORTED,
-                        "config.json: hidden_act \"%.40s\" is not supported (silu)", act);
+                        "config.json: hidden_act \"%.40s\" is not supported (%s)", act, qact_hf_name(fam->act));
     if ((rc = js_bool(c, F, "mlp_bias", 0, &mlp_bias, err, errlen))) return rc;
     if (mlp_bias) return qerr_set(err, errlen, QERR_UNSUPPORTED, "config.json: mlp_bias true is not supported");
-    int window_on = hf_archs[a].sliding == HF_SW_MISTRAL;
-    if (hf_archs[a].sliding == HF_SW_QWEN2 &&
+    int window_on = fam->hf_sliding == QSLIDE_WINDOW;
+    if (fam->hf_sliding == QSLIDE_FLAG &&
         (rc = js_bool(c, F, "use_sliding_window", 0, &window_on, err, errlen)))
         return rc;
     if (window_on) {

@@ -229,14 +229,14 @@ FILTER(f_title)
     int start = 1;
     while (i < str->len) {
         uint32_t cp;
-        i += qcj_utf8_dec(str->s + i, str->len - i, &cp);
+        i += qutf8_decode(str->s + i, str->len - i, &cp);
         int sep = qcj_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
         uint32_t m = sep ? cp : start ? qcj_upper(cp) : qcj_lower(cp);
         if (!sep && start && cp == 0xDF) {
             out[k++] = 'S';
             out[k++] = 's';
         } else {
-            k += qcj_utf8_enc(m, out + k);
+            k += qutf8_encode(m, out + k);
         }
         start = sep;
     }
@@ -648,7 +648,7 @@ FILTER(f_reverse)
         size_t i = 0;
         while (i < str->len) {
             uint32_t cp;
-            size_t k = qcj_utf8_dec(str->s + i, str->len - i, &cp);
+            size_t k = qutf8_decode(str->s + i, str->len - i, &cp);
             memcpy(out + str->len - i - k, str->s + i, k);
             i += k;
         }
@@ -913,7 +913,7 @@ FILTER(f_wordcount)
     size_t i = 0;
     while (i < str->len) {
         uint32_t cp;
-        i += qcj_utf8_dec(str->s + i, str->len - i, &cp);
+        i += qutf8_decode(str->s + i, str->len - i, &cp);
         int w = word_char(cp);
         if (w && !in) n++;
         in = w;

@@ -296,48 +296,6 @@ int q_ncpus(void)
 
 /* Appends n bytes (and keeps a NUL after them): 0, or QERR_NOMEM with the
  * buffer unchanged. */
-int q_utf8_valid(const void *data, size_t n)
-{
-    const unsigned char *s = data;
-    for (size_t i = 0; i < n;) {
-        const unsigned c = s[i];
-        size_t k;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) k = 1, cp = c & 0x1f;
-        else if (c >= 0xe0 && c <= 0xef) k = 2, cp = c & 0x0f;
-        else if (c >= 0xf0 && c <= 0xf4) k = 3, cp = c & 0x07;
-        else return 0;
-        if (n - i <= k) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
-int q_append(char **b, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap * 2 : 256;
-        while (c < *len + n + 1) c *= 2;
-        char *nb = realloc(*b, c);
-        if (!nb) return QERR_NOMEM;
-        *b = nb, *cap = c;
-    }
-    memcpy(*b + *len, s, n);
-    *len += n;
-    (*b)[*len] = 0;
-    return 0;
-}
-
 uint64_t q_random_u64(void)
 {
     uint64_t v = 0;

@@ -8,7 +8,11 @@
  * physical block table[i].  The engine owns the tables (engine/kv.*); the
  * backend owns the block memory.
  *
- * Kernels include this header and nothing else from engine/.
+ * kernels/ is how the engine's work is computed: this interface, the CPU
+ * backend (cpu/: the reference, threaded SIMD) and the CUDA one (cuda/).
+ * Kernels include this header, their own folder and base/, nothing else
+ * (scripts/check_includes.py checks); the engine above calls them only
+ * through the qbackend table.
  */
 #ifndef QUIRE_BACKEND_H
 #define QUIRE_BACKEND_H
@@ -48,11 +52,18 @@ static inline int64_t qt_numel(const qtensor *t)
 
 /* ---- model hyperparameters and weights -------------------------------- */
 
-typedef enum { QARCH_LLAMA = 0, QARCH_QWEN2 = 1 } qarch;
 typedef enum { QROPE_SCALE_NONE = 0, QROPE_SCALE_LLAMA3 = 1, QROPE_SCALE_LINEAR = 2 } qrope_scale;
+/* The gated MLP's activation: act(x W_gate^T) * (x W_up^T). */
+typedef enum { QACT_SILU = 0, QACT_GELU_TANH = 1 } qact;
+/* Where the norms sit: before each block (x + f(norm(x))), or before and
+ * after it (x + norm(f(norm(x))), Gemma 2/3's "sandwich"). */
+typedef enum { QNORM_PRE = 0, QNORM_SANDWICH = 1 } qnorm_place;
 
+/* A model's hyperparameters and the feature flags of its family (its row in
+ * engine/model/arch.c): the backends compute from these, never from the
+ * family's name. */
 typedef struct {
-    qarch arch;
+    int family;        /* the family's row (qfamily_get), for names and the fingerprint */
     int n_vocab;
     int dim;           /* hidden size */
     int n_layers;
@@ -74,7 +85,31 @@ typedef struct {
     int rope_orig_ctx;           /* llama3: original_max_position_embeddings */
     int tied_embeddings;         /* output projection is tok_embd */
     int attn_bias;               /* q/k/v projections have biases (Qwen2) */
+    /* Feature flags beyond the Llama baseline.  A backend that does not
+     * compute one refuses the model (qhp_unsupported) rather than compute
+     * something else. */
+    qact act;
+    qnorm_place norm_place;
+    int qk_norm;                 /* RMSNorm over each head's q and k before RoPE (Qwen3, Gemma 3) */
+    float attn_softcap;          /* attention logits -> c*tanh(x/c); 0: none (Gemma 2) */
+    float final_softcap;         /* output logits likewise; 0: none */
+    int embed_scale;             /* embeddings times sqrt(dim) (Gemma) */
+    int n_experts;               /* MoE: experts per layer; 0: a dense MLP */
+    int n_experts_used;          /* MoE: experts each token is routed to */
 } qhparams;
+
+/* The first feature of hp beyond the Llama baseline (what both backends
+ * compute today), by name, or NULL when there is none.  Cannot fail. */
+static inline const char *qhp_unsupported(const qhparams *hp)
+{
+    if (hp->act != QACT_SILU) return "a GELU MLP";
+    if (hp->norm_place != QNORM_PRE) return "sandwich norms";
+    if (hp->qk_norm) return "QK-norm";
+    if (hp->attn_softcap > 0 || hp->final_softcap > 0) return "logit soft-capping";
+    if (hp->embed_scale) return "scaled embeddings";
+    if (hp->n_experts) return "mixture-of-experts layers";
+    return NULL;
+}
 
 typedef struct {
     qtensor attn_norm;           /* (dim) */
@@ -231,7 +266,7 @@ typedef struct {
     size_t reserve_bytes;
     size_t extra_block_bytes;
     /* Tensor parallelism: the backend holds one shard of the model
-     * (engine/shard.h) and calls allreduce(allreduce_ctx, buf, n, stream,
+     * (engine/model/shard.h) and calls allreduce(allreduce_ctx, buf, n, stream,
      * copy, copy_dt) on the n floats of each layer's output and down
      * projections, its partial sums; allreduce leaves in buf their sum over
      * every shard, the same bits on each, and in copy (NULL: none; CUDA

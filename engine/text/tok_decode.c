@@ -40,8 +40,8 @@
 #define FFFD "\xef\xbf\xbd"
 
 typedef struct {
-    tok_buf tmp;   /* per-token scratch (Replace, Metaspace) */
-    tok_buf hold;  /* ByteFallback run / Replace tail / Strip trailing characters */
+    qbuf tmp;   /* per-token scratch (Replace, Metaspace) */
+    qbuf hold;  /* ByteFallback run / Replace tail / Strip trailing characters */
     size_t ok;     /* ByteFallback: hold's longest prefix of whole characters (tok_u8valid), kept as the run grows */
     int seen;      /* Metaspace: a token went through; Strip (fused): leading strip done */
     int left;      /* Strip (fused): leading characters still to remove */
@@ -55,8 +55,8 @@ struct qdetok {
     int fuse_at;      /* index of the first Fuse/ByteLevel, or n_decs */
     int any;          /* a token went out (space joining) */
     dstate *st;       /* (n_decs) */
-    tok_buf bl;       /* ByteLevel: bytes of an incomplete character */
-    tok_buf out;
+    qbuf bl;       /* ByteLevel: bytes of an incomplete character */
+    qbuf out;
 };
 
 void tok_dec_free(tok_dec *d)
@@ -117,13 +117,13 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
         if (k < t->n_decs && t->decs[k].kind == TD_BYTELEVEL) {
             /* all characters through the byte table, else the raw bytes
              * (at most n either way: room is made once) */
-            if (tok_buf_reserve(&d->bl, n)) return QERR_NOMEM;
+            if (qbuf_reserve(&d->bl, n)) return QERR_NOMEM;
             char *const at = d->bl.p + d->bl.len;
             char *o = at;
             int ok = 1;
             for (size_t i = 0; i < n && ok;) {
                 uint32_t cp;
-                i += (size_t)tok_u8dec(s + i, &cp);
+                i += (size_t)qutf8_decode_valid(s + i, &cp);
                 int b = tok_cp_to_byte(cp);
                 if (b < 0) ok = 0;
                 else *o++ = (char)b;
@@ -134,7 +134,7 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
             }
             d->bl.len = (size_t)(o - d->bl.p);
             d->bl.p[d->bl.len] = 0;
-            tok_buf *tmp = &d->st[k].tmp;
+            qbuf *tmp = &d->st[k].tmp;
             tmp->len = 0;
             int held = tok_u8lossy(d->bl.p, d->bl.len, 1, tmp);
             if (held < 0) return QERR_NOMEM;
@@ -158,12 +158,12 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
         }
         char c = (char)b;
         if (st->bad) return tok_push(d, k + 1, FFFD, 3);
-        if (tok_buf_putc(&st->hold, c)) return QERR_NOMEM;
+        if (qbuf_putc(&st->hold, c)) return QERR_NOMEM;
         /* Whole characters stay whole: only the bytes after them are read
          * again (a run of n bytes costs n, not n * n / 2). */
-        size_t v = st->ok + tok_u8valid(st->hold.p + st->ok, st->hold.len - st->ok);
+        size_t v = st->ok + qutf8_valid_prefix(st->hold.p + st->ok, st->hold.len - st->ok);
         st->ok = v;
-        if (v < st->hold.len && !tok_u8partial(st->hold.p + v, st->hold.len - v)) {
+        if (v < st->hold.len && !qutf8_is_partial(st->hold.p + v, st->hold.len - v)) {
             /* not UTF-8 whatever follows: every byte of the run is U+FFFD */
             size_t nb = st->hold.len;
             st->hold.len = st->ok = 0;
@@ -179,9 +179,9 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
             for (size_t i = 0; i < n;) {
                 const char *f = i + dc->pat_len <= n ? tok_memmem(s + i, n - i, dc->pat, dc->pat_len) : NULL;
                 size_t at = f ? (size_t)(f - s) : n;
-                if (tok_buf_put(&st->tmp, s + i, at - i)) return QERR_NOMEM;
+                if (qbuf_put(&st->tmp, s + i, at - i)) return QERR_NOMEM;
                 if (!f) break;
-                if (tok_buf_put(&st->tmp, dc->rep, dc->rep_len)) return QERR_NOMEM;
+                if (qbuf_put(&st->tmp, dc->rep, dc->rep_len)) return QERR_NOMEM;
                 i = at + dc->pat_len;
             }
         } else if (dc->re) {
@@ -197,20 +197,20 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
                 size_t ms = ov[0] < last ? last : ov[0], me = ov[1] < ms ? ms : ov[1];
                 if (ms == me && last_match_end == (long)me) {
                     if (pos >= n) break;
-                    pos += (size_t)tok_u8len((unsigned char)s[pos]);
+                    pos += (size_t)qutf8_lead_len((unsigned char)s[pos]);
                     continue;
                 }
                 pos = me;
                 last_match_end = (long)me;
-                if (tok_buf_put(&st->tmp, s + last, ms - last) || tok_buf_put(&st->tmp, dc->rep, dc->rep_len)) {
+                if (qbuf_put(&st->tmp, s + last, ms - last) || qbuf_put(&st->tmp, dc->rep, dc->rep_len)) {
                     rc = QERR_NOMEM;
                     break;
                 }
                 last = me;
             }
             pcre2_match_data_free(md);
-            if (rc || tok_buf_put(&st->tmp, s + last, n - last)) return QERR_NOMEM;
-        } else if (tok_buf_put(&st->tmp, s, n)) {
+            if (rc || qbuf_put(&st->tmp, s + last, n - last)) return QERR_NOMEM;
+        } else if (qbuf_put(&st->tmp, s, n)) {
             return QERR_NOMEM;
         }
         return tok_push(d, k + 1, st->tmp.p ? st->tmp.p : "", st->tmp.len);
@@ -219,7 +219,7 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
         size_t a = 0, b = n;
         for (int i = 0; i < dc->start && a < n; i++) {
             uint32_t cp;
-            int cl = tok_u8dec(s + a, &cp);
+            int cl = qutf8_decode_valid(s + a, &cp);
             if (cp != dc->ch) break;
             a += (size_t)cl;
         }
@@ -227,7 +227,7 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
             size_t p = b - 1;
             while (p > a && ((unsigned char)s[p] & 0xc0) == 0x80) p--;
             uint32_t cp;
-            tok_u8dec(s + p, &cp);
+            qutf8_decode_valid(s + p, &cp);
             if (cp != dc->ch) break;
             b = p;
         }
@@ -237,15 +237,15 @@ static int tok_push(qdetok *d, int k, const char *s, size_t n)
         int first = !st->seen;
         st->seen = 1;
         char rep[4];
-        int rl = tok_u8enc(dc->ch, rep);
+        int rl = qutf8_encode(dc->ch, rep);
         st->tmp.len = 0;
         for (size_t i = 0; i < n;) {
             if (n - i >= (size_t)rl && !memcmp(s + i, rep, (size_t)rl)) {
-                if (!(first && dc->drop_first) && tok_buf_putc(&st->tmp, ' ')) return QERR_NOMEM;
+                if (!(first && dc->drop_first) && qbuf_putc(&st->tmp, ' ')) return QERR_NOMEM;
                 i += (size_t)rl;
             } else {
-                int cl = tok_u8len((unsigned char)s[i]);
-                if (tok_buf_put(&st->tmp, s + i, (size_t)cl)) return QERR_NOMEM;
+                int cl = qutf8_lead_len((unsigned char)s[i]);
+                if (qbuf_put(&st->tmp, s + i, (size_t)cl)) return QERR_NOMEM;
                 i += (size_t)cl;
             }
         }
@@ -270,7 +270,7 @@ static size_t partial_suffix(const char *s, size_t n, const char *pat, size_t pl
 static int text_push(qdetok *d, int k, const char *s, size_t n)
 {
     const qtok *t = d->t;
-    if (k >= t->n_decs) return n ? tok_buf_put(&d->out, s, n) : 0;
+    if (k >= t->n_decs) return n ? qbuf_put(&d->out, s, n) : 0;
     const tok_dec *dc = &t->decs[k];
     dstate *st = &d->st[k];
     switch (dc->kind) {
@@ -278,7 +278,7 @@ static int text_push(qdetok *d, int k, const char *s, size_t n)
         return text_push(d, k + 1, s, n);
     case TD_REPLACE: { /* string patterns only (checked at load) */
         if (!dc->pat_len) return text_push(d, k + 1, s, n);
-        if (tok_buf_put(&st->hold, s, n)) return QERR_NOMEM;
+        if (qbuf_put(&st->hold, s, n)) return QERR_NOMEM;
         const char *h = st->hold.p;
         size_t hn = st->hold.len, i = 0;
         st->tmp.len = 0;
@@ -286,11 +286,11 @@ static int text_push(qdetok *d, int k, const char *s, size_t n)
             const char *f = i + dc->pat_len <= hn ? tok_memmem(h + i, hn - i, dc->pat, dc->pat_len) : NULL;
             if (!f) break;
             size_t at = (size_t)(f - h);
-            if (tok_buf_put(&st->tmp, h + i, at - i) || tok_buf_put(&st->tmp, dc->rep, dc->rep_len)) return QERR_NOMEM;
+            if (qbuf_put(&st->tmp, h + i, at - i) || qbuf_put(&st->tmp, dc->rep, dc->rep_len)) return QERR_NOMEM;
             i = at + dc->pat_len;
         }
         size_t keep = partial_suffix(h + i, hn - i, dc->pat, dc->pat_len);
-        if (tok_buf_put(&st->tmp, h + i, hn - i - keep)) return QERR_NOMEM;
+        if (qbuf_put(&st->tmp, h + i, hn - i - keep)) return QERR_NOMEM;
         memmove(st->hold.p, h + hn - keep, keep);
         st->hold.len = keep;
         return text_push(d, k + 1, st->tmp.p ? st->tmp.p : "", st->tmp.len);
@@ -300,7 +300,7 @@ static int text_push(qdetok *d, int k, const char *s, size_t n)
         if (!st->seen) { /* leading characters at the start of the stream */
             while (a < n && st->left > 0) {
                 uint32_t cp;
-                int cl = tok_u8dec(s + a, &cp);
+                int cl = qutf8_decode_valid(s + a, &cp);
                 if (cp != dc->ch) {
                     st->left = 0;
                     break;
@@ -319,36 +319,36 @@ static int text_push(qdetok *d, int k, const char *s, size_t n)
             size_t p = b - 1;
             while (p > a && ((unsigned char)s[p] & 0xc0) == 0x80) p--;
             uint32_t cp;
-            tok_u8dec(s + p, &cp);
+            qutf8_decode_valid(s + p, &cp);
             if (cp != dc->ch) break;
             b = p;
             m++;
         }
         char c8[4];
-        int cl = tok_u8enc(dc->ch, c8);
+        int cl = qutf8_encode(dc->ch, c8);
         st->tmp.len = 0;
         if (b > a) { /* the held run is no longer trailing */
             for (int i = 0; i < st->held; i++)
-                if (tok_buf_put(&st->tmp, c8, (size_t)cl)) return QERR_NOMEM;
+                if (qbuf_put(&st->tmp, c8, (size_t)cl)) return QERR_NOMEM;
             st->held = 0;
-            if (tok_buf_put(&st->tmp, s + a, b - a)) return QERR_NOMEM;
+            if (qbuf_put(&st->tmp, s + a, b - a)) return QERR_NOMEM;
         }
         st->held += m;
         for (; st->held > dc->stop; st->held--)
-            if (tok_buf_put(&st->tmp, c8, (size_t)cl)) return QERR_NOMEM;
+            if (qbuf_put(&st->tmp, c8, (size_t)cl)) return QERR_NOMEM;
         return st->tmp.len ? text_push(d, k + 1, st->tmp.p, st->tmp.len) : 0;
     }
     case TD_METASPACE: { /* the fused text is the first (only) token */
         char rep[4];
-        int rl = tok_u8enc(dc->ch, rep);
+        int rl = qutf8_encode(dc->ch, rep);
         st->tmp.len = 0;
         for (size_t i = 0; i < n;) {
             if (n - i >= (size_t)rl && !memcmp(s + i, rep, (size_t)rl)) {
-                if (!dc->drop_first && tok_buf_putc(&st->tmp, ' ')) return QERR_NOMEM;
+                if (!dc->drop_first && qbuf_putc(&st->tmp, ' ')) return QERR_NOMEM;
                 i += (size_t)rl;
             } else {
-                int cl = tok_u8len((unsigned char)s[i]);
-                if (tok_buf_put(&st->tmp, s + i, (size_t)cl)) return QERR_NOMEM;
+                int cl = qutf8_lead_len((unsigned char)s[i]);
+                if (qbuf_put(&st->tmp, s + i, (size_t)cl)) return QERR_NOMEM;
                 i += (size_t)cl;
             }
         }
@@ -372,7 +372,7 @@ static int flush_text(qdetok *d, int k)
             /* a held tail is a proper prefix of the pattern: no match in it */
             size_t hn = st->hold.len;
             st->hold.len = 0;
-            tok_buf tmp = st->hold;
+            qbuf tmp = st->hold;
             rc = text_push(d, k + 1, tmp.p, hn);
         } else if (dc->kind == TD_STRIP) {
             st->held = 0; /* trailing characters at the end are stripped */
@@ -389,7 +389,7 @@ static int flush_all(qdetok *d)
     for (int k = 0; k < d->fuse_at; k++)
         if (t->decs[k].kind == TD_BYTEFALLBACK && (rc = run_end(d, k))) return rc;
     if (d->fuse_at < t->n_decs && t->decs[d->fuse_at].kind == TD_BYTELEVEL && d->bl.len) {
-        tok_buf *tmp = &d->st[d->fuse_at].tmp;
+        qbuf *tmp = &d->st[d->fuse_at].tmp;
         tmp->len = 0;
         if (tok_u8lossy(d->bl.p, d->bl.len, 0, tmp) < 0) return QERR_NOMEM;
         d->bl.len = 0;
@@ -451,12 +451,12 @@ void qdetok_free(qdetok *d)
 {
     if (!d) return;
     for (int k = 0; k < d->t->n_decs; k++) {
-        tok_buf_free(&d->st[k].tmp);
-        tok_buf_free(&d->st[k].hold);
+        qbuf_free(&d->st[k].tmp);
+        qbuf_free(&d->st[k].hold);
     }
     free(d->st);
-    tok_buf_free(&d->bl);
-    tok_buf_free(&d->out);
+    qbuf_free(&d->bl);
+    qbuf_free(&d->out);
     free(d);
 }
 
@@ -473,7 +473,7 @@ int qdetok_push(qdetok *d, int32_t id, const char **text, size_t *len)
 {
     d->out.len = 0;
     int rc = push_id(d, id);
-    if (rc || tok_buf_reserve(&d->out, 0)) {
+    if (rc || qbuf_reserve(&d->out, 0)) {
         *text = "";
         *len = 0;
         return rc ? rc : QERR_NOMEM;
@@ -488,7 +488,7 @@ int qdetok_flush(qdetok *d, const char **text, size_t *len)
 {
     d->out.len = 0;
     int rc = flush_all(d);
-    if (!rc && tok_buf_reserve(&d->out, 0)) rc = QERR_NOMEM;
+    if (!rc && qbuf_reserve(&d->out, 0)) rc = QERR_NOMEM;
     if (rc) {
         *text = "";
         *len = 0;
@@ -514,7 +514,7 @@ int qtok_decode(const qtok *t, const int32_t *ids, int n, unsigned flags, char *
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) rc = push_id(d, ids[i]);
     if (!rc) rc = flush_all(d);
-    if (!rc) rc = tok_buf_reserve(&d->out, 0);
+    if (!rc) rc = qbuf_reserve(&d->out, 0);
     if (rc) {
         qdetok_free(d);
         return rc;
@@ -533,8 +533,8 @@ int qtok_decode(const qtok *t, const int32_t *ids, int n, unsigned flags, char *
 int qtok_token_bytes(const qtok *t, int id, char *buf, size_t cap)
 {
     if (id < 0 || id >= t->n_ids || !t->id_str[id]) return QERR_RANGE;
-    tok_buf cur = { 0 }, nxt = { 0 };
-    int rc = tok_buf_put(&cur, t->id_str[id], t->id_len[id]);
+    qbuf cur = { 0 }, nxt = { 0 };
+    int rc = qbuf_put(&cur, t->id_str[id], t->id_len[id]);
     /* The per-token stages as they act on a token in the middle of a text:
      * Metaspace never drops its replacement, Strip on the fused text (the
      * text's ends) does nothing, a byte token is its byte. */
@@ -545,7 +545,7 @@ int qtok_token_bytes(const qtok *t, int id, char *buf, size_t cap)
             const int b = byte_token(cur.p, cur.len);
             if (b >= 0) {
                 cur.len = 0;
-                rc = tok_buf_putc(&cur, (char)b);
+                rc = qbuf_putc(&cur, (char)b);
                 break; /* a raw byte: nothing after changes it */
             }
             continue;
@@ -555,38 +555,38 @@ int qtok_token_bytes(const qtok *t, int id, char *buf, size_t cap)
             int ok = 1;
             for (size_t i = 0; i < cur.len && !rc && ok;) {
                 uint32_t cp;
-                i += (size_t)tok_u8dec(cur.p + i, &cp);
+                i += (size_t)qutf8_decode_valid(cur.p + i, &cp);
                 const int b = tok_cp_to_byte(cp);
                 if (b < 0) ok = 0;
-                else rc = tok_buf_putc(&nxt, (char)b);
+                else rc = qbuf_putc(&nxt, (char)b);
             }
             if (!ok) continue;
         } else if (dc->kind == TD_REPLACE && !dc->re && dc->pat_len) {
             for (size_t i = 0; i < cur.len && !rc;) {
                 const char *f = i + dc->pat_len <= cur.len ? tok_memmem(cur.p + i, cur.len - i, dc->pat, dc->pat_len) : NULL;
                 const size_t at = f ? (size_t)(f - cur.p) : cur.len;
-                rc = tok_buf_put(&nxt, cur.p + i, at - i);
+                rc = qbuf_put(&nxt, cur.p + i, at - i);
                 if (!f || rc) break;
-                rc = tok_buf_put(&nxt, dc->rep, dc->rep_len);
+                rc = qbuf_put(&nxt, dc->rep, dc->rep_len);
                 i = at + dc->pat_len;
             }
         } else if (dc->kind == TD_METASPACE) {
             char rep[4];
-            const int rl = tok_u8enc(dc->ch, rep);
+            const int rl = qutf8_encode(dc->ch, rep);
             for (size_t i = 0; i < cur.len && !rc;) {
                 if (cur.len - i >= (size_t)rl && !memcmp(cur.p + i, rep, (size_t)rl)) {
-                    rc = tok_buf_putc(&nxt, ' ');
+                    rc = qbuf_putc(&nxt, ' ');
                     i += (size_t)rl;
                 } else {
-                    const size_t cl = (size_t)tok_u8len((unsigned char)cur.p[i]);
-                    rc = tok_buf_put(&nxt, cur.p + i, cl);
+                    const size_t cl = (size_t)qutf8_lead_len((unsigned char)cur.p[i]);
+                    rc = qbuf_put(&nxt, cur.p + i, cl);
                     i += cl;
                 }
             }
         } else {
             continue; /* Fuse, Strip, regex Replace: no change to one token mid-text */
         }
-        tok_buf sw = cur;
+        qbuf sw = cur;
         cur = nxt;
         nxt = sw;
     }

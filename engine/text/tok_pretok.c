@@ -71,9 +71,9 @@ int tok_cp_to_byte(uint32_t cp)
 }
 
 /* Appends the byte-level form of s[0..n) (one character per byte). */
-static int bytelevel_map(const char *s, size_t n, tok_buf *out)
+static int bytelevel_map(const char *s, size_t n, qbuf *out)
 {
-    if (tok_buf_reserve(out, 2 * n)) return QERR_NOMEM;
+    if (qbuf_reserve(out, 2 * n)) return QERR_NOMEM;
     char *o = out->p + out->len;
     for (size_t i = 0; i < n; i++) {
         unsigned cp = tok_byte_to_cp[(unsigned char)s[i]];
@@ -95,15 +95,15 @@ static int bytelevel_map(const char *s, size_t n, tok_buf *out)
 
 pcre2_code *tok_regex_compile(const char *pat, size_t len, char *err, size_t errlen)
 {
-    tok_buf b = { 0 };
+    qbuf b = { 0 };
     int in_class = 0, rc = 0;
     for (size_t i = 0; i < len && !rc;) {
         char c = pat[i];
         if (c == '\\' && i + 1 < len) {
             char d = pat[i + 1];
-            if (d == 's') rc = tok_buf_put(&b, in_class ? WS_CLASS : "[" WS_CLASS "]", strlen(in_class ? WS_CLASS : "[" WS_CLASS "]"));
-            else if (d == 'S' && !in_class) rc = tok_buf_put(&b, "[^" WS_CLASS "]", strlen("[^" WS_CLASS "]"));
-            else rc = tok_buf_put(&b, pat + i, 2);
+            if (d == 's') rc = qbuf_put(&b, in_class ? WS_CLASS : "[" WS_CLASS "]", strlen(in_class ? WS_CLASS : "[" WS_CLASS "]"));
+            else if (d == 'S' && !in_class) rc = qbuf_put(&b, "[^" WS_CLASS "]", strlen("[^" WS_CLASS "]"));
+            else rc = qbuf_put(&b, pat + i, 2);
             i += 2;
             continue;
         }
@@ -111,7 +111,7 @@ pcre2_code *tok_regex_compile(const char *pat, size_t len, char *err, size_t err
             size_t j = i + 1;
             if (j < len && pat[j] == '^') j++;
             if (j < len && pat[j] == ']') j++; /* a leading ] is literal */
-            rc = tok_buf_put(&b, pat + i, j - i);
+            rc = qbuf_put(&b, pat + i, j - i);
             in_class = 1;
             i = j;
             continue;
@@ -119,23 +119,23 @@ pcre2_code *tok_regex_compile(const char *pat, size_t len, char *err, size_t err
         if (in_class && c == '[' && i + 1 < len && pat[i + 1] == ':') { /* [:alpha:] */
             const char *e = memchr(pat + i + 2, ']', len - i - 2);
             size_t j = e ? (size_t)(e - pat) + 1 : len;
-            rc = tok_buf_put(&b, pat + i, j - i);
+            rc = qbuf_put(&b, pat + i, j - i);
             i = j;
             continue;
         }
         if (in_class && c == ']') in_class = 0;
-        rc = tok_buf_put(&b, &c, 1);
+        rc = qbuf_put(&b, &c, 1);
         i++;
     }
     if (rc) {
-        tok_buf_free(&b);
+        qbuf_free(&b);
         qerr_set(err, errlen, QERR_NOMEM, "out of memory compiling a regex");
         return NULL;
     }
     int ecode;
     PCRE2_SIZE eoff;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)(b.p ? b.p : ""), b.len, PCRE2_UTF | PCRE2_UCP, &ecode, &eoff, NULL);
-    tok_buf_free(&b);
+    qbuf_free(&b);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(ecode, msg, sizeof msg);
@@ -188,7 +188,7 @@ static int regex_segments(pcre2_code *re, tok_work *w, const char *s, size_t n, 
         if (ms > me || me > n) return QERR_INTERNAL;
         if (ms == me && last_match_end == (long)me) {
             if (last_end >= n) break;
-            last_end += (size_t)tok_u8len((unsigned char)s[last_end]);
+            last_end += (size_t)qutf8_lead_len((unsigned char)s[last_end]);
             continue;
         }
         last_end = me;
@@ -212,7 +212,7 @@ static int pred_segments(int pred, uint32_t ch, tok_work *w, const char *s, size
     *nseg = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int cl = tok_u8dec(s + i, &cp);
+        int cl = qutf8_decode_valid(s + i, &cp);
         int hit;
         switch (pred) {
         case PRED_NUMERIC: hit = tok_uni_is_numeric(cp); break;
@@ -309,12 +309,12 @@ static int emit_segments(const tok_work *w, size_t nseg, size_t base, uint32_t o
 
 /* ---- normalizers -------------------------------------------------------------------- */
 
-static int u32_reserve(tok_buf *b, size_t n)
+static int u32_reserve(qbuf *b, size_t n)
 {
     size_t bytes;
     if (q_mul_overflow(n, sizeof(uint32_t), &bytes)) return QERR_LIMIT;
     b->len = 0;
-    return tok_buf_reserve(b, bytes);
+    return qbuf_reserve(b, bytes);
 }
 
 enum { S_BASE = 0xac00, L_BASE = 0x1100, V_BASE = 0x1161, T_BASE = 0x11a7, L_COUNT = 19, V_COUNT = 21,
@@ -390,7 +390,7 @@ static void canonical_order(uint32_t *cps, uint8_t *cc, size_t n, uint32_t *tmp)
 }
 
 /* Normalizes the segment s[0..n) (NFD, or NFC with compose) into out. */
-static int nf_segment(const char *s, size_t n, int compose, tok_buf *scratch, tok_buf *out)
+static int nf_segment(const char *s, size_t n, int compose, qbuf *scratch, qbuf *out)
 {
     /* Each character decomposes into at most 4 code points (18 for a few
      * historic ones in theory; the table's longest is 4) per UTF-8 byte. */
@@ -404,7 +404,7 @@ static int nf_segment(const char *s, size_t n, int compose, tok_buf *scratch, to
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        i += (size_t)tok_u8dec(s + i, &cp);
+        i += (size_t)qutf8_decode_valid(s + i, &cp);
         k += decompose_into(cp, cps + k);
     }
     for (size_t i = 0; i < k; i++) cc[i] = (uint8_t)tok_uni_ccc(cps[i]);
@@ -430,13 +430,13 @@ static int nf_segment(const char *s, size_t n, int compose, tok_buf *scratch, to
         }
         k = o;
     }
-    if (tok_buf_reserve(out, 4 * k)) return QERR_NOMEM;
-    for (size_t i = 0; i < k; i++) out->len += (size_t)tok_u8enc(cps[i], out->p + out->len);
+    if (qbuf_reserve(out, 4 * k)) return QERR_NOMEM;
+    for (size_t i = 0; i < k; i++) out->len += (size_t)qutf8_encode(cps[i], out->p + out->len);
     out->p[out->len] = 0;
     return 0;
 }
 
-static int nf(const char *s, size_t n, int compose, tok_buf *scratch, tok_buf *out)
+static int nf(const char *s, size_t n, int compose, qbuf *scratch, qbuf *out)
 {
     int bit = compose ? 1 : 2, rc;
     size_t done = 0, i = 0;
@@ -446,7 +446,7 @@ static int nf(const char *s, size_t n, int compose, tok_buf *scratch, tok_buf *o
             continue;
         }
         uint32_t cp;
-        int cl = tok_u8dec(s + i, &cp);
+        int cl = qutf8_decode_valid(s + i, &cp);
         if (!(tok_uni_unsafe(cp) & bit)) {
             i += (size_t)cl;
             continue;
@@ -458,37 +458,37 @@ static int nf(const char *s, size_t n, int compose, tok_buf *scratch, tok_buf *o
         }
         size_t e = i + (size_t)cl;
         while (e < n) {
-            int l2 = tok_u8dec(s + e, &cp);
+            int l2 = qutf8_decode_valid(s + e, &cp);
             if (!(tok_uni_unsafe(cp) & bit)) break;
             e += (size_t)l2;
         }
-        if ((rc = tok_buf_put(out, s + done, st - done))) return rc;
+        if ((rc = qbuf_put(out, s + done, st - done))) return rc;
         if ((rc = nf_segment(s + st, e - st, compose, scratch, out))) return rc;
         done = i = e;
     }
-    return tok_buf_put(out, s + done, n - done);
+    return qbuf_put(out, s + done, n - done);
 }
 
-static int replace_norm(const tok_norm *nm, tok_work *w, const char *s, size_t n, tok_buf *out)
+static int replace_norm(const tok_norm *nm, tok_work *w, const char *s, size_t n, qbuf *out)
 {
     size_t nseg;
     int rc = nm->re ? regex_segments(nm->re, w, s, n, &nseg) : lit_segments(nm->pat, nm->pat_len, w, s, n, &nseg);
     if (rc) return rc;
     for (size_t i = 0; i < nseg; i++) {
         const struct tok_seg *g = &w->seg[i];
-        if (g->m) rc = tok_buf_put(out, nm->rep, nm->rep_len);
-        else rc = tok_buf_put(out, s + g->s, g->e - g->s);
+        if (g->m) rc = qbuf_put(out, nm->rep, nm->rep_len);
+        else rc = qbuf_put(out, s + g->s, g->e - g->s);
         if (rc) return rc;
     }
     return 0;
 }
 
-static int norm_one(const tok_norm *nm, tok_work *w, const char *s, size_t n, tok_buf *out)
+static int norm_one(const tok_norm *nm, tok_work *w, const char *s, size_t n, qbuf *out)
 {
     switch (nm->kind) {
     case TN_PREPEND:
-        if (n && tok_buf_put(out, nm->pat, nm->pat_len)) return QERR_NOMEM;
-        return tok_buf_put(out, s, n);
+        if (n && qbuf_put(out, nm->pat, nm->pat_len)) return QERR_NOMEM;
+        return qbuf_put(out, s, n);
     case TN_REPLACE:
         return replace_norm(nm, w, s, n, out);
     case TN_NFC:
@@ -499,7 +499,7 @@ static int norm_one(const tok_norm *nm, tok_work *w, const char *s, size_t n, to
         uint32_t cp;
         if (nm->left)
             while (a < b) {
-                int cl = tok_u8dec(s + a, &cp);
+                int cl = qutf8_decode_valid(s + a, &cp);
                 if (!tok_uni_is_space(cp)) break;
                 a += (size_t)cl;
             }
@@ -507,21 +507,21 @@ static int norm_one(const tok_norm *nm, tok_work *w, const char *s, size_t n, to
             while (b > a) {
                 size_t p = b - 1;
                 while (p > a && ((unsigned char)s[p] & 0xc0) == 0x80) p--;
-                tok_u8dec(s + p, &cp);
+                qutf8_decode_valid(s + p, &cp);
                 if (!tok_uni_is_space(cp)) break;
                 b = p;
             }
-        return tok_buf_put(out, s + a, b - a);
+        return qbuf_put(out, s + a, b - a);
     }
     case TN_LOWER:
-        if (tok_buf_reserve(out, 2 * n)) return QERR_NOMEM;
+        if (qbuf_reserve(out, 2 * n)) return QERR_NOMEM;
         for (size_t i = 0; i < n;) {
             uint32_t cp, lo[2];
-            i += (size_t)tok_u8dec(s + i, &cp);
+            i += (size_t)qutf8_decode_valid(s + i, &cp);
             int k = tok_uni_lower(cp, lo);
             for (int j = 0; j < k; j++) {
-                if (tok_buf_reserve(out, 4)) return QERR_NOMEM;
-                out->len += (size_t)tok_u8enc(lo[j], out->p + out->len);
+                if (qbuf_reserve(out, 4)) return QERR_NOMEM;
+                out->len += (size_t)qutf8_encode(lo[j], out->p + out->len);
             }
         }
         out->p[out->len] = 0;
@@ -531,13 +531,13 @@ static int norm_one(const tok_norm *nm, tok_work *w, const char *s, size_t n, to
     }
 }
 
-int tok_normalize(const qtok *t, tok_work *w, const char *s, size_t n, tok_buf *out)
+int tok_normalize(const qtok *t, tok_work *w, const char *s, size_t n, qbuf *out)
 {
-    if (t->n_norms == 0) return tok_buf_put(out, s, n);
+    if (t->n_norms == 0) return qbuf_put(out, s, n);
     const char *src = s;
     size_t sn = n;
     for (int k = 0; k < t->n_norms; k++) {
-        tok_buf *dst = k == t->n_norms - 1 ? out : &w->nb[k & 1];
+        qbuf *dst = k == t->n_norms - 1 ? out : &w->nb[k & 1];
         if (dst != out) dst->len = 0;
         int rc = norm_one(&t->norms[k], w, src, sn, dst);
         if (rc) return rc;
@@ -559,9 +559,9 @@ static int pre_piece(const tok_pre *p, tok_work *w, const char *s, size_t n, uin
         const char *src = s;
         size_t sn = n;
         if (p->add_prefix_space && (n == 0 || s[0] != ' ')) {
-            tok_buf *t = &w->nb[0];
+            qbuf *t = &w->nb[0];
             t->len = 0;
-            if (tok_buf_put(t, " ", 1) || tok_buf_put(t, s, n)) return QERR_NOMEM;
+            if (qbuf_put(t, " ", 1) || qbuf_put(t, s, n)) return QERR_NOMEM;
             src = t->p;
             sn = t->len;
         }
@@ -584,23 +584,23 @@ static int pre_piece(const tok_pre *p, tok_work *w, const char *s, size_t n, uin
         /* HF replaces spaces first, then looks for a leading replacement. */
         int starts = (n > 0 && s[0] == ' ') || (n >= (size_t)p->repl_len && !memcmp(s, p->repl, (size_t)p->repl_len));
         if (n > 0 && !starts && (p->prepend == TM_ALWAYS || (p->prepend == TM_FIRST && origin)))
-            if (tok_buf_put(&out->text, p->repl, (size_t)p->repl_len)) return QERR_NOMEM;
+            if (qbuf_put(&out->text, p->repl, (size_t)p->repl_len)) return QERR_NOMEM;
         for (size_t i = 0; i < n; i++) {
-            if (s[i] == ' ') rc = tok_buf_put(&out->text, p->repl, (size_t)p->repl_len);
-            else rc = tok_buf_put(&out->text, s + i, 1);
+            if (s[i] == ' ') rc = qbuf_put(&out->text, p->repl, (size_t)p->repl_len);
+            else rc = qbuf_put(&out->text, s + i, 1);
             if (rc) return rc;
         }
         size_t tn = out->text.len - base;
         if (!p->split) return tn ? tok_plist_add(out, base, tn, -1, origin) : 0;
         uint32_t ch;
-        tok_u8dec(p->repl, &ch);
+        qutf8_decode_valid(p->repl, &ch);
         if ((rc = pred_segments(PRED_CHAR, ch, w, out->text.p + base, tn, &nseg))) return rc;
         nseg = apply_behavior(w->seg, nseg, TB_MERGED_NEXT, 0);
         return emit_segments(w, nseg, base, origin, out);
     }
     case TP_WHITESPACE: {
         base = out->text.len;
-        if ((rc = tok_buf_put(&out->text, s, n))) return rc;
+        if ((rc = qbuf_put(&out->text, s, n))) return rc;
         /* \w+|[^\w\s]+ : runs of word characters, runs of other non-space characters */
         int cur = 0; /* 0 none, 1 word, 2 other */
         size_t st = 0;
@@ -608,7 +608,7 @@ static int pre_piece(const tok_pre *p, tok_work *w, const char *s, size_t n, uin
             uint32_t cp = 0;
             int cl = 1, cls = 0;
             if (i < n) {
-                cl = tok_u8dec(s + i, &cp);
+                cl = qutf8_decode_valid(s + i, &cp);
                 cls = tok_uni_is_word(cp) ? 1 : tok_uni_is_space(cp) ? 0 : 2;
             }
             if (cls != cur) {
@@ -626,7 +626,7 @@ static int pre_piece(const tok_pre *p, tok_work *w, const char *s, size_t n, uin
     }
     /* Pure splitters: the text is copied, the pieces cut. */
     base = out->text.len;
-    if ((rc = tok_buf_put(&out->text, s, n))) return rc;
+    if ((rc = qbuf_put(&out->text, s, n))) return rc;
     int behavior = p->behavior, invert = p->invert;
     switch (p->kind) {
     case TP_SPLIT:

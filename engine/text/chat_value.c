@@ -624,83 +624,6 @@ int qcj_order(qcj_ctx *c, const qcj_node *at, qcj_val a, qcj_val b, const char *
 
 /* ---- UTF-8 and Unicode --------------------------------------------------------------- */
 
-size_t qcj_utf8_dec(const char *p, size_t n, uint32_t *cp)
-{
-    const unsigned char *s = (const unsigned char *)p;
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    int len = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC0 ? 2 : 0;
-    if (!len || (size_t)len > n) {
-        *cp = 0xFFFD;
-        return 1;
-    }
-    uint32_t v = s[0] & (0x7F >> len);
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            *cp = 0xFFFD;
-            return 1;
-        }
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    *cp = v;
-    return (size_t)len;
-}
-
-size_t qcj_utf8_enc(uint32_t cp, char *out)
-{
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-int qcj_utf8_valid(const char *p, size_t n)
-{
-    const unsigned char *s = (const unsigned char *)p;
-    size_t i = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        int len;
-        uint32_t min;
-        if (b >= 0xC2 && b <= 0xDF) len = 2, min = 0x80;
-        else if (b >= 0xE0 && b <= 0xEF) len = 3, min = 0x800;
-        else if (b >= 0xF0 && b <= 0xF4) len = 4, min = 0x10000;
-        else return 0;
-        if (i + (size_t)len > n) return 0;
-        uint32_t v = b & (0x7F >> len);
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            v = (v << 6) | (s[i + k] & 0x3F);
-        }
-        if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
-
 size_t qcj_str_off(const qcj_str *s, size_t i)
 {
     if (s->nchars == s->len) return i < s->len ? i : s->len;
@@ -787,7 +710,7 @@ qcj_str *qcj_str_case(qcj_ctx *c, const qcj_str *s, int mode)
     int prev_cased = 0, first = 1;
     while (i < s->len) {
         uint32_t cp;
-        i += qcj_utf8_dec(s->s + i, s->len - i, &cp);
+        i += qutf8_decode(s->s + i, s->len - i, &cp);
         int up;
         switch (mode) {
         case QC_UPPER: up = 1; break;
@@ -809,7 +732,7 @@ qcj_str *qcj_str_case(qcj_ctx *c, const qcj_str *s, int mode)
             continue;
         }
         uint32_t m = up == 1 ? qcj_upper(cp) : up == 0 ? qcj_lower(cp) : cp;
-        k += qcj_utf8_enc(m, out + k);
+        k += qutf8_encode(m, out + k);
     }
     return qcj_str_new(c, out, k);
 }
@@ -924,7 +847,7 @@ static void write_str_repr(qcj_ctx *c, qcj_buf *b, const qcj_str *s)
     size_t i = 0, run = 0;
     while (i < s->len) {
         uint32_t cp;
-        size_t k = qcj_utf8_dec(s->s + i, s->len - i, &cp);
+        size_t k = qutf8_decode(s->s + i, s->len - i, &cp);
         char esc[16];
         int m = 0;
         if (cp == (uint32_t)q || cp == '\\') m = snprintf(esc, sizeof esc, "\\%c", (char)cp);
@@ -1082,7 +1005,7 @@ static void json_str(qcj_ctx *c, qcj_buf *b, const char *s, size_t n, int ascii)
         else if (ch < 0x20 || (ascii && ch == 0x7F)) m = snprintf(esc, sizeof esc, "\\u%04x", ch);
         else if (ascii && ch >= 0x80) {
             uint32_t cp;
-            k = qcj_utf8_dec(s + i, n - i, &cp);
+            k = qutf8_decode(s + i, n - i, &cp);
             if (cp >= 0x10000) {
                 uint32_t v = cp - 0x10000;
                 m = snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
@@ -1226,7 +1149,7 @@ qcj_val qcj_from_json(qcj_ctx *c, const json_t *j, int depth)
     case JSON_STRING: {
         const char *s = json_string_value(j);
         size_t n = json_string_length(j);
-        if (!qcj_utf8_valid(s, n)) qcj_fail(c, QERR_INVAL, 0, "context string is not valid UTF-8");
+        if (!qutf8_valid(s, n)) qcj_fail(c, QERR_INVAL, 0, "context string is not valid UTF-8");
         return qcj_strv(c, s, n);
     }
     case JSON_ARRAY: {
@@ -1242,7 +1165,7 @@ qcj_val qcj_from_json(qcj_ctx *c, const json_t *j, int depth)
         json_t *val;
         json_object_foreach((json_t *)j, key, val) {
             size_t kl = strlen(key);
-            if (!qcj_utf8_valid(key, kl)) qcj_fail(c, QERR_INVAL, 0, "context key is not valid UTF-8");
+            if (!qutf8_valid(key, kl)) qcj_fail(c, QERR_INVAL, 0, "context key is not valid UTF-8");
             qcj_dict_set(c, NULL, d, qcj_strv(c, key, kl), qcj_from_json(c, val, depth + 1));
         }
         qcj_val v = { .t = QV_DICT };

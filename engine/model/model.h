@@ -1,7 +1,7 @@
 /* model.h - one description of a loaded model, whatever file it came from.
  *
  * qmodel_load() looks at the path: a regular file is read as GGUF
- * (engine/gguf.c), a folder as a Hugging Face model folder (engine/hf.c:
+ * (engine/model/gguf.c), a folder as a Hugging Face model folder (engine/model/hf.c:
  * config.json, *.safetensors, tokenizer.json, generation_config.json).  A
  * loader fills a qmodel with hyperparameters, a table of named tensors as
  * stored in the file, the vocabulary and the special token ids; then
@@ -16,6 +16,12 @@
  * QERR_RANGE with a message naming the problem; nothing a file says can make
  * the loaders crash or attempt an allocation larger than the file itself
  * justifies.
+ *
+ * engine/model/ is everything about what a model is: this description, the
+ * loaders (gguf.c, hf.c, safetensors.c), random weights for tests
+ * (model_random.c) and the split for tensor parallelism (shard.*).  It may
+ * include kernels/backend.h (the tensors' and hyperparameters' types) and
+ * base/; nothing else of the engine.
  */
 #ifndef QUIRE_MODEL_H
 #define QUIRE_MODEL_H

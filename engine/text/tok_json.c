@@ -107,9 +107,9 @@ static int get_char(ld *L, json_t *o, const char *key, uint32_t dflt, uint32_t *
         *cp = dflt;
         return 0;
     }
-    if (n == 0 || n > 4 || tok_u8valid(s, n) != n || tok_u8len((unsigned char)s[0]) != (int)n)
+    if (n == 0 || n > 4 || qutf8_valid_prefix(s, n) != n || qutf8_lead_len((unsigned char)s[0]) != (int)n)
         return qerr_set(L->err, L->errlen, QERR_FORMAT, "%s.%s must be one character", where, key);
-    tok_u8dec(s, cp);
+    qutf8_decode_valid(s, cp);
     return 0;
 }
 
@@ -165,9 +165,9 @@ static int add_merge(ld *L, const char *a, size_t an, const char *b, size_t bn, 
     if (pl > bn || memcmp(b, bp->prefix ? bp->prefix : "", pl))
         return qerr_set(L->err, L->errlen, QERR_FORMAT, "model.merges[%ld]: \"%.*s\" lacks the continuing_subword_prefix",
                         idx, (int)(bn > 60 ? 60 : bn), b);
-    tok_buf cat = { 0 };
-    if (tok_buf_put(&cat, a, an) || tok_buf_put(&cat, b + pl, bn - pl)) {
-        tok_buf_free(&cat);
+    qbuf cat = { 0 };
+    if (qbuf_put(&cat, a, an) || qbuf_put(&cat, b + pl, bn - pl)) {
+        qbuf_free(&cat);
         return qerr_set(L->err, L->errlen, QERR_NOMEM, "out of memory");
     }
     int32_t nid = tok_strmap_get(&bp->vocab, cat.p, cat.len);
@@ -175,10 +175,10 @@ static int add_merge(ld *L, const char *a, size_t an, const char *b, size_t bn, 
         rc = qerr_set(L->err, L->errlen, QERR_FORMAT,
                       "model.merges[%ld]: the merged token \"%.*s\" is not in the vocabulary", idx,
                       (int)(cat.len > 60 ? 60 : cat.len), cat.p);
-        tok_buf_free(&cat);
+        qbuf_free(&cat);
         return rc;
     }
-    tok_buf_free(&cat);
+    qbuf_free(&cat);
     if ((rc = tok_bpe_add_merge(bp, ia, ib, rank, nid))) return qerr_set(L->err, L->errlen, rc, "out of memory");
     return 0;
 }
@@ -219,7 +219,7 @@ static int load_model(ld *L, json_t *m)
             return qerr_set(L->err, L->errlen, json_is_integer(v) ? QERR_RANGE : QERR_FORMAT,
                             "model.vocab[\"%.*s\"] must be an integer id in [0, %d)", (int)(kl > 60 ? 60 : kl), k,
                             QTOK_MAX_VOCAB);
-        if (tok_u8valid(k, kl) != kl)
+        if (qutf8_valid_prefix(k, kl) != kl)
             return qerr_set(L->err, L->errlen, QERR_FORMAT, "model.vocab has a key that is not valid UTF-8");
         if ((rc = tok_strmap_put(&b->vocab, k, kl, (int32_t)json_integer_value(v), NULL)))
             return qerr_set(L->err, L->errlen, rc, "out of memory loading the vocabulary");
@@ -381,7 +381,7 @@ static int load_pretok(ld *L, json_t *o, int depth)
             (rc = get_prepend_scheme(L, o, "pre_tokenizer Metaspace", &p.prepend)) ||
             (rc = get_bool(L, o, "split", 1, &p.split, "pre_tokenizer Metaspace")))
             return rc;
-        p.repl_len = tok_u8enc(cp, p.repl);
+        p.repl_len = qutf8_encode(cp, p.repl);
     } else if (!strcmp(ty, "Digits")) {
         p.kind = TP_DIGITS;
         if ((rc = get_bool(L, o, "individual_digits", 0, &p.individual, "pre_tokenizer Digits"))) return rc;

@@ -96,7 +96,7 @@ static size_t ws_at(const lexer *L, size_t p)
     unsigned char ch = (unsigned char)L->s[p];
     if (ch < 0x80) return qcj_isspace(ch) ? 1 : 0;
     uint32_t cp;
-    size_t k = qcj_utf8_dec(L->s + p, L->n - p, &cp);
+    size_t k = qutf8_decode(L->s + p, L->n - p, &cp);
     return qcj_isspace(cp) ? k : 0;
 }
 
@@ -114,7 +114,7 @@ static size_t rstrip_end(const lexer *L, size_t from, size_t to)
         size_t q = to - 1;
         while (q > from && ((unsigned char)L->s[q] & 0xC0) == 0x80) q--;
         uint32_t cp;
-        qcj_utf8_dec(L->s + q, to - q, &cp);
+        qutf8_decode(L->s + q, to - q, &cp);
         if (!qcj_isspace(cp)) break;
         to = q;
     }
@@ -341,7 +341,7 @@ static void lex_string(lexer *L, size_t p, size_t e)
                 /* backslashreplace turned the character into an escape whose
                  * backslash the preceding one then escaped */
                 uint32_t c2;
-                size_t len = qcj_utf8_dec(s + i - 1, end - (i - 1), &c2);
+                size_t len = qutf8_decode(s + i - 1, end - (i - 1), &c2);
                 i = i - 1 + len;
                 char tmp[16];
                 int m = c2 < 0x100 ? snprintf(tmp, sizeof tmp, "\\x%02x", (unsigned)c2)
@@ -357,7 +357,7 @@ static void lex_string(lexer *L, size_t p, size_t e)
         }
         if (have) {
             if (cp >= 0xD800 && cp <= 0xDFFF) lfail(L, p, "%s", "surrogate code point in string literal");
-            k += qcj_utf8_enc(cp, out + k);
+            k += qutf8_encode(cp, out + k);
         }
     }
     out[k] = 0;

@@ -44,6 +44,7 @@
  * On error m may hold part of what was read (tensors, vocabulary); the
  * caller releases it with qmodel_destroy as usual.
  */
+#include "arch.h"
 #include "model.h"
 #include "util.h"
 
@@ -491,20 +492,17 @@ static int read_hparams(const gmeta *md, qmodel *m)
     int rc = meta_str(md, "general.architecture", &s, &n);
     if (rc < 0) return rc;
     if (rc == 0) return gfail(g, QERR_FORMAT, "missing metadata 'general.architecture'");
-    if (str_is(s, n, "llama")) {
-        arch = "llama";
-        hp->arch = QARCH_LLAMA;
-        hp->rope_neox = 0; /* llama.cpp's converter permuted Q/K for adjacent pairs */
-        hp->attn_bias = 0;
-    } else if (str_is(s, n, "qwen2")) {
-        arch = "qwen2";
-        hp->arch = QARCH_QWEN2;
-        hp->rope_neox = 1;
-        hp->attn_bias = 1;
-    } else {
-        return gfail(g, QERR_UNSUPPORTED, "architecture '%.*s' is not supported (llama and qwen2 are)",
-                     shown(n), s);
+    const int fam = qfamily_by_gguf(s, n);
+    if (fam < 0) {
+        char known[128];
+        qfamily_list(1, known, sizeof known);
+        return gfail(g, QERR_UNSUPPORTED, "architecture '%.*s' is not supported (quire runs %s)", shown(n), s, known);
     }
+    arch = qfamily_get(fam)->gguf_arch;
+    qfamily_apply(fam, hp);
+    /* llama.cpp's converter permutes a Llama's Q/K for adjacent-pair RoPE
+     * and keeps rotate-half for the others (the row says which). */
+    hp->rope_neox = qfamily_get(fam)->gguf_rope_neox;
 
     if ((rc = meta_str(md, "general.name", &s, &n)) < 0) return rc;
     if (rc == 1 && !(m->name = q_strndup(s, n))) return gfail(g, QERR_NOMEM, "out of memory");

@@ -133,7 +133,7 @@ void qcj_iter(qcj_ctx *c, const qcj_node *at, qcj_val v, const qcj_val **items, 
         size_t i = 0, k = 0;
         while (i < s->len) {
             uint32_t cp;
-            size_t len = qcj_utf8_dec(s->s + i, s->len - i, &cp);
+            size_t len = qutf8_decode(s->s + i, s->len - i, &cp);
             out[k++] = qcj_strv(c, s->s + i, len);
             i += len;
         }

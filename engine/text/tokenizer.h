@@ -21,12 +21,17 @@
  * which is what streams).  Anything else is a load error (QERR_UNSUPPORTED)
  * whose message names the component.  truncation and padding are ignored.
  *
+ * engine/text/ turns text into tokens and back (tokenizer*, tok_*) and
+ * messages into prompts (chat*: a Jinja interpreter for chat templates).  It
+ * may include model/ (a tokenizer or template comes from a model file), the
+ * kernels' types that model.h brings, and base/.
+ *
  * User text must not inject control tokens: special added tokens ("<s>",
  * "<|im_start|>") are recognised in the text only with QTOK_PARSE_SPECIAL.
  * Non-special added tokens are always recognised, as in HF.
  *
- * The older decoding helpers qvocab_decode_piece and qutf8_complete work on a
- * bare qvocab (no qtok) and are kept for callers that have only that.
+ * The older decoding helper qvocab_decode_piece works on a
+ * bare qvocab (no qtok) and is kept for callers that have only that.
  */
 #ifndef QUIRE_TOKENIZER_H
 #define QUIRE_TOKENIZER_H
@@ -59,7 +64,7 @@ int qtok_load_json(const char *path, qtok **out, char *err, size_t errlen);
 /* The same from tokenizer.json text in memory (need not be NUL-terminated). */
 int qtok_load_json_text(const char *json, size_t len, qtok **out, char *err, size_t errlen);
 
-/* Builds a tokenizer from a GGUF vocabulary (engine/gguf.c fills qvocab):
+/* Builds a tokenizer from a GGUF vocabulary (engine/model/gguf.c fills qvocab):
  * kind QVOCAB_SPM ("llama": SentencePiece pieces merged by score, byte
  * fallback, '▁' for spaces, a leading '▁') or QVOCAB_BPE ("gpt2": byte-level
  * BPE with merges and the pre-tokenizer regex that v->pre names).  Control and
@@ -191,8 +196,5 @@ void qdetok_free(qdetok *d);
  * (SentencePiece's rule for the first piece after BOS). */
 int qvocab_decode_piece(const qvocab *v, int id, int strip_space, char *buf, size_t cap);
 
-/* Returns how many leading bytes of s[0..n) form complete UTF-8 characters
- * (invalid bytes count as complete, so they are never held forever). */
-size_t qutf8_complete(const char *s, size_t n);
 
 #endif

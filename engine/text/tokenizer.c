@@ -83,8 +83,8 @@ void qtok_free(qtok *t)
 void tok_work_free(tok_work *w)
 {
     if (w->md) pcre2_match_data_free(w->md);
-    for (int i = 0; i < 3; i++) tok_buf_free(&w->nb[i]);
-    tok_buf_free(&w->u32);
+    for (int i = 0; i < 3; i++) qbuf_free(&w->nb[i]);
+    qbuf_free(&w->u32);
     free(w->seg);
     free(w->sym);
     free(w->heap);
@@ -207,7 +207,7 @@ static uint32_t last_cp(const char *s, size_t n)
     size_t p = n - 1;
     while (p > 0 && ((unsigned char)s[p] & 0xc0) == 0x80) p--;
     uint32_t cp;
-    tok_u8dec(s + p, &cp);
+    qutf8_decode_valid(s + p, &cp);
     return cp;
 }
 
@@ -235,7 +235,7 @@ static int split_added(const qtok *t, const tok_trie *tr, const char *s, size_t 
         if (a->single_word) {
             uint32_t cp;
             int start_space = ms == 0 || !tok_uni_is_word(last_cp(s, ms));
-            int stop_space = me == n || (tok_u8dec(s + me, &cp), !tok_uni_is_word(cp));
+            int stop_space = me == n || (qutf8_decode_valid(s + me, &cp), !tok_uni_is_word(cp));
             if (!start_space || !stop_space) continue;
         }
         size_t start = ms, stop = me;
@@ -245,7 +245,7 @@ static int split_added(const qtok *t, const tok_trie *tr, const char *s, size_t 
                 size_t p = ns - 1;
                 while (p > 0 && ((unsigned char)s[p] & 0xc0) == 0x80) p--;
                 uint32_t cp;
-                tok_u8dec(s + p, &cp);
+                qutf8_decode_valid(s + p, &cp);
                 if (!tok_uni_is_space(cp)) break;
                 ns = p;
             }
@@ -254,7 +254,7 @@ static int split_added(const qtok *t, const tok_trie *tr, const char *s, size_t 
         if (a->rstrip) {
             while (stop < n) {
                 uint32_t cp;
-                int cl = tok_u8dec(s + stop, &cp);
+                int cl = qutf8_decode_valid(s + stop, &cp);
                 if (!tok_uni_is_space(cp)) break;
                 stop += (size_t)cl;
             }
@@ -308,14 +308,14 @@ int tok_finish(qtok *t, char *err, size_t errlen)
         }
     }
     tok_work w = { 0 };
-    tok_buf nb = { 0 };
+    qbuf nb = { 0 };
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < t->n_added; i++) {
             tok_added *a = &t->added[i];
             if (a->special != (pass == 0)) continue;
             nb.len = 0;
             if (a->normalized) rc = tok_normalize(t, &w, a->content, a->len, &nb);
-            else rc = tok_buf_put(&nb, a->content, a->len);
+            else rc = qbuf_put(&nb, a->content, a->len);
             if (!rc) {
                 free(a->pattern);
                 a->pattern = q_strndup(nb.p ? nb.p : "", nb.len);
@@ -337,7 +337,7 @@ int tok_finish(qtok *t, char *err, size_t errlen)
         int32_t at = t->id_str[id] ? tok_strmap_get(&t->added_idx, t->id_str[id], t->id_len[id]) : -1;
         if (at >= 0 && t->added[at].special) t->id_special[id] |= TOK_ID_SKIP;
     }
-    tok_buf_free(&nb);
+    qbuf_free(&nb);
     tok_work_free(&w);
     if (rc) return qerr_set(err, errlen, rc, "cannot prepare the added tokens: %s", qerr_str(rc));
     if (pthread_mutex_init(&t->cache_lock, NULL)) return qerr_set(err, errlen, QERR_INTERNAL, "mutex init failed");
@@ -463,7 +463,7 @@ int qtok_encode_spans(const qtok *t, const char *text, size_t len, unsigned flag
     *n_ids = 0;
     if (!t || (!text && len)) return QERR_INVAL;
     if (len > QTOK_MAX_TEXT) return QERR_LIMIT;
-    if (tok_u8valid(text, len) != len) return QERR_INVAL;
+    if (qutf8_valid_prefix(text, len) != len) return QERR_INVAL;
     tok_work w = { 0 };
     tok_ids seq = { 0 }, fin = { 0 };
     pthread_mutex_t *lock = (pthread_mutex_t *)&t->cache_lock;
@@ -547,27 +547,6 @@ int qtok_eos_id(const qtok *t)
 
 /* ---- helpers on a bare qvocab (kept from the first decoder) ------------------------------ */
 
-/* Decodes one UTF-8 code point; returns its length (1 for an invalid byte). */
-static int utf8_next(const unsigned char *s, size_t n, unsigned *cp)
-{
-    unsigned c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || (size_t)len > n) {
-        *cp = 0xfffd;
-        return 1;
-    }
-    unsigned v = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) {
-            *cp = 0xfffd;
-            return 1;
-        }
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    *cp = v;
-    return len;
-}
-
 static int hexval(char c)
 {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
@@ -588,7 +567,7 @@ int qvocab_decode_piece(const qvocab *v, int id, int strip_space, char *buf, siz
         }
         for (size_t i = 0; i < n && o < cap;) {
             unsigned cp;
-            i += (size_t)utf8_next((const unsigned char *)p + i, n - i, &cp);
+            i += qutf8_decode(p + i, n - i, &cp);
             int b = tok_cp_to_byte(cp);
             if (b >= 0) buf[o++] = (char)b;
         }
@@ -615,14 +594,3 @@ int qvocab_decode_piece(const qvocab *v, int id, int strip_space, char *buf, siz
     return (int)o;
 }
 
-size_t qutf8_complete(const char *s, size_t n)
-{
-    /* Look back at most 3 bytes for a lead byte whose character is cut. */
-    for (size_t back = 1; back <= 3 && back <= n; back++) {
-        unsigned char c = (unsigned char)s[n - back];
-        if ((c & 0xc0) == 0x80) continue; /* continuation byte */
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-        return (size_t)len > back ? n - back : n;
-    }
-    return n;
-}

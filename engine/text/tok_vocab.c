@@ -198,7 +198,7 @@ int qtok_from_vocab(const qvocab *v, int bos_id, int eos_id, int add_bos, qtok *
     for (int i = 0; i < v->n && !rc; i++) {
         if (!v->tokens[i]) continue;
         size_t len = strlen(v->tokens[i]);
-        if (tok_u8valid(v->tokens[i], len) != len)
+        if (qutf8_valid_prefix(v->tokens[i], len) != len)
             rc = qerr_set(err, errlen, QERR_FORMAT, "token %d is not valid UTF-8", i);
         else if (tok_strmap_put(&t->bpe.vocab, v->tokens[i], len, i, NULL))
             rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");

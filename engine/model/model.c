@@ -28,6 +28,7 @@
  * which are the same thing for it and may not exist on the host.
  */
 #define _GNU_SOURCE
+#include "arch.h"
 #include "model.h"
 #include "util.h"
 
@@ -209,29 +210,6 @@ void qmodel_destroy(qmodel *m)
 
 /* ---- binding ------------------------------------------------------------ */
 
-typedef struct {
-    const char *embd, *norm, *output, *rope_freqs;
-    const char *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *ffn_norm, *gate, *up, *down;
-} naming;
-
-static const naming gguf_names = {
-    "token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight",
-    "blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_k.weight",
-    "blk.%d.attn_v.weight", "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias",
-    "blk.%d.attn_output.weight", "blk.%d.ffn_norm.weight", "blk.%d.ffn_gate.weight",
-    "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight",
-};
-
-static const naming hf_names = {
-    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", NULL,
-    "model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
-    "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
-    "model.layers.%d.self_attn.q_proj.bias", "model.layers.%d.self_attn.k_proj.bias",
-    "model.layers.%d.self_attn.v_proj.bias", "model.layers.%d.self_attn.o_proj.weight",
-    "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
-    "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
-};
-
 /* Looks up fmt (with %d = layer) and checks its shape: (d0) when d1 == 0,
  * else (d0, d1).  Absent + optional leaves *out zeroed. */
 static int bind_one(const qmodel *m, const char *fmt, int layer, int64_t d0, int64_t d1,
@@ -326,14 +304,16 @@ static void fingerprint_tensor(qhash *h, const qtensor *t, int with_bytes)
 
 int qmodel_bind(qmodel *m, char *err, size_t errlen)
 {
-    const naming *nm = m->format == QFMT_GGUF ? &gguf_names : &hf_names;
     qhparams *hp = &m->hp;
+    const qfamily *fam = qfamily_get(hp->family);
+    if (!fam) return qerr_set(err, errlen, QERR_INTERNAL, "model family %d is not in the table", hp->family);
+    const char *const *nm = (m->format == QFMT_GGUF ? fam->gguf_names : fam->hf_names)->name;
     int rc;
 
-    const qnamed_tensor *embd = qmodel_find(m, nm->embd);
-    if (!embd) return qerr_set(err, errlen, QERR_NOTFOUND, "missing tensor '%s'", nm->embd);
+    const qnamed_tensor *embd = qmodel_find(m, nm[QTN_EMBD]);
+    if (!embd) return qerr_set(err, errlen, QERR_NOTFOUND, "missing tensor '%s'", nm[QTN_EMBD]);
     if (embd->t.ndim != 2)
-        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%s' has %d dimensions, expected 2", nm->embd, embd->t.ndim);
+        return qerr_set(err, errlen, QERR_FORMAT, "tensor '%s' has %d dimensions, expected 2", nm[QTN_EMBD], embd->t.ndim);
     if (hp->n_vocab <= 0 && embd->t.shape[0] <= QMODEL_MAX_VOCAB) hp->n_vocab = (int)embd->t.shape[0];
     if (hp->head_dim <= 0 && hp->n_heads > 0) hp->head_dim = hp->dim / hp->n_heads;
     if ((rc = check_hparams(hp, err, errlen))) return rc;
@@ -346,36 +326,36 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
     w->layers = q_callocn((size_t)hp->n_layers, sizeof *w->layers);
     if (!w->layers) return qerr_set(err, errlen, QERR_NOMEM, "out of memory for %d layers", hp->n_layers);
 
-    if ((rc = bind_one(m, nm->embd, 0, V, dim, 0, &w->tok_embd, err, errlen))) return rc;
-    if ((rc = bind_one(m, nm->norm, 0, dim, 0, 0, &w->out_norm, err, errlen))) return rc;
-    if ((rc = bind_one(m, nm->output, 0, V, dim, 1, &w->output, err, errlen))) return rc;
+    if ((rc = bind_one(m, nm[QTN_EMBD], 0, V, dim, 0, &w->tok_embd, err, errlen))) return rc;
+    if ((rc = bind_one(m, nm[QTN_NORM], 0, dim, 0, 0, &w->out_norm, err, errlen))) return rc;
+    if ((rc = bind_one(m, nm[QTN_OUTPUT], 0, V, dim, 1, &w->output, err, errlen))) return rc;
     /* Presence is ndim != 0, not data != NULL: a random model's tensors may
      * have no host bytes yet. */
-    if (!w->output.ndim || (m->format == QFMT_HF && hp->tied_embeddings)) {
+    if (!w->output.ndim || fam->tied_head || (m->format == QFMT_HF && hp->tied_embeddings)) {
         w->output = w->tok_embd;
         hp->tied_embeddings = 1;
     } else {
         hp->tied_embeddings = 0;
     }
-    if ((rc = bind_one(m, nm->rope_freqs, 0, hp->rope_dim / 2, 0, 1, &w->rope_freqs, err, errlen))) return rc;
+    if ((rc = bind_one(m, nm[QTN_ROPE_FREQS], 0, hp->rope_dim / 2, 0, 1, &w->rope_freqs, err, errlen))) return rc;
     if (w->rope_freqs.data && w->rope_freqs.dtype != QDT_F32)
-        return qerr_set(err, errlen, QERR_UNSUPPORTED, "tensor '%s' must be F32", nm->rope_freqs);
+        return qerr_set(err, errlen, QERR_UNSUPPORTED, "tensor '%s' must be F32", nm[QTN_ROPE_FREQS]);
 
     int any_bias = 0;
     for (int l = 0; l < hp->n_layers; l++) {
         qlayer *L = &w->layers[l];
-        if ((rc = bind_one(m, nm->attn_norm, l, dim, 0, 0, &L->attn_norm, err, errlen)) ||
-            (rc = bind_one(m, nm->wq, l, q_out, dim, 0, &L->wq, err, errlen)) ||
-            (rc = bind_one(m, nm->wk, l, kv_out, dim, 0, &L->wk, err, errlen)) ||
-            (rc = bind_one(m, nm->wv, l, kv_out, dim, 0, &L->wv, err, errlen)) ||
-            (rc = bind_one(m, nm->bq, l, q_out, 0, !hp->attn_bias, &L->bq, err, errlen)) ||
-            (rc = bind_one(m, nm->bk, l, kv_out, 0, !hp->attn_bias, &L->bk, err, errlen)) ||
-            (rc = bind_one(m, nm->bv, l, kv_out, 0, !hp->attn_bias, &L->bv, err, errlen)) ||
-            (rc = bind_one(m, nm->wo, l, dim, q_out, 0, &L->wo, err, errlen)) ||
-            (rc = bind_one(m, nm->ffn_norm, l, dim, 0, 0, &L->ffn_norm, err, errlen)) ||
-            (rc = bind_one(m, nm->gate, l, hp->ffn_dim, dim, 0, &L->w_gate, err, errlen)) ||
-            (rc = bind_one(m, nm->up, l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)) ||
-            (rc = bind_one(m, nm->down, l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)))
+        if ((rc = bind_one(m, nm[QTN_ATTN_NORM], l, dim, 0, 0, &L->attn_norm, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_WQ], l, q_out, dim, 0, &L->wq, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_WK], l, kv_out, dim, 0, &L->wk, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_WV], l, kv_out, dim, 0, &L->wv, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_BQ], l, q_out, 0, !hp->attn_bias, &L->bq, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_BK], l, kv_out, 0, !hp->attn_bias, &L->bk, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_BV], l, kv_out, 0, !hp->attn_bias, &L->bv, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_WO], l, dim, q_out, 0, &L->wo, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_FFN_NORM], l, dim, 0, 0, &L->ffn_norm, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_GATE], l, hp->ffn_dim, dim, 0, &L->w_gate, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_UP], l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_DOWN], l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)))
             return rc;
         any_bias |= L->bq.ndim || L->bk.ndim || L->bv.ndim;
     }
@@ -393,7 +373,7 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
 
     qhash h;
     qhash_init(&h, 0x71756972u /* "quir" */);
-    int64_t hv[] = { hp->arch, hp->n_vocab, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads,
+    int64_t hv[] = { fam->fingerprint_id, hp->n_vocab, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads,
                      hp->head_dim, hp->ffn_dim, hp->rope_dim, hp->rope_neox, hp->rope_scaling,
                      hp->rope_orig_ctx, hp->tied_embeddings };
     for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) qhash_u64(&h, (uint64_t)hv[i]);

@@ -51,7 +51,7 @@ static int in_chars(const qcj_str *chars, uint32_t cp)
     size_t i = 0;
     while (i < chars->len) {
         uint32_t x;
-        i += qcj_utf8_dec(chars->s + i, chars->len - i, &x);
+        i += qutf8_decode(chars->s + i, chars->len - i, &x);
         if (x == cp) return 1;
     }
     return 0;
@@ -62,7 +62,7 @@ qcj_str *qcj_strip(qcj_ctx *c, const qcj_str *s, const qcj_str *chars, int left,
     size_t a = 0, b = s->len;
     while (left && a < b) {
         uint32_t cp;
-        size_t k = qcj_utf8_dec(s->s + a, b - a, &cp);
+        size_t k = qutf8_decode(s->s + a, b - a, &cp);
         if (!in_chars(chars, cp)) break;
         a += k;
     }
@@ -70,7 +70,7 @@ qcj_str *qcj_strip(qcj_ctx *c, const qcj_str *s, const qcj_str *chars, int left,
         size_t q = b - 1;
         while (q > a && ((unsigned char)s->s[q] & 0xC0) == 0x80) q--;
         uint32_t cp;
-        qcj_utf8_dec(s->s + q, b - q, &cp);
+        qutf8_decode(s->s + q, b - q, &cp);
         if (!in_chars(chars, cp)) break;
         b = q;
     }
@@ -96,7 +96,7 @@ qcj_str *qcj_replace(qcj_ctx *c, const qcj_str *s, const qcj_str *old, const qcj
             done++;
             if (i >= s->len) break;
             uint32_t cp;
-            size_t k = qcj_utf8_dec(s->s + i, s->len - i, &cp);
+            size_t k = qutf8_decode(s->s + i, s->len - i, &cp);
             qcj_buf_put(c, &b, s->s + i, k);
             i += k;
         }
@@ -131,7 +131,7 @@ qcj_list *qcj_splitlines(qcj_ctx *c, const qcj_str *s, int keepends)
     size_t start = 0, i = 0;
     while (i < s->len) {
         uint32_t cp;
-        size_t k = qcj_utf8_dec(s->s + i, s->len - i, &cp);
+        size_t k = qutf8_decode(s->s + i, s->len - i, &cp);
         if (is_linebreak(cp)) {
             size_t end = i + k;
             if (cp == '\r' && end < s->len && s->s[end] == '\n') end++;
@@ -220,14 +220,14 @@ static qcj_val split_impl(qcj_ctx *c, const qcj_node *at, const qcj_str *s, qcj_
             while (i < s->len) {
                 uint32_t cp;
                 size_t k;
-                while (i < s->len && (k = qcj_utf8_dec(s->s + i, s->len - i, &cp), qcj_isspace(cp))) i += k;
+                while (i < s->len && (k = qutf8_decode(s->s + i, s->len - i, &cp), qcj_isspace(cp))) i += k;
                 if (i >= s->len) break;
                 if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) {
                     qcj_list_push(c, l, qcj_strv(c, s->s + i, s->len - i));
                     break;
                 }
                 size_t st = i;
-                while (i < s->len && (k = qcj_utf8_dec(s->s + i, s->len - i, &cp), !qcj_isspace(cp))) i += k;
+                while (i < s->len && (k = qutf8_decode(s->s + i, s->len - i, &cp), !qcj_isspace(cp))) i += k;
                 qcj_list_push(c, l, qcj_strv(c, s->s + st, i - st));
             }
         } else {
@@ -240,7 +240,7 @@ static qcj_val split_impl(qcj_ctx *c, const qcj_node *at, const qcj_str *s, qcj_
                     if (!e) break;
                     q = e - 1;
                     while (q > 0 && ((unsigned char)s->s[q] & 0xC0) == 0x80) q--;
-                    qcj_utf8_dec(s->s + q, e - q, &cp);
+                    qutf8_decode(s->s + q, e - q, &cp);
                     if (!qcj_isspace(cp)) break;
                     e = q;
                 }
@@ -254,7 +254,7 @@ static qcj_val split_impl(qcj_ctx *c, const qcj_node *at, const qcj_str *s, qcj_
                     if (!st) break;
                     q = st - 1;
                     while (q > 0 && ((unsigned char)s->s[q] & 0xC0) == 0x80) q--;
-                    qcj_utf8_dec(s->s + q, st - q, &cp);
+                    qutf8_decode(s->s + q, st - q, &cp);
                     if (qcj_isspace(cp)) break;
                     st = q;
                 }
@@ -508,7 +508,7 @@ static qcj_val is_class(qcj_ctx *c, const qcj_node *at, qcj_val self, const qcj_
     size_t i = 0;
     while (i < str->len) {
         uint32_t cp;
-        i += qcj_utf8_dec(str->s + i, str->len - i, &cp);
+        i += qutf8_decode(str->s + i, str->len - i, &cp);
         int letter = qcj_upper(cp) != cp || qcj_lower(cp) != cp || cp == 0xDF || (cp >= 0x80 && !qcj_isspace(cp) && !(cp >= 0x2000 && cp <= 0x206F));
         int digit = cp >= '0' && cp <= '9';
         switch (cls) {
@@ -557,7 +557,7 @@ static void parse_spec(qcj_ctx *c, const qcj_node *at, const char *p, size_t n, 
     size_t i = 0;
     if (n) {
         uint32_t cp;
-        size_t k = qcj_utf8_dec(p, n, &cp);
+        size_t k = qutf8_decode(p, n, &cp);
         if (k < n && strchr("<>^=", p[k])) {
             f->fill = cp;
             f->align = p[k];
@@ -596,7 +596,7 @@ static void emit_padded(qcj_ctx *c, qcj_buf *b, const fspec *f, const char *body
     uint32_t fill = f->fill;
     if (!f->align && num && f->zero) fill = '0';
     char fb[4];
-    size_t fl = qcj_utf8_enc(fill, fb);
+    size_t fl = qutf8_encode(fill, fb);
     int64_t marg = f->width > (int64_t)nchars ? f->width - (int64_t)nchars : 0;
     int64_t left = align == '<' ? 0 : align == '^' ? marg / 2 : marg;
     if (align == '=' && num && blen && (body[0] == '-' || body[0] == '+' || body[0] == ' ')) {
@@ -684,7 +684,7 @@ static void format_int(qcj_ctx *c, const qcj_node *at, qcj_buf *b, int64_t v, co
     }
     case 'c': {
         if (v < 0 || v > 0x10FFFF) qcj_fail(c, QERR_INVAL, lineof(at), "%%c arg not in range(0x110000)");
-        size_t k = qcj_utf8_enc((uint32_t)v, body);
+        size_t k = qutf8_encode((uint32_t)v, body);
         emit_padded(c, b, f, body, k, 0, '<');
         return;
     }
@@ -944,7 +944,7 @@ qcj_val qcj_percent_format(qcj_ctx *c, const qcj_node *at, const qcj_str *fmt, i
             size_t k;
             /* markupsafe hands %c a wrapper that is neither an int nor a char */
             if (markup) qcj_fail(c, QERR_INVAL, lineof(at), "%%c requires int or char");
-            if (is_int(v)) k = qcj_utf8_enc((uint32_t)(v.u.i & 0x1FFFFF), tmp);
+            if (is_int(v)) k = qutf8_encode((uint32_t)(v.u.i & 0x1FFFFF), tmp);
             else if (v.t == QV_STR && v.u.s->nchars == 1) k = v.u.s->len, memcpy(tmp, v.u.s->s, k);
             else qcj_fail(c, QERR_INVAL, lineof(at), "%%c requires int or char");
             emit_padded(c, &b, &f, tmp, k, 0, '>');

@@ -1,0 +1,124 @@
+/* arch.c - the family table (see arch.h). */
+#include "arch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Llama's tensor names, which Mistral and Qwen2 share. */
+static const qtensor_names llama_hf = { {
+    [QTN_EMBD] = "model.embed_tokens.weight",
+    [QTN_NORM] = "model.norm.weight",
+    [QTN_OUTPUT] = "lm_head.weight",
+    [QTN_ROPE_FREQS] = NULL,
+    [QTN_ATTN_NORM] = "model.layers.%d.input_layernorm.weight",
+    [QTN_WQ] = "model.layers.%d.self_attn.q_proj.weight",
+    [QTN_WK] = "model.layers.%d.self_attn.k_proj.weight",
+    [QTN_WV] = "model.layers.%d.self_attn.v_proj.weight",
+    [QTN_BQ] = "model.layers.%d.self_attn.q_proj.bias",
+    [QTN_BK] = "model.layers.%d.self_attn.k_proj.bias",
+    [QTN_BV] = "model.layers.%d.self_attn.v_proj.bias",
+    [QTN_WO] = "model.layers.%d.self_attn.o_proj.weight",
+    [QTN_FFN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
+    [QTN_GATE] = "model.layers.%d.mlp.gate_proj.weight",
+    [QTN_UP] = "model.layers.%d.mlp.up_proj.weight",
+    [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
+} };
+
+static const qtensor_names llama_gguf = { {
+    [QTN_EMBD] = "token_embd.weight",
+    [QTN_NORM] = "output_norm.weight",
+    [QTN_OUTPUT] = "output.weight",
+    [QTN_ROPE_FREQS] = "rope_freqs.weight",
+    [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight",
+    [QTN_WQ] = "blk.%d.attn_q.weight",
+    [QTN_WK] = "blk.%d.attn_k.weight",
+    [QTN_WV] = "blk.%d.attn_v.weight",
+    [QTN_BQ] = "blk.%d.attn_q.bias",
+    [QTN_BK] = "blk.%d.attn_k.bias",
+    [QTN_BV] = "blk.%d.attn_v.bias",
+    [QTN_WO] = "blk.%d.attn_output.weight",
+    [QTN_FFN_NORM] = "blk.%d.ffn_norm.weight",
+    [QTN_GATE] = "blk.%d.ffn_gate.weight",
+    [QTN_UP] = "blk.%d.ffn_up.weight",
+    [QTN_DOWN] = "blk.%d.ffn_down.weight",
+} };
+
+/* fingerprint_id: Llama 0 and Qwen2 1 are the values hashed before this
+ * table existed (persistent tiers keep matching); Mistral is Llama's network. */
+static const qfamily families[] = {
+    {
+        .name = "llama", .hf_model_type = "llama", .hf_class = "LlamaForCausalLM", .gguf_arch = "llama",
+        .fingerprint_id = 0, .hf_max_ctx = 2048, .hf_sliding = QSLIDE_NONE, .gguf_rope_neox = 0,
+        .hf_names = &llama_hf, .gguf_names = &llama_gguf,
+    },
+    {
+        /* llama.cpp converts Mistral to a "llama" GGUF. */
+        .name = "mistral", .hf_model_type = "mistral", .hf_class = "MistralForCausalLM", .gguf_arch = NULL,
+        .fingerprint_id = 0, .hf_max_ctx = 131072, .hf_sliding = QSLIDE_WINDOW, .gguf_rope_neox = 0,
+        .hf_names = &llama_hf, .gguf_names = &llama_gguf,
+    },
+    {
+        .name = "qwen2", .hf_model_type = "qwen2", .hf_class = "Qwen2ForCausalLM", .gguf_arch = "qwen2",
+        .fingerprint_id = 1, .hf_max_ctx = 32768, .hf_sliding = QSLIDE_FLAG, .gguf_rope_neox = 1,
+        .attn_bias = 1, .hf_names = &llama_hf, .gguf_names = &llama_gguf,
+    },
+};
+#define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
+
+const qfamily *qfamily_get(int family)
+{
+    return family >= 0 && family < N_FAMILIES ? &families[family] : NULL;
+}
+
+int qfamily_by_hf(const char *model_type, const char *class_name)
+{
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (model_type && !strcmp(model_type, families[i].hf_model_type)) return i;
+    if (model_type) return -1;
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (class_name && !strcmp(class_name, families[i].hf_class)) return i;
+    return -1;
+}
+
+int qfamily_by_gguf(const char *arch, size_t len)
+{
+    for (int i = 0; i < N_FAMILIES; i++) {
+        const char *g = families[i].gguf_arch;
+        if (g && strlen(g) == len && !memcmp(g, arch, len)) return i;
+    }
+    return -1;
+}
+
+void qfamily_list(int gguf, char *out, size_t cap)
+{
+    size_t n = 0;
+    if (cap) out[0] = 0;
+    for (int i = 0; i < N_FAMILIES; i++) {
+        const char *name = gguf ? families[i].gguf_arch : families[i].hf_model_type;
+        if (!name || n >= cap) continue;
+        int k = snprintf(out + n, cap - n, "%s%s", n ? ", " : "", name);
+        if (k > 0) n += (size_t)k;
+    }
+}
+
+void qfamily_apply(int family, qhparams *hp)
+{
+    const qfamily *f = qfamily_get(family);
+    if (!f) return;
+    hp->family = family;
+    hp->act = f->act;
+    hp->norm_place = f->norm_place;
+    hp->qk_norm = f->qk_norm;
+    hp->attn_softcap = f->attn_softcap;
+    hp->final_softcap = f->final_softcap;
+    hp->embed_scale = f->embed_scale;
+    hp->n_experts = f->n_experts;
+    hp->n_experts_used = f->n_experts_used;
+    if (f->attn_bias) hp->attn_bias = 1;
+    if (f->tied_head) hp->tied_embeddings = 1;
+}
+
+const char *qact_hf_name(qact act)
+{
+    return act == QACT_GELU_TANH ? "gelu_pytorch_tanh" : "silu";
+}
