@@ -1,61 +1,32 @@
-/* engine.c - requests, the scheduler and the step loop (preemption and the
- * swap space are engine_swap.c's, guided decoding's masks engine_guided.c's;
- * the types they share are in engine_int.h).
+/* engine.c - requests, the step and the public API (the scheduler is
+ * sched.c's, guided decoding's masks engine_guided.c's, speculation
+ * engine_spec.c's and engine_draft.c's; the types they share are in
+ * engine_int.h).
  *
- * Requests live in three FIFO lists owned by the engine thread: `waiting`
- * (prompt not yet fully computed: new, or preempted to recompute),
- * `running` (prompt computed, decoding one token a step) and `swapped`
- * (preempted by swapping, in the order of preemption).  Other threads talk
- * to the engine only through two mutex-protected queues: the inbox
- * (submissions and cancellations) and the outbox (events).
+ * The engine thread owns every request; other threads talk to it only
+ * through two mutex-protected queues: the inbox (submissions and
+ * cancellations) and the outbox (events).  A request lives in one of the
+ * scheduler's lists (waiting, running, swapped: sched.c) from its
+ * submission to its end (qe_finish), which releases its blocks (full ones
+ * stay in the prefix cache) and emits its last event.
  *
  * One step (qengine_step):
- *   1. drain the inbox; finish cancelled requests (their blocks are freed:
- *      full blocks stay in the prefix cache);
- *   2. schedule within the token budget and the sequence cap:
- *      a. every running request gets its next token's slot (copy-on-write
- *         first when its last block is shared).  When the pool cannot give a
- *         block, the most recently admitted running request is preempted.
- *         Recompute mode: its blocks are freed and it goes back to the front
- *         of `waiting` with its output so far, to be recomputed later (its
- *         sampler keeps its state, so the output continues exactly).  Swap
- *         mode: the blocks it holds alone are copied into slots of the swap
- *         space (host memory, one block a slot) and freed, its shared blocks
- *         stay referenced, and it joins the tail of `swapped`; when the free
- *         slots are too few (or it holds no block alone) it is recomputed;
- *      a'. unless this step preempted, swapped requests resume, oldest
- *         preemption first, while their blocks and their next token's block
- *         fit: fresh blocks, the saved bytes written back, and a decode in
- *         this step.  If nothing runs and the oldest still does not fit,
- *         partly computed prompts, then the other swapped requests that hold
- *         blocks, and at last the oldest itself, drop to recompute: the
- *         pool cannot stall;
- *      b. only when nothing is swapped out: waiting requests, first come
- *         first served, get prompt chunks:
- *         first the longest cached prefix is taken from the pool
- *         (kv_seq_match_prefix), then as many of the remaining tokens as the
- *         budget and the pool allow.  A request that cannot get blocks stops
- *         admission (no overtaking), unless nothing at all is scheduled, in
- *         which case it fails (it can never fit);
- *   3. one forward pass over the batch; logits only for sequences that
- *      finish their prompt in this step or decode;
+ *   1. drain the inbox; finish cancelled requests;
+ *   2. the plan: sched_decodes gives every running request its next
+ *      token's slot, the proposers add drafts from the budget left
+ *      (propose_drafts), sched_admit resumes swapped requests and admits
+ *      prompt chunks (sched.c's header has the rules and invariants);
+ *   3. one forward pass over the plan's batch (batch_from_plan, plan_rows,
+ *      run_pass): logits only for sequences that finish their prompt in
+ *      this step or decode, reduced on the device where the backend can
+ *      (an argmax, a draw, log-probabilities), guided rows' masks made on
+ *      the guide thread meanwhile;
  *   4. newly full blocks are hashed into the prefix cache (kv_seq_commit);
- *      each sampled token is checked against EOS, stop ids, max_tokens and
- *      the context length, detokenized and passed through the stop-string
- *      matcher, and becomes an event.
- *
- * Invariants between steps:
- *   1. a request is in exactly one of waiting, running, swapped (or
- *      finished and freed);
- *   2. for a running request, kv.n_tokens == n_computed == n_tokens - 1:
- *      every token but the last sampled one is in the cache;
- *   3. a waiting request's kv holds only computed tokens (n_computed ==
- *      kv.n_tokens <= n_tokens - 1 before its last chunk);
- *   4. blocks are referenced only through requests' kv tables, so with no
- *      live request every block is free or cached (qengine_check);
- *   5. a swapped request's kv holds n_computed tokens with kv.n_swapped
- *      holes, and it owns exactly kv.n_swapped swap slots (slots[k] holds
- *      the bytes of its k-th hole); every other slot is on the free stack.
+ *      each row is drawn (in parallel where a pool exists, list_draws),
+ *      then the draws are taken in order (apply_draws): drafts verified,
+ *      parallel samples forked, each token checked against EOS, stop ids,
+ *      max_tokens and the context length, detokenized and passed through
+ *      the stop-string matcher, and made an event.
  */
 #define _GNU_SOURCE
 #include "engine.h"
@@ -124,20 +95,10 @@ static void req_free(req *r)
     free(r);
 }
 
-/* Returns r's swap slots to the free stack (in reverse, so that the next
- * swap-out takes them in increasing order: long runs, few transfers). */
-void qe_slots_release(qengine *e, req *r)
-{
-    for (int i = r->n_slots - 1; i >= 0; i--) e->slot_free[e->n_slot_free++] = r->slots[i];
-    free(r->slots);
-    r->slots = NULL;
-    r->n_slots = 0;
-}
-
 /* Frees r's KV: its blocks (full ones stay cached) and its swap slots. */
 void qe_release_kv(qengine *e, req *r)
 {
-    qe_slots_release(e, r);
+    sched_slots_release(&e->s, r);
     kv_seq_free(e->pool, &r->kv);
 }
 
@@ -377,7 +338,7 @@ static void tier_answers(qengine *e)
 {
     qstore_job *j;
     while ((j = qtier_poll(e->tier))) {
-        req *r = e->waiting.head;
+        req *r = e->s.waiting.head;
         while (r && !(r->id == j->tag && r->tier_wait)) r = r->next;
         if (!r) { /* cancelled meanwhile */
             qstore_job_free(j);
@@ -388,7 +349,7 @@ static void tier_answers(qengine *e)
         const int got = qtier_import(e->tier, j, &r->kv);
         if (got < 0) {
             QLOGW("loading request %llu's prefix from disk failed (%s)", (unsigned long long)r->id, qerr_str(got));
-            rl_remove(&e->waiting, r);
+            rl_remove(&e->s.waiting, r);
             qe_finish(e, r, QFINISH_ERROR);
             continue;
         }
@@ -414,18 +375,18 @@ static void drain_inbox(qengine *e)
     while (r) {
         req *nx = r->next;
         e->st.prompt_tokens_total += (uint64_t)r->n_prompt;
-        rl_push_back(&e->waiting, r);
+        rl_push_back(&e->s.waiting, r);
         tier_begin(e, r);
         r = nx;
     }
     for (int i = 0; i < nc && cancels; i++) {
-        rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+        rlist *lists[3] = { &e->s.waiting, &e->s.running, &e->s.swapped };
         for (int k = 0; k < 3; k++)
             for (req *q = lists[k]->head; q; q = q->next)
                 if (q->id == cancels[i]) q->cancelled = 1;
     }
     free(cancels);
-    rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+    rlist *lists[3] = { &e->s.waiting, &e->s.running, &e->s.swapped };
     for (int k = 0; k < 3; k++) {
         req *q = lists[k]->head;
         while (q) {
@@ -588,20 +549,9 @@ qfinish qe_take_token(qengine *e, req *r, const sdraw *d)
     return QFINISH_NONE;
 }
 
-/* Puts running request q's decode into the batch. */
-static void add_decode(qengine *e, req *q, int *n_seqs, int *n_tok)
-{
-    e->b_reqs[*n_seqs] = q;
-    e->b_sample[*n_seqs] = 1;
-    e->b_seqs[*n_seqs] = (qbatch_seq){ *n_tok, 1 + q->n_draft, q->n_computed, q->kv.blocks, q->kv.n_blocks };
-    e->b_tokens[(*n_tok)++] = q->tokens[q->n_tokens - 1];
-    for (int j = 0; j < q->n_draft; j++) e->b_tokens[(*n_tok)++] = q->draft[j];
-    (*n_seqs)++;
-}
-
 static int n_live(const qengine *e)
 {
-    return e->waiting.n + e->running.n + e->swapped.n;
+    return sched_live(&e->s);
 }
 
 int qengine_broken(const qengine *e)
@@ -609,169 +559,103 @@ int qengine_broken(const qengine *e)
     return e->be->ops->broken && e->be->ops->broken(e->be);
 }
 
-int qengine_step(qengine *e)
+/* The scheduler gave r up (it can never fit, or its blocks could not be
+ * restored): it ends in error. */
+static void sched_failed(void *ctx, req *r)
 {
-    drain_inbox(e);
-    if (e->tier) tier_answers(e);
-    if (!n_live(e)) return 0;
-    const double t_step = q_now();
-    e->st.steps++;
-    const int budget_max = e->o.max_batch_tokens;
-    int budget = budget_max, n_seqs = 0, n_tok = 0, n_dec = 0, rc; /* n_dec: sequences that decode */
-    if ((rc = ensure_scratch(e, budget_max + e->o.max_seqs, e->o.max_seqs, rows_needed(e)))) return rc;
+    qe_finish(ctx, r, QFINISH_ERROR);
+}
 
-    /* a. decodes, oldest admission first.  The running list is in
-     * admission order and preemption takes the newest, so a request already
-     * scheduled in this step is never the victim. */
-    int n_run = e->running.n;
-    req **snap = n_run ? malloc(sizeof *snap * (size_t)n_run) : NULL;
-    if (n_run && !snap) return QERR_NOMEM;
-    int k = 0;
-    const uint64_t preempted_before = e->st.preemptions;
-    for (req *q = e->running.head; q; q = q->next) snap[k++] = q, q->preempted_now = 0;
-    /* Drafts only where the batch is small enough for the pass to be bound
-     * by reading the weights (extra tokens then cost little). */
-    const int spec_now = e->o.spec_mode != QSPEC_NONE && qe_spec_allowed(e) && n_run < e->o.spec_max_batch;
-    /* Every decode's slot first (oldest first, preempting the newest when
-     * the pool is short), then drafts from what is left: drafts never take
-     * a decode's budget or block. */
-    int n_sched = 0;
-    for (int i = 0; i < n_run && n_sched < e->o.max_seqs && budget > 0; i++) {
-        req *q = snap[i];
-        if (q->preempted_now) continue; /* preempted by an older request */
-        rc = qe_reserve_decode(e, q);
-        if (rc < 0) {
-            free(snap);
-            return rc;
-        }
-        if (rc == 1) continue;
-        snap[n_sched++] = q; /* i >= n_sched: entries not yet read stay */
-        budget--;
+/* Drafts for the plan's decodes, from the budget sched_decodes left: the
+ * draft model's, or the n-gram lookup's. */
+static void propose_drafts(qengine *e, sched_plan *p)
+{
+    if (e->dbe) {
+        qe_draft_run(e, p->dec, p->n_dec, &p->budget);
+        return;
     }
-    for (int i = 0; i < n_sched; i++) snap[i]->n_draft = 0;
-    if (spec_now && e->dbe) qe_draft_run(e, snap, n_sched, &budget); /* the draft model's, budget taken */
-    for (int i = 0; i < n_sched; i++) {
-        req *q = snap[i];
-        if (spec_now && !e->dbe) {
-            qe_spec_draft(e, q, budget);
-            budget -= q->n_draft;
-        }
-        add_decode(e, q, &n_seqs, &n_tok);
-        n_dec++;
+    for (int i = 0; i < p->n_dec; i++) {
+        qe_spec_draft(e, p->dec[i], p->budget);
+        p->budget -= p->dec[i]->n_draft;
     }
-    free(snap);
+}
 
-    /* a'. swapped requests resume, oldest preemption first; not in a step
-     * that preempted (the pool is short: it would swap them out again). */
-    const int preempted = e->st.preemptions != preempted_before;
-    while (e->swapped.head && !preempted && n_seqs < e->o.max_seqs && budget > 0) {
-        req *q = e->swapped.head;
-        rc = qe_swap_in(e, q);
-        if (rc < 0) return rc;
-        if (rc == 1) {
-            if (e->running.n > 0) break; /* blocks come back as they finish */
-            /* Nothing runs, so nothing will free blocks: take them from
-             * partly computed prompts, then from other swapped requests,
-             * and at last recompute q itself (which fails it if it can
-             * never fit). */
-            if (qe_reclaim_waiting(e, NULL) || qe_unswap_holders(e, q)) continue;
-            qe_unswap(e, q);
-            continue;
+/* The plan's sequences into the batch's arrays: b_reqs, b_sample, b_seqs,
+ * b_tokens.  Returns the batch's token count. */
+static int batch_from_plan(qengine *e, const sched_plan *p)
+{
+    int n_tok = 0;
+    for (int i = 0; i < p->n_seqs; i++) {
+        const sched_seq *sq = &p->seqs[i];
+        req *q = sq->r;
+        const int n = sq->decode ? 1 + q->n_draft : sq->n_tokens;
+        e->b_reqs[i] = q;
+        e->b_sample[i] = sq->sample;
+        e->b_seqs[i] = (qbatch_seq){ n_tok, n, q->n_computed, q->kv.blocks, q->kv.n_blocks };
+        if (sq->decode) {
+            e->b_tokens[n_tok++] = q->tokens[q->n_tokens - 1];
+            for (int j = 0; j < q->n_draft; j++) e->b_tokens[n_tok++] = q->draft[j];
+        } else {
+            memcpy(e->b_tokens + n_tok, q->tokens + q->n_computed, sizeof(int32_t) * (size_t)n);
+            n_tok += n;
         }
-        /* Room for its next token was checked: this cannot preempt. */
-        rc = qe_reserve_decode(e, q);
-        if (rc < 0) return rc;
-        if (rc == 1) break;
-        q->n_draft = 0;
-        add_decode(e, q, &n_seqs, &n_tok);
-        n_dec++;
-        budget--;
     }
+    return n_tok;
+}
 
-    /* b. prompt chunks, first come first served */
-    if (e->o.static_batching) {
-        /* A batch is the first max_seqs waiting requests; the next one forms
-         * only when every member has finished. */
-        int live_members = 0;
-        for (req *q = e->running.head; q; q = q->next) live_members += q->in_batch;
-        for (req *q = e->waiting.head; q; q = q->next) live_members += q->in_batch;
-        for (req *q = e->swapped.head; q; q = q->next) live_members += q->in_batch;
-        if (!live_members) {
-            int k2 = 0;
-            for (req *q = e->waiting.head; q && k2 < e->o.max_seqs; q = q->next, k2++) q->in_batch = 1;
-        }
+/* The logit rows of a decode with drafts: one for each position, verified
+ * on the host; a greedy request needs only each row's argmax. */
+static int draft_rows(qengine *e, int i, int n_logits)
+{
+    const req *q = e->b_reqs[i];
+    const uint8_t mode = qsampler_is_greedy(q->smp) && !q->want_logprobs && !q->gm ? QROW_ARGMAX : QROW_LOGITS;
+    for (int j = 0; j <= q->n_draft; j++) {
+        memset(&e->b_rsample[n_logits], 0, sizeof e->b_rsample[n_logits]);
+        e->b_rlp[n_logits].n = -1;
+        e->b_rowmask[n_logits] = NULL;
+        e->b_rowmode[n_logits] = mode;
+        e->b_logits_idx[n_logits++] = e->b_seqs[i].first + j;
     }
-    /* Nothing is admitted while a swapped request waits to resume. */
-    req *r = e->swapped.n ? NULL : e->waiting.head;
-    while (r && n_seqs < e->o.max_seqs && budget > 0) {
-        req *nx = r->next;
-        if (e->o.static_batching && !r->in_batch) break;
-        if (r->tier_wait) { /* its prefix is being read from disk */
-            r = nx;
-            continue;
-        }
-        if (r->n_computed == 0 && r->kv.n_tokens == 0 && !e->o.no_prefix_cache) {
-            int reused = kv_seq_match_prefix(e->pool, &r->kv, r->tokens, r->n_tokens);
-            if (reused > 0) {
-                r->n_computed = reused;
-                if (!r->admitted_once) r->cached_tokens = reused < r->n_prompt ? reused : r->n_prompt;
-                e->st.tokens_reused += (uint64_t)reused;
-            }
-        }
-        int remaining = r->n_tokens - r->n_computed;
-        int chunk = remaining < budget ? remaining : budget;
-        /* Shrink the chunk to what the pool can hold now. */
-        while (chunk > 0 && kv_seq_can_append(e->pool, &r->kv, chunk) != 1) chunk /= 2;
-        if (chunk <= 0) {
-            if (n_seqs == 0 && e->running.n == 0 && qe_reclaim_waiting(e, r)) continue; /* retry r */
-            int need = kv_seq_blocks_needed(e->pool, &r->kv, remaining);
-            if (need == QERR_LIMIT || (n_seqs == 0 && e->running.n == 0)) {
-                /* It can never fit: nothing else holds blocks. */
-                rl_remove(&e->waiting, r);
-                qe_finish(e, r, QFINISH_ERROR);
-                r = nx;
-                continue;
-            }
-            break; /* wait for blocks; no overtaking */
-        }
-        if ((rc = kv_seq_append(e->pool, &r->kv, r->tokens + r->n_computed, chunk))) {
-            if (rc == QERR_BUSY) break;
-            return rc;
-        }
-        int completes = r->n_computed + chunk == r->n_tokens;
-        e->b_reqs[n_seqs] = r;
-        e->b_sample[n_seqs] = completes;
-        e->b_seqs[n_seqs] = (qbatch_seq){ n_tok, chunk, r->n_computed, r->kv.blocks, r->kv.n_blocks };
-        memcpy(e->b_tokens + n_tok, r->tokens + r->n_computed, sizeof(int32_t) * (size_t)chunk);
-        n_tok += chunk;
-        e->st.prefill_tokens += (uint64_t)chunk;
-        n_seqs++;
-        budget -= chunk;
-        if (completes) {
-            rl_remove(&e->waiting, r);
-            rl_push_back(&e->running, r);
-            r->admit_seq = ++e->admit_counter;
-            r->admitted_once = 1;
-        }
-        r = nx;
-    }
-    if (n_seqs == 0) {
-        /* Nothing to run but prefixes being read: wait for them a little
-         * (never while anything could run). */
-        if (e->tier && qtier_pending(e->tier)) qtier_wait(e->tier, 0.01);
-        return n_live(e);
-    }
+    return n_logits;
+}
 
-    {
-        kv_stats ks;
-        kv_pool_stats(e->pool, &ks);
-        e->st.util_sum += ks.utilisation;
+/* Sequence i's one logit row.  A row without logprobs or parallel samples
+ * needs only its token: the backend reduces it where the logits are - the
+ * argmax of a greedy row, or a plain temperature draw (with the one random
+ * number qsample would take, drawn here) where the backend can.  A guided
+ * row's mask goes with it where the backend applies masks (into mrows, the
+ * backend's memory for them, when it has some). */
+static void sample_row(qengine *e, int i, int row, uint32_t *mrows)
+{
+    req *q = e->b_reqs[i];
+    const size_t mwords = ((size_t)e->m->hp.n_vocab + 31) / 32;
+    uint8_t mode = QROW_LOGITS;
+    qrow_sample *rs = &e->b_rsample[row];
+    memset(rs, 0, sizeof *rs);
+    e->b_rlp[row].n = -1;
+    const unsigned caps = e->be->ops->caps;
+    const int dev_mask = q->gm && !q->gm_failed && (caps & QBE_CAP_ROW_MASK);
+    q->gdst = dev_mask && mrows ? mrows + (size_t)row * mwords : q->gmask;
+    e->b_rowmask[row] = dev_mask ? q->gdst : NULL;
+    /* Log-probabilities too, where the backend computes them. */
+    if (q->n_forks == 0 && (!q->gm || dev_mask) && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
+        if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
+        else if ((caps & QBE_CAP_ROW_SAMPLE) &&
+                 qsampler_row_params(q->smp, &rs->temperature, &rs->top_k, &rs->top_p, &rs->min_p)) {
+            rs->u = qsampler_take_uniform(q->smp);
+            mode = QROW_SAMPLE;
+        }
+        if (mode != QROW_LOGITS && q->want_logprobs) rs->n_logprobs = 1 + q->top_logprobs;
     }
-    /* 3. forward */
-    int n_logits = 0;
-    /* Guided rows' masks are made straight into the backend's memory for
-     * them, where it has some (no copy on the way to the device). */
-    int n_rows = 0; /* the step's logit rows: a sampled sequence's, and one a draft */
+    e->b_rowmode[row] = mode;
+    e->b_logits_idx[row] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
+}
+
+/* The step's logit rows (a sampled sequence's, and one a draft): modes,
+ * masks, indices.  Returns how many. */
+static int plan_rows(qengine *e, int n_seqs)
+{
+    int n_rows = 0;
     for (int i = 0; i < n_seqs; i++)
         if (e->b_sample[i]) n_rows += 1 + e->b_reqs[i]->n_draft;
     uint32_t *mrows = NULL;
@@ -781,50 +665,24 @@ int qengine_step(qengine *e)
                 mrows = e->be->ops->mask_rows(e->be, n_rows); /* once: NULL falls back to the requests' own */
                 break;
             }
-    const size_t mwords = ((size_t)e->m->hp.n_vocab + 31) / 32;
+    int n_logits = 0;
     for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;
-        req *q = e->b_reqs[i];
         e->b_row0[i] = n_logits;
-        if (q->n_draft) {
-            /* Drafts: a row for each position, verified on the host; a
-             * greedy request needs only each row's argmax. */
-            const uint8_t mode = qsampler_is_greedy(q->smp) && !q->want_logprobs && !q->gm ? QROW_ARGMAX : QROW_LOGITS;
-            for (int j = 0; j <= q->n_draft; j++) {
-                memset(&e->b_rsample[n_logits], 0, sizeof e->b_rsample[n_logits]);
-                e->b_rlp[n_logits].n = -1;
-                e->b_rowmask[n_logits] = NULL;
-                e->b_rowmode[n_logits] = mode;
-                e->b_logits_idx[n_logits++] = e->b_seqs[i].first + j;
-            }
+        if (e->b_reqs[i]->n_draft) {
+            n_logits = draft_rows(e, i, n_logits);
             continue;
         }
-        /* A row without logprobs or parallel samples needs only its token:
-         * the backend reduces it where the logits are - the argmax of a
-         * greedy row, or a plain temperature draw (with the one random
-         * number qsample would take, drawn here) where the backend can. */
-        uint8_t mode = QROW_LOGITS;
-        qrow_sample *rs = &e->b_rsample[n_logits];
-        memset(rs, 0, sizeof *rs);
-        e->b_rlp[n_logits].n = -1;
-        const unsigned caps = e->be->ops->caps;
-        /* A guided row's mask goes with it where the backend applies masks. */
-        const int dev_mask = q->gm && !q->gm_failed && (caps & QBE_CAP_ROW_MASK);
-        q->gdst = dev_mask && mrows ? mrows + (size_t)n_logits * mwords : q->gmask;
-        e->b_rowmask[n_logits] = dev_mask ? q->gdst : NULL;
-        /* Log-probabilities too, where the backend computes them. */
-        if (q->n_forks == 0 && (!q->gm || dev_mask) && (!q->want_logprobs || (caps & QBE_CAP_ROW_LOGPROBS))) {
-            if (qsampler_is_greedy(q->smp)) mode = QROW_ARGMAX;
-            else if ((caps & QBE_CAP_ROW_SAMPLE) &&
-                     qsampler_row_params(q->smp, &rs->temperature, &rs->top_k, &rs->top_p, &rs->min_p)) {
-                rs->u = qsampler_take_uniform(q->smp);
-                mode = QROW_SAMPLE;
-            }
-            if (mode != QROW_LOGITS && q->want_logprobs) rs->n_logprobs = 1 + q->top_logprobs;
-        }
-        e->b_rowmode[n_logits] = mode;
-        e->b_logits_idx[n_logits++] = e->b_seqs[i].first + e->b_seqs[i].n_tokens - 1;
+        sample_row(e, i, n_logits++, mrows);
     }
+    return n_logits;
+}
+
+/* The forward pass over the batch, the guided rows' masks made meanwhile;
+ * the prefill rate measured.  0, or the backend's error with every
+ * sequence of the batch ended. */
+static int run_pass(qengine *e, int n_seqs, int n_tok, int n_logits)
+{
     /* The masks are made while the pass runs; a backend that applies them
      * waits for them once its layers are launched, others get them after. */
     const int n_masks = qe_start_masks(e, n_seqs);
@@ -838,36 +696,38 @@ int qengine_step(qengine *e)
     qbatch b = { n_tok, e->b_tokens, n_seqs, e->b_seqs, n_logits, e->b_logits_idx, e->b_rowmode, e->b_rowtok,
                  e->b_rsample, (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? e->b_rlp : NULL, dev_masks ? &rm : NULL };
     const double t_fwd = q_now();
-    rc = e->be->ops->forward(e->be, &b, e->logits);
+    const int rc = e->be->ops->forward(e->be, &b, e->logits);
     if (n_masks) {
         qe_masks_ready(e); /* at once when the backend waited already: the matchers are the engine's again */
         e->st.masks_overlapped += (uint64_t)n_masks;
     }
-    {
-        /* The prefill rate, against which loading a prefix is weighed. */
-        int n_prefill = n_tok;
-        for (int i = 0; i < n_seqs; i++)
-            if (e->b_reqs[i]->n_computed >= e->b_reqs[i]->n_prompt) n_prefill -= e->b_seqs[i].n_tokens; /* a decode, drafts and all */
-        const double dt = q_now() - t_fwd;
-        e->st.forward_s += dt;
-        if (!rc && n_prefill >= 128 && dt > 0) {
-            const double rate = n_prefill / dt;
-            e->prefill_rate = e->prefill_rate > 0 ? 0.7 * e->prefill_rate + 0.3 * rate : rate;
-        }
+    /* The prefill rate, against which loading a prefix is weighed. */
+    int n_prefill = n_tok;
+    for (int i = 0; i < n_seqs; i++)
+        if (e->b_reqs[i]->n_computed >= e->b_reqs[i]->n_prompt) n_prefill -= e->b_seqs[i].n_tokens; /* a decode, drafts and all */
+    const double dt = q_now() - t_fwd;
+    e->st.forward_s += dt;
+    if (!rc && n_prefill >= 128 && dt > 0) {
+        const double rate = n_prefill / dt;
+        e->prefill_rate = e->prefill_rate > 0 ? 0.7 * e->prefill_rate + 0.3 * rate : rate;
     }
     e->st.tokens_computed += (uint64_t)n_tok;
-    if (rc) {
+    if (rc)
         for (int i = 0; i < n_seqs; i++) {
             req *q = e->b_reqs[i];
-            rl_remove(&e->waiting, q);
-            rl_remove(&e->running, q);
+            rl_remove(&e->s.waiting, q);
+            rl_remove(&e->s.running, q);
             qe_finish(e, q, QFINISH_ERROR);
         }
-        return rc;
-    }
-    /* 4. commit, draw (in parallel where a pool exists), then apply the
-     * draws in order: forks first, as they are listed, then their parent. */
-    const double t_after = q_now();
+    return rc;
+}
+
+/* The pass's tokens committed to the cache, and the step's draws listed
+ * (forks first, as they are listed, then their parent), guided rows
+ * masked first.  Returns how many draws, or QERR_NOMEM with the sampled
+ * sequences ended. */
+static int list_draws(qengine *e, int n_seqs)
+{
     int n_draws = 0;
     for (int i = 0; i < n_seqs; i++) {
         req *q = e->b_reqs[i];
@@ -881,7 +741,7 @@ int qengine_step(qengine *e)
             for (int i = 0; i < n_seqs; i++) {
                 req *q = e->b_reqs[i];
                 if (!e->b_sample[i]) continue;
-                rl_remove(&e->running, q);
+                rl_remove(&e->s.running, q);
                 qe_finish(e, q, QFINISH_ERROR);
             }
             return QERR_NOMEM;
@@ -907,23 +767,36 @@ int qengine_step(qengine *e)
                                   .u = drawn ? &e->b_rsample[row].u : NULL,
                                   .blp = (e->be->ops->caps & QBE_CAP_ROW_LOGPROBS) ? &e->b_rlp[row] : NULL };
     }
-    if (e->spool && n_draws > 1) qpool_run(e->spool, n_draws, draw_task, e);
-    else
-        for (int d = 0; d < n_draws; d++) qe_draw_one(e, &e->draws[d]);
-    dk = 0;
+    return n_draws;
+}
+
+/* Request q, or its fork c, took draw d: it goes on or ends. */
+static void take_or_end(qengine *e, req *q, const sdraw *d)
+{
+    const qfinish why = qe_take_token(e, q, d);
+    if (why != QFINISH_NONE) {
+        rl_remove(&e->s.running, q);
+        qe_finish(e, q, why);
+    }
+}
+
+/* The draws applied in order: drafts verified, parallel samples forked
+ * (they take the prompt's blocks by reference and their first token from
+ * the same logits), tokens taken. */
+static void apply_draws(qengine *e, int n_seqs)
+{
+    int dk = 0;
     for (int i = 0; i < n_seqs; i++) {
         if (!e->b_sample[i]) continue;
         req *q = e->b_reqs[i];
         if (q->n_draft) { /* drafts: kept as far as the target agrees */
             const qfinish why = qe_spec_take(e, q, e->b_row0[i]);
             if (why != QFINISH_NONE) {
-                rl_remove(&e->running, q);
+                rl_remove(&e->s.running, q);
                 qe_finish(e, q, why);
             }
             continue;
         }
-        /* Parallel samples: they take the prompt's blocks by reference and
-         * draw their first token from the same logits. */
         for (int f = 0; f < q->n_forks; f++) {
             req *c = q->forks[f];
             const sdraw *d = &e->draws[dk++];
@@ -935,54 +808,61 @@ int qengine_step(qengine *e)
             c->cached_tokens = q->cached_tokens;
             c->cached_disk = q->cached_disk;
             c->admitted_once = 1;
-            c->admit_seq = ++e->admit_counter;
-            rl_push_back(&e->running, c);
-            qfinish cw = qe_take_token(e, c, d);
-            if (cw != QFINISH_NONE) {
-                rl_remove(&e->running, c);
-                qe_finish(e, c, cw);
-            }
+            c->admit_seq = ++e->s.admit_counter;
+            rl_push_back(&e->s.running, c);
+            take_or_end(e, c, d);
         }
         q->n_forks = 0;
-        qfinish why = qe_take_token(e, q, &e->draws[dk++]);
-        if (why != QFINISH_NONE) {
-            rl_remove(&e->running, q);
-            qe_finish(e, q, why);
-        }
+        take_or_end(e, q, &e->draws[dk++]);
     }
+}
+
+/* One step: the scheduler's plan (with drafts where speculation may run
+ * now), one forward pass over it, then the draws (in parallel where a pool
+ * exists) taken in order.  See engine.c's header and sched.c's. */
+int qengine_step(qengine *e)
+{
+    drain_inbox(e);
+    if (e->tier) tier_answers(e);
+    if (!n_live(e)) return 0;
+    const double t_step = q_now();
+    e->st.steps++;
+    int rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs, rows_needed(e));
+    if (rc) return rc;
+    sched_plan p;
+    if ((rc = sched_decodes(&e->s, &p))) return rc;
+    /* Drafts only where the batch is small enough for the pass to be bound
+     * by reading the weights (extra tokens then cost little); they never
+     * take a decode's budget or block. */
+    if (e->o.spec_mode != QSPEC_NONE && qe_spec_allowed(e) && p.n_run < e->o.spec_max_batch) propose_drafts(e, &p);
+    if ((rc = sched_admit(&e->s, &p))) return rc;
+    if (p.n_seqs == 0) {
+        /* Nothing to run but prefixes being read: wait for them a little
+         * (never while anything could run). */
+        if (e->tier && qtier_pending(e->tier)) qtier_wait(e->tier, 0.01);
+        return n_live(e);
+    }
+    kv_stats ks;
+    kv_pool_stats(e->pool, &ks);
+    e->st.util_sum += ks.utilisation;
+    const int n_tok = batch_from_plan(e, &p), n_logits = plan_rows(e, p.n_seqs);
+    if ((rc = run_pass(e, p.n_seqs, n_tok, n_logits))) return rc;
+    const double t_after = q_now();
+    const int n_draws = list_draws(e, p.n_seqs);
+    if (n_draws < 0) return n_draws;
+    if (e->spool && n_draws > 1) qpool_run(e->spool, n_draws, draw_task, e);
+    else
+        for (int d = 0; d < n_draws; d++) qe_draw_one(e, &e->draws[d]);
+    apply_draws(e, p.n_seqs);
     e->st.step_s += q_now() - t_step;
     /* The probe weighs steps that could draft and hold no prompt chunk. */
-    if (e->o.spec_mode != QSPEC_NONE) qe_spec_step_done(e, n_dec == n_seqs && n_run < e->o.spec_max_batch, q_now() - t_step);
+    const int decode_only = p.n_dec + p.n_resumed == p.n_seqs;
+    if (e->o.spec_mode != QSPEC_NONE) qe_spec_step_done(e, decode_only && p.n_run < e->o.spec_max_batch, q_now() - t_step);
     e->st.after_s += q_now() - t_after;
     return n_live(e);
 }
 
 /* ---- creation, statistics ---------------------------------------------------- */
-
-/* The swap space: swap_space_mb (or the default) of host memory from the
- * backend, cut into one-block slots, and the scratch of a transfer. */
-static int swap_space_create(qengine *e, int num_blocks, char *err, size_t errlen)
-{
-    if (!e->o.swap_space_mb) e->o.swap_space_mb = QENGINE_DEFAULT_SWAP_MB;
-    e->block_bytes = e->be->ops->block_bytes(e->be);
-    size_t bytes = e->o.swap_space_mb * 1048576, slots = e->block_bytes ? bytes / e->block_bytes : 0;
-    if (slots < 1)
-        return qerr_set(err, errlen, QERR_RANGE, "swap space of %zu MiB holds no KV block (%zu bytes a block)",
-                        e->o.swap_space_mb, e->block_bytes);
-    if (slots > INT32_MAX / 2) slots = INT32_MAX / 2;
-    e->n_slots = (int)slots;
-    e->swap_mem = qbackend_host_alloc(e->be, slots * e->block_bytes);
-    e->slot_free = q_mallocn(slots, sizeof *e->slot_free);
-    e->sw_idx = q_mallocn((size_t)num_blocks, sizeof *e->sw_idx);
-    e->sw_blocks = q_mallocn((size_t)num_blocks, sizeof *e->sw_blocks);
-    if (!e->swap_mem || !e->slot_free || !e->sw_idx || !e->sw_blocks)
-        return qerr_set(err, errlen, QERR_NOMEM, "cannot allocate %zu MiB of swap space (%d blocks)",
-                        e->o.swap_space_mb, e->n_slots);
-    /* Pushed in reverse so that slot 0 is handed out first. */
-    for (int i = 0; i < e->n_slots; i++) e->slot_free[i] = e->n_slots - 1 - i;
-    e->n_slot_free = e->n_slots;
-    return 0;
-}
 
 /* A draft model must speak the target's vocabulary: the same number of
  * ids and, where both have a tokenizer, the same token at each id.  0 or
@@ -1077,7 +957,8 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
     if (!rc && !(rc = kv_pool_create(nb, e->o.block_size, m->fingerprint, &e->pool, err, errlen)) &&
         (rc = ensure_scratch(e, e->o.max_batch_tokens + e->o.max_seqs, e->o.max_seqs, rows_needed(e))))
         qerr_set(err, errlen, rc, "out of memory for the engine");
-    if (!rc && e->o.preempt_mode == QPREEMPT_SWAP) rc = swap_space_create(e, nb, err, errlen);
+    if (!rc && e->o.preempt_mode == QPREEMPT_SWAP && !e->o.swap_space_mb) e->o.swap_space_mb = QENGINE_DEFAULT_SWAP_MB;
+    if (!rc) rc = sched_init(&e->s, e->pool, e->be, &e->o, &e->st, sched_failed, e, err, errlen);
     if (!rc && e->o.store && !e->o.no_prefix_cache && qtier_create(e->o.store, m, e->be, e->pool, &e->tier))
         rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the persistent tier");
     /* With the model on a GPU the host's cores are free while it runs:
@@ -1111,7 +992,7 @@ int qengine_num_blocks(const qengine *e)
 void qengine_destroy(qengine *e)
 {
     if (!e) return;
-    rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+    rlist *lists[3] = { &e->s.waiting, &e->s.running, &e->s.swapped };
     for (int k = 0; k < 3; k++) {
         req *q = lists[k]->head;
         while (q) {
@@ -1145,10 +1026,7 @@ void qengine_destroy(qengine *e)
     free(e->gjobs);
     qpool_destroy(e->spool);
     if (e->logits) qbackend_host_free(e->be, e->logits);
-    free(e->slot_free);
-    free(e->sw_idx);
-    free(e->sw_blocks);
-    if (e->swap_mem) qbackend_host_free(e->be, e->swap_mem);
+    sched_free(&e->s);
     qtier_destroy(e->tier);
     kv_pool_destroy(e->pool);
     if (e->d_logits) qbackend_host_free(e->dbe, e->d_logits);
@@ -1171,11 +1049,11 @@ void qengine_destroy(qengine *e)
 void qengine_stats_get(qengine *e, qengine_stats *s)
 {
     *s = e->st;
-    s->running = e->running.n;
-    s->waiting = e->waiting.n;
-    s->swapped = e->swapped.n;
-    s->swap_slots = e->n_slots;
-    s->swap_slots_free = e->n_slot_free;
+    s->running = e->s.running.n;
+    s->waiting = e->s.waiting.n;
+    s->swapped = e->s.swapped.n;
+    s->swap_slots = e->s.n_slots;
+    s->swap_slots_free = e->s.n_slot_free;
     kv_stats ks;
     kv_pool_stats(e->pool, &ks);
     s->kv_blocks = ks.num_blocks;
@@ -1200,18 +1078,18 @@ void qengine_stats_get(qengine *e, qengine_stats *s)
 }
 
 /* Recounts every block's references over the requests' tables and every
- * swap slot's holder (engine invariants 4 and 5, kv.c's invariant 3). */
+ * swap slot's holder (sched.c's invariants 4 and 5, kv.c's invariant 3). */
 static int check_tables(qengine *e, char *err, size_t errlen)
 {
     const int nb = kv_pool_num_blocks(e->pool);
     int *refs = q_callocn((size_t)nb, sizeof *refs);
-    uint8_t *slot_seen = q_callocn((size_t)e->n_slots + 1, 1);
+    uint8_t *slot_seen = q_callocn((size_t)e->s.n_slots + 1, 1);
     int rc = 0;
     if (!refs || !slot_seen) {
         rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the check");
         goto out;
     }
-    const rlist *lists[3] = { &e->waiting, &e->running, &e->swapped };
+    const rlist *lists[3] = { &e->s.waiting, &e->s.running, &e->s.swapped };
     for (int k = 0; k < 3 && !rc; k++)
         for (const req *q = lists[k]->head; q && !rc; q = q->next) {
             int holes = 0;
@@ -1233,19 +1111,19 @@ static int check_tables(qengine *e, char *err, size_t errlen)
             }
             for (int i = 0; i < q->n_slots && !rc; i++) {
                 int32_t sl = q->slots[i];
-                if (sl < 0 || sl >= e->n_slots || slot_seen[sl] || (i > 0 && sl <= q->slots[i - 1]))
+                if (sl < 0 || sl >= e->s.n_slots || slot_seen[sl] || (i > 0 && sl <= q->slots[i - 1]))
                     rc = qerr_set(err, errlen, QERR_INTERNAL, "request %llu: swap slot %d bad, twice or out of order",
                                   (unsigned long long)q->id, sl);
                 else slot_seen[sl] = 1;
             }
         }
-    for (int i = 0; i < e->n_slot_free && !rc; i++) {
-        int32_t sl = e->slot_free[i];
-        if (sl < 0 || sl >= e->n_slots || slot_seen[sl])
+    for (int i = 0; i < e->s.n_slot_free && !rc; i++) {
+        int32_t sl = e->s.slot_free[i];
+        if (sl < 0 || sl >= e->s.n_slots || slot_seen[sl])
             rc = qerr_set(err, errlen, QERR_INTERNAL, "free swap slot %d bad or also held", sl);
         else slot_seen[sl] = 1;
     }
-    for (int sl = 0; sl < e->n_slots && !rc; sl++)
+    for (int sl = 0; sl < e->s.n_slots && !rc; sl++)
         if (!slot_seen[sl]) rc = qerr_set(err, errlen, QERR_INTERNAL, "swap slot %d leaked: neither free nor held", sl);
     for (int b = 0; b < nb && !rc; b++) {
         kv_block_info bi;
@@ -1268,8 +1146,8 @@ int qengine_check(qengine *e, char *err, size_t errlen)
     if (!n_live(e) && kv_pool_num_used(e->pool) != 0)
         return qerr_set(err, errlen, QERR_INTERNAL, "%d blocks still used with no live request",
                         kv_pool_num_used(e->pool));
-    if (!n_live(e) && e->n_slot_free != e->n_slots)
+    if (!n_live(e) && e->s.n_slot_free != e->s.n_slots)
         return qerr_set(err, errlen, QERR_INTERNAL, "%d of %d swap slots still held with no live request",
-                        e->n_slots - e->n_slot_free, e->n_slots);
+                        e->s.n_slots - e->s.n_slot_free, e->s.n_slots);
     return 0;
 }

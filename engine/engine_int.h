@@ -1,9 +1,9 @@
 /* engine_int.h - what the engine's files share (engine internal): the
  * request and the engine, and the functions one file calls in another.
- * engine.c has the requests, the step loop and the API; engine_swap.c
- * preemption and the swap space; engine_guided.c guided decoding's masks;
- * engine_spec.c speculative decoding's drafts and their verification;
- * engine_draft.c a draft model's proposals. */
+ * engine.c has the requests, the step and the API; sched.c the scheduler
+ * (its lists, preemption and the swap space); engine_guided.c guided
+ * decoding's masks; engine_spec.c speculative decoding's drafts and their
+ * verification; engine_draft.c a draft model's proposals. */
 #ifndef QUIRE_ENGINE_INT_H
 #define QUIRE_ENGINE_INT_H
 
@@ -17,6 +17,7 @@
 #include "kv.h"
 #include "model.h"
 #include "qerr.h"
+#include "sched.h"
 #include "spec.h"
 #include "stop.h"
 #include "tier.h"
@@ -81,11 +82,6 @@ typedef struct req {
     double t_submit, t_first;
 } req;
 
-typedef struct {
-    req *head, *tail;
-    int n;
-} rlist;
-
 struct qengine {
     const qmodel *m;
     const qtok *tok;
@@ -94,15 +90,8 @@ struct qengine {
     kv_pool *pool;
     qtier *tier;            /* the persistent prefix tier, or NULL */
     double prefill_rate;    /* prompt tokens a second in steps with >= 128 of them (moving average) */
-    rlist waiting, running, swapped;
-    uint64_t next_id, admit_counter;
-    /* swap space (QPREEMPT_SWAP): n_slots one-block slots of block_bytes */
-    char *swap_mem;
-    size_t block_bytes;
-    int n_slots;
-    int32_t *slot_free;     /* (n_slots) stack of free slots; top handed out first */
-    int n_slot_free;
-    int32_t *sw_idx, *sw_blocks;  /* (num_blocks) scratch: logical and physical ids */
+    qsched s;               /* the scheduler: the request lists, the swap space */
+    uint64_t next_id;
     /* inbox */
     pthread_mutex_t mu;
     req *inbox_head, *inbox_tail;
@@ -234,25 +223,8 @@ qfinish qe_take_token(qengine *e, req *r, const sdraw *d);
 /* Ends r (an event with why; its blocks released, full ones kept cached)
  * and frees it. */
 void qe_finish(qengine *e, req *r, qfinish why);
-/* Releases r's blocks (full ones stay cached). */
+/* Releases r's blocks (full ones stay cached) and swap slots. */
 void qe_release_kv(qengine *e, req *r);
-/* Gives r's swap slots back. */
-void qe_slots_release(qengine *e, req *r);
-
-/* engine_swap.c */
-/* Room for running request r's next token: 0, 1 when r itself was
- * preempted to make room, or an error. */
-int qe_reserve_decode(qengine *e, req *r);
-/* Brings swapped request r back: 0, 1 when its blocks do not fit now, or
- * an error. */
-int qe_swap_in(qengine *e, req *r);
-/* Swapped request r drops to recompute (back to waiting). */
-void qe_unswap(qengine *e, req *r);
-/* Other swapped requests that hold blocks drop to recompute: 1 when any did. */
-int qe_unswap_holders(qengine *e, const req *keep);
-/* Partly computed waiting prompts other than keep free their blocks: 1
- * when any did. */
-int qe_reclaim_waiting(qengine *e, const req *keep);
 
 /* engine_spec.c */
 /* Drafts for running request r, its next token's slot reserved, with room
