@@ -79,23 +79,8 @@ static const qopt serve_table[] = {
     { NULL, "--grammar-timeout", "S", OPT_FLOAT, F_(grammar_timeout), "seconds a request's schema, regex, choice or tools may take to compile, else 400 (default 10)" },
     { NULL, "--idle-timeout", "S", OPT_FLOAT, F_(idle_timeout), "seconds a kept-alive connection may wait for its next request (default 10)" },
     { NULL, "--request-timeout", "S", OPT_FLOAT, F_(request_timeout), "seconds a request may take to arrive whole, else 408 (default 30)" },
-    { NULL, "--device", "NAME", OPT_STR, F_(device), "auto, cpu or cuda (default auto)" },
-    { NULL, "--gpu-mem-util", "F", OPT_FLOAT, F_(gpu_mem_util), "cuda: fraction of device memory to use (default 0.9)" },
-    { NULL, "--gpu-memory-utilization", "F", OPT_FLOAT, F_(gpu_mem_util), "the same as --gpu-mem-util (vLLM's name)" },
-    { NULL, "--tensor-parallel", "N", OPT_INT, F_(tensor_parallel), "split the model among N GPUs, devices 0..N-1 (on the CPU: N groups of threads) (default 1)" },
-    { NULL, "--kv-mem", "MB", OPT_INT, F_(kv_mem), "KV cache budget in MiB (default: 256 on the CPU)" },
-    { NULL, "--max-batch-tokens", "N", OPT_INT, F_(max_batch_tokens), "tokens per engine step (default 512)" },
-    { NULL, "--max-seqs", "N", OPT_INT, F_(max_seqs), "sequences per engine step (default 64)" },
-    { NULL, "--max-num-seqs", "N", OPT_INT, F_(max_seqs), "the same as --max-seqs (vLLM's name)" },
     { NULL, "--max-model-len", "N", OPT_INT, F_(max_model_len), "the context a request gets, prompt and output (default: the model's, lowered to what the KV cache holds)" },
     { "-c", "--ctx-size", "N", OPT_INT, F_(max_model_len), "the same as --max-model-len (llama-server's name)" },
-    { "-t", "--threads", "N", OPT_INT, F_(threads), "CPU threads (default: all cores)" },
-    { NULL, "--block-size", "N", OPT_INT, F_(block_size), "tokens per KV-cache block (default 16)" },
-    { NULL, "--spec", "MODE", OPT_STR, F_(spec), "speculative decoding: none (default), ngram (drafts from n-gram lookup in each request's own tokens) or draft (--draft's)" },
-    { NULL, "--draft", "PATH", OPT_STR, F_(draft), "speculative decoding with this draft model (GGUF file or HF folder with the model's vocabulary; implies --spec draft)" },
-    { NULL, "--spec-k", "K", OPT_INT, F_(spec_k), "--spec: drafts a pass at most, 1 to 16 (default 4; each request's own k follows its acceptance)" },
-    { NULL, "--spec-max-batch", "N", OPT_INT, F_(spec_max_batch), "--spec: no drafts in steps decoding N sequences or more (default 32)" },
-    { NULL, "--spec-always", NULL, OPT_FLAG, F_(spec_always), "--spec: drafts in every step below --spec-max-batch (default: only while measured faster than none)" },
     { "-h", "--help", NULL, OPT_FLAG, F_(help), "show this help" },
 };
 #undef F_
@@ -457,7 +442,7 @@ static int load(void)
     gram_vocab *gv = NULL;
     const double t0 = q_now();
     int rc = qmodel_load(S.o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err);
-    if (!rc && S.o.draft && qmodel_load(S.o.draft, &dm, err + 17, sizeof err - 17)) {
+    if (!rc && S.o.ef.draft && qmodel_load(S.o.ef.draft, &dm, err + 17, sizeof err - 17)) {
         memcpy(err, "the draft model: ", 17); /* before its own message */
         rc = 1;
     }
@@ -788,16 +773,18 @@ int cmd_serve(int argc, char **argv)
 {
     serve_opts *o = &S.o;
     memset(o, 0, sizeof *o);
-    o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256, o->gpu_mem_util = 0.9f;
+    o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256;
+    qeflags_init(&o->ef);
     o->grace = 5;
     o->max_header_kb = 16, o->max_connections = 1024, o->idle_timeout = 10, o->request_timeout = 30;
     o->max_pending_mb = 8, o->prep_threads = 2, o->grammar_timeout = 10;
     o->host = "127.0.0.1";
-    if (qopt_parse("serve", serve_table, N_SERVE_OPTS, argc, argv, o)) return 2;
+    const qopt_set sets[] = { { serve_table, N_SERVE_OPTS, 0 }, QEFLAGS_SET(serve_opts, ef) };
+    if (qopt_parse_sets("serve", sets, 2, argc, argv, o)) return 2;
     if (o->help) {
         printf("usage: quire serve -m MODEL [options]\n\nServes the model over HTTP: the OpenAI-compatible API\n"
                "(/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics.\n\noptions:\n");
-        qopt_usage(stdout, serve_table, N_SERVE_OPTS);
+        qopt_usage_sets(stdout, sets, 2);
         return 0;
     }
     if (!o->model) {
@@ -857,11 +844,9 @@ int cmd_serve(int argc, char **argv)
                         "--max-requests must be positive\n");
         return 2;
     }
-    if (o->kv_mem < 0 || o->max_batch_tokens < 0 || o->max_seqs < 0 || o->threads < 0 || o->block_size < 0 ||
-        o->max_model_len < 0 || o->spec_k < 0 || o->spec_max_batch < 0 || o->tensor_parallel < 0 ||
-        o->cache_disk_max < 0 || !(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1) || o->grace < 0) {
-        fprintf(stderr, "quire serve: sizes and counts cannot be negative (--kv-mem, --max-batch-tokens, --max-seqs, "
-                        "--threads, --block-size, --max-model-len, ...), and --gpu-mem-util is in (0, 1]\n");
+    if (o->max_model_len < 0 || o->cache_disk_max < 0 || o->grace < 0) {
+        fprintf(stderr, "quire serve: sizes and counts cannot be negative (--max-model-len, --cache-disk-max, "
+                        "--shutdown-grace)\n");
         return 2;
     }
     if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || !(o->grammar_timeout > 0) || o->idle_timeout > 86400 ||
@@ -871,41 +856,9 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
     qengine_opts eo;
-    qengine_opts_default(&eo);
-    if (o->device && qdevice_parse(o->device, &eo.device)) {
-        fprintf(stderr, "quire serve: --device must be auto, cpu or cuda\n");
-        return 2;
-    }
-    eo.n_threads = o->threads;
-    eo.gpu_mem_util = o->gpu_mem_util;
-    if (o->tensor_parallel < 0 || o->tensor_parallel > 16) {
-        fprintf(stderr, "quire serve: --tensor-parallel must be 1 to 16\n");
-        return 2;
-    }
-    eo.tensor_parallel = o->tensor_parallel;
-    if (o->kv_mem > 0) eo.kv_mem_mb = (size_t)o->kv_mem;
-    if (o->max_batch_tokens > 0) eo.max_batch_tokens = o->max_batch_tokens;
-    if (o->max_seqs > 0) eo.max_seqs = o->max_seqs;
-    if (o->block_size > 0) eo.block_size = o->block_size;
-    if (o->draft) eo.spec_mode = QSPEC_DRAFT;
-    if (o->spec && qspec_mode_parse(o->spec, &eo.spec_mode)) {
-        fprintf(stderr, "quire serve: --spec must be none, ngram or draft\n");
-        return 2;
-    }
-    if ((eo.spec_mode == QSPEC_DRAFT) != (o->draft != NULL)) {
-        fprintf(stderr, o->draft ? "quire serve: --draft goes with --spec draft (or no --spec)\n"
-                                 : "quire serve: --spec draft needs --draft PATH\n");
-        return 2;
-    }
-    if (o->spec_k < 0 || o->spec_k > QENGINE_MAX_SPEC_K || o->spec_max_batch < 0) {
-        fprintf(stderr, "quire serve: --spec-k must be 1 to %d, --spec-max-batch positive\n", QENGINE_MAX_SPEC_K);
-        return 2;
-    }
-    if (o->spec_k) eo.spec_k = o->spec_k;
-    if (o->spec_max_batch) eo.spec_max_batch = o->spec_max_batch;
-    eo.spec_always = o->spec_always;
-    if (eo.spec_always && eo.spec_mode == QSPEC_NONE) {
-        fprintf(stderr, "quire serve: --spec-always goes with --spec or --draft\n");
+    char ferr[256];
+    if (qeflags_apply(&o->ef, &eo, ferr, sizeof ferr)) {
+        fprintf(stderr, "quire serve: %s\n", ferr);
         return 2;
     }
 

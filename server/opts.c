@@ -44,16 +44,31 @@ bad:
 
 int qopt_parse(const char *cmd, const qopt *table, size_t n, int argc, char **argv, void *dst)
 {
+    const qopt_set one = { table, n, 0 };
+    return qopt_parse_sets(cmd, &one, 1, argc, argv, dst);
+}
+
+void qopt_usage_sets(FILE *f, const qopt_set *sets, size_t n_sets)
+{
+    for (size_t i = 0; i < n_sets; i++) qopt_usage(f, sets[i].table, sets[i].n);
+}
+
+int qopt_parse_sets(const char *cmd, const qopt_set *sets, size_t n_sets, int argc, char **argv, void *dst)
+{
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const qopt *g = NULL;
-        for (size_t k = 0; k < n && !g; k++)
-            if ((table[k].s && !strcmp(a, table[k].s)) || !strcmp(a, table[k].l)) g = &table[k];
+        size_t base = 0;
+        for (size_t s = 0; s < n_sets && !g; s++)
+            for (size_t k = 0; k < sets[s].n && !g; k++) {
+                const qopt *t = &sets[s].table[k];
+                if ((t->s && !strcmp(a, t->s)) || !strcmp(a, t->l)) g = t, base = sets[s].off;
+            }
         if (!g) {
             fprintf(stderr, "quire %s: unknown option '%s' (see --help)\n", cmd, a);
             return -1;
         }
-        void *field = (char *)dst + g->off;
+        void *field = (char *)dst + base + g->off;
         if (g->kind == OPT_FLAG) {
             *(int *)field = 1;
             continue;

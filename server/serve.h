@@ -17,19 +17,17 @@
 #include "metrics.h"
 #include "model.h"
 #include "oai.h"
+#include "engine_flags.h"
 #include "store.h"
 #include "tokenizer.h"
 #include "ws.h"
 
 typedef struct {
-    const char *model, *host, *api_key, *api_key_file, *device, *name, *web, *log_level, *db, *disk_load;
+    const char *model, *host, *api_key, *api_key_file, *name, *web, *log_level, *db, *disk_load;
     const char *allow_origin; /* --allowed-origins / --allow-origin: pages' origins besides the server's own that may
                                * call (CORS) and open the WebSocket ("*": any) */
-    int port, kv_mem, max_batch_tokens, max_seqs, threads, block_size, max_tokens, max_body_kb;
-    const char *spec;
-    int spec_k, spec_max_batch;
-    int spec_always;        /* --spec-always: drafts in every step (no probe) */
-    const char *draft;      /* --draft: the draft model's path (speculation by it) */
+    int port, max_tokens, max_body_kb;
+    qeflags ef;             /* the engine's flags (engine_flags.h), --draft's path among them */
     int max_requests, help, no_persist, cache_disk_max;
     int max_header_kb;      /* --max-header: a request's line and headers, KiB */
     int max_connections;    /* --max-connections: open at once; more are closed at once */
@@ -38,12 +36,11 @@ typedef struct {
     int max_pending_mb;     /* --max-pending: output a connection's client has not read, at most */
     int prep_threads;       /* --prep-threads: threads that parse, template, tokenize and compile */
     float grammar_timeout;  /* --grammar-timeout: seconds a request's structured-output grammar may take to compile */
-    int tensor_parallel;    /* --tensor-parallel: GPUs the model is split among */
     int max_model_len;      /* --max-model-len / -c / --ctx-size: the context requests get (0: the model's) */
     const char *chat_template_path; /* --chat-template: a Jinja file instead of the model's template */
     const char *schema_mode; /* --json-schema-mode: strict (default) or full */
     const char *tool_parser; /* --tool-call-parser: auto (default), hermes, llama3_json or mistral */
-    float gpu_mem_util, grace;
+    float grace;
 } serve_opts;
 
 /* One choice of a request, as it accumulates (whole replies). */

@@ -67,7 +67,11 @@ assert {x['id']: x['token_ids'] for x in l[:-1]} == a and l[-1]['stats']['spec_a
 " "$tmp/spec.jsonl" "$tmp/plain.jsonl" && ok "the draft as an HF folder: the same outputs" || { bad "the draft as an HF folder"; cat "$tmp/err"; }
 "$Q" generate -m $M --batch "$tmp/in.jsonl" --spec ngram --spec-k 17 >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q -- "--spec-k" "$tmp/err" && ok "--spec-k 17 is a usage error" || bad "--spec-k 17"
-"$Q" generate -m $M -p "Once" --spec ngram >/dev/null 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q -- "need --batch" "$tmp/err" && ok "--spec without --batch is a usage error" || bad "--spec without --batch"
+# One prompt runs on the engine too: speculation gives the same greedy text.
+"$Q" generate -m $M -p "Once upon a time" -n 48 --temp 0 --ids >"$tmp/one.plain" 2>/dev/null
+"$Q" generate -m $M -p "Once upon a time" -n 48 --temp 0 --ids --spec ngram >"$tmp/one.ngram" 2>/dev/null &&
+"$Q" generate -m $M -p "Once upon a time" -n 48 --temp 0 --ids --draft tests/fixtures/models/stories260K-draft4-hf >"$tmp/one.draft" 2>/dev/null &&
+    [ -s "$tmp/one.plain" ] && cmp -s "$tmp/one.plain" "$tmp/one.ngram" && cmp -s "$tmp/one.plain" "$tmp/one.draft" &&
+    ok "--spec on one prompt: the same greedy ids" || bad "--spec on one prompt"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
