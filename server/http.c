@@ -463,22 +463,38 @@ size_t qhttp_head(char *out, size_t cap, int status, const char *ctype, long lon
     return k;
 }
 
+static const qroute_info route_rows[QR_COUNT] = {
+    [QR_NONE] = { NULL, 0, QA_OPEN, "other" },
+    [QR_BAD_METHOD] = { NULL, 0, QA_OPEN, "other" },
+    [QR_OPTIONS] = { NULL, 0, QA_OPEN, "other" },
+    [QR_STATIC] = { NULL, QM_GET, QA_OPEN, "static" },
+#define QR_ROW_(name, path, methods, key, endpoint) [QR_##name] = { path, methods, key, endpoint },
+    QHTTP_ROUTES(QR_ROW_)
+#undef QR_ROW_
+};
+
+const qroute_info *qhttp_route_info(qroute r)
+{
+    return &route_rows[r >= 0 && r < QR_COUNT ? r : QR_NONE];
+}
+
+/* The "allow" header's value for a row's methods. */
+static const char *allow_of(unsigned methods)
+{
+    static const struct { unsigned m; const char *allow; } forms[] = {
+        { QM_GET, "GET, HEAD" },
+        { QM_GET_ONLY, "GET" },
+        { QM_POST, "POST" },
+        { QM_GET | QM_PATCH | QM_DELETE, "GET, HEAD, PATCH, DELETE" },
+    };
+    methods &= ~(unsigned)QM_PREFIX;
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+        if (forms[i].m == methods) return forms[i].allow;
+    return "GET, HEAD, POST, PATCH, DELETE";
+}
+
 qroute qhttp_route(qhttp_method m, const char *path, const char **allow)
 {
-    static const struct {
-        const char *path;
-        qroute get, post;
-    } fixed[] = {
-        { "/health", QR_HEALTH, QR_NONE },
-        { "/v1/models", QR_MODELS, QR_NONE },
-        { "/metrics", QR_METRICS, QR_NONE },
-        { "/v1/chat/completions", QR_NONE, QR_CHAT },
-        { "/v1/completions", QR_NONE, QR_COMPLETIONS },
-        { "/v1/ws", QR_WS, QR_NONE },
-        { "/version", QR_VERSION, QR_NONE },
-        { "/tokenize", QR_NONE, QR_TOKENIZE },
-        { "/detokenize", QR_NONE, QR_DETOKENIZE },
-    };
     *allow = "GET, HEAD";
     if (m == QHTTP_OPTIONS) return QR_OPTIONS;
     const int get = m == QHTTP_GET || m == QHTTP_HEAD;
@@ -486,19 +502,15 @@ qroute qhttp_route(qhttp_method m, const char *path, const char **allow)
         *allow = "GET, HEAD, POST, PATCH, DELETE";
         return QR_BAD_METHOD; /* PUT, TRACE, CONNECT: on no path */
     }
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        if (strcmp(path, fixed[i].path)) continue;
-        *allow = fixed[i].get ? (fixed[i].get == QR_WS ? "GET" : "GET, HEAD") : "POST";
-        if (fixed[i].get == QR_WS) return m == QHTTP_GET ? QR_WS : QR_BAD_METHOD;
-        if (get && fixed[i].get) return fixed[i].get;
-        if (m == QHTTP_POST && fixed[i].post) return fixed[i].post;
-        return QR_BAD_METHOD;
-    }
-    if (!strncmp(path, "/v1/models/", 11) && path[11]) return get ? QR_MODEL : QR_BAD_METHOD;
-    if (!strncmp(path, "/v1/sessions", 12) && (!path[12] || path[12] == '/')) {
-        *allow = path[12] ? "GET, HEAD, PATCH, DELETE" : "GET, HEAD";
-        if (get || (path[12] && (m == QHTTP_PATCH || m == QHTTP_DELETE))) return QR_SESSIONS;
-        return QR_BAD_METHOD;
+    const unsigned want = m == QHTTP_GET ? QM_GET | QM_GET_ONLY : m == QHTTP_HEAD ? QM_GET : m == QHTTP_POST ? QM_POST
+                          : m == QHTTP_PATCH ? QM_PATCH : QM_DELETE;
+    for (int r = QR_STATIC + 1; r < QR_COUNT; r++) {
+        const qroute_info *ri = &route_rows[r];
+        const size_t n = strlen(ri->path);
+        const int hit = ri->methods & QM_PREFIX ? !strncmp(path, ri->path, n) && path[n] : !strcmp(path, ri->path);
+        if (!hit) continue;
+        *allow = allow_of(ri->methods);
+        return ri->methods & want ? (qroute)r : QR_BAD_METHOD;
     }
     return get ? QR_STATIC : QR_NONE;
 }

@@ -114,25 +114,56 @@ const char *qhttp_reason(int status);
 size_t qhttp_head(char *out, size_t cap, int status, const char *ctype, long long length, int chunked,
                   int keep_alive, const char *extra);
 
-/* The endpoints; route picks one for a method and a path.  *allow gets the
- * methods the path takes (for 405). */
+/* The endpoints, one row each: its name, path, the methods it takes, who
+ * checks the API key, and the name /metrics counts it under.  http.c
+ * matches requests against the rows; serve_http.c calls each row's handler
+ * (route_<name>), so no row can lack one.  Methods: QM_GET (GET and HEAD),
+ * QM_GET_ONLY (no HEAD: the WebSocket handshake), QM_POST, QM_PATCH,
+ * QM_DELETE; QM_PREFIX: the path is a prefix that a non-empty rest follows.
+ * Key: QA_ROUTER (checked once, before the handler: 401), QA_HANDLER (the
+ * handler answers its own malformed requests first, then 401: the
+ * WebSocket handshake, the sessions), 0 (open). */
+enum { QM_GET = 1, QM_GET_ONLY = 2, QM_POST = 4, QM_PATCH = 8, QM_DELETE = 16, QM_PREFIX = 32 };
+enum { QA_OPEN = 0, QA_ROUTER = 1, QA_HANDLER = 2 };
+#define QHTTP_ROUTES(X)                                                                           \
+    X(HEALTH, "/health", QM_GET, QA_OPEN, "health")                                               \
+    X(MODELS, "/v1/models", QM_GET, QA_ROUTER, "models")                                          \
+    X(MODEL, "/v1/models/", QM_GET | QM_PREFIX, QA_ROUTER, "models")                              \
+    X(METRICS, "/metrics", QM_GET, QA_OPEN, "metrics")                                            \
+    X(VERSION, "/version", QM_GET, QA_OPEN, "version")                                            \
+    X(CHAT, "/v1/chat/completions", QM_POST, QA_ROUTER, "chat")                                   \
+    X(COMPLETIONS, "/v1/completions", QM_POST, QA_ROUTER, "completions")                          \
+    X(TOKENIZE, "/tokenize", QM_POST, QA_ROUTER, "tokenize")                                      \
+    X(DETOKENIZE, "/detokenize", QM_POST, QA_ROUTER, "detokenize")                                \
+    X(WS, "/v1/ws", QM_GET_ONLY, QA_HANDLER, "ws")                                                \
+    X(SESSIONS, "/v1/sessions", QM_GET, QA_HANDLER, "sessions")                                   \
+    X(SESSION, "/v1/sessions/", QM_GET | QM_PATCH | QM_DELETE | QM_PREFIX, QA_HANDLER, "sessions")
+
+/* What qhttp_route picks: a row of the table, or one of the answers for
+ * requests no row takes. */
 typedef enum {
     QR_NONE = 0,   /* no such path: 404 */
     QR_BAD_METHOD, /* the path exists, not with this method: 405 */
-    QR_HEALTH,
-    QR_MODELS,
-    QR_METRICS,
-    QR_CHAT,
-    QR_COMPLETIONS,
-    QR_WS,
-    QR_SESSIONS,   /* /v1/sessions and /v1/sessions/{id} (serve_sessions.c checks the rest) */
-    QR_MODEL,      /* GET /v1/models/{id} */
-    QR_VERSION,    /* GET /version */
-    QR_TOKENIZE,   /* POST /tokenize (vLLM's) */
-    QR_DETOKENIZE, /* POST /detokenize */
     QR_OPTIONS,    /* OPTIONS of any path: a CORS preflight, or 405 */
     QR_STATIC,     /* GET/HEAD of anything else: a file of the web folder, or 404 */
+#define QR_ENUM_(name, path, methods, key, endpoint) QR_##name,
+    QHTTP_ROUTES(QR_ENUM_)
+#undef QR_ENUM_
+    QR_COUNT
 } qroute;
+
+typedef struct {
+    const char *path;
+    unsigned methods;
+    int key;                /* QA_* */
+    const char *endpoint;
+} qroute_info;
+
+/* The row of route r (QR_NONE and the others without a row: path NULL,
+ * endpoint "other"; QR_STATIC "static").  Cannot fail. */
+const qroute_info *qhttp_route_info(qroute r);
+/* Picks the route for a method and a path; *allow gets the methods the
+ * path takes (for 405). */
 qroute qhttp_route(qhttp_method m, const char *path, const char **allow);
 
 #endif

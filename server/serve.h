@@ -179,6 +179,7 @@ typedef struct {
     const char *endpoint;
     int job;            /* HTTP: waiting for the store's answer */
     int key;            /* the API key the connection showed (index into S.keys) */
+    int req_key;        /* HTTP: the key the request shows, found once by the router (serve_authorized) */
     sconn *conn;        /* what other threads know of the connection */
     /* WebSocket connections: frames in, the connection's own frames out
      * (errors of messages that made no request; '\n'-separated), control. */

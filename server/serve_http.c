@@ -28,7 +28,6 @@
 /* ---- output ------------------------------------------------------------------------ */
 
 static void cors_headers(pss *p, char *out, size_t cap);
-static void model_card(struct lws *wsi, pss *p, const char *id);
 
 /* One info line per HTTP request: method, path, status, tokens, time. */
 static void log_request(pss *p, int status)
@@ -266,54 +265,48 @@ json_t *serve_model_json(const char *id)
                      "speculative", qspec_mode_name(S.eo.spec_mode));
 }
 
-static void handle_get(struct lws *wsi, pss *p, qroute route, const char *uri)
+static void route_HEALTH(struct lws *wsi, pss *p)
 {
-    if (route == QR_HEALTH) {
-        p->endpoint = "health";
-        const int up = serve_ready(), down = serve_broken();
-        if (down)
-            serve_reply_json(wsi, p, 503,
-                             json_pack("{s:s, s:s}", "status", "error", "message",
-                                       "the backend can run no more passes (a GPU failed): restart the server"));
-        else serve_reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
-    } else if (route == QR_MODELS) {
-        p->endpoint = "models";
-        if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
-        if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
-        /* speculative: how this server drafts (none, ngram, draft), for clients
-         * that offer the per-request opt-out. */
-        json_t *data = json_array();
-        for (int i = 0; data && S.models[i]; i++) json_array_append_new(data, serve_model_json(S.models[i]));
-        serve_reply_json(wsi, p, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
-    } else if (route == QR_MODEL) {
-        model_card(wsi, p, uri + 11);
-    } else if (route == QR_VERSION) {
-        p->endpoint = "version";
-        serve_reply_json(wsi, p, 200, json_pack("{s:s}", "version", QUIRE_VERSION));
-    } else if (route == QR_METRICS) {
-        p->endpoint = "metrics";
-        char *s = NULL;
-        size_t len = 0;
-        pthread_mutex_lock(&S.mu);
-        const qengine_stats st = S.stats;
-        const int have = S.have_stats;
-        pthread_mutex_unlock(&S.mu);
-        qstore_stats sst;
-        if (S.store) qstore_stats_get(S.store, &sst);
-        if (qmetrics_render(S.metrics, have ? &st : NULL, S.store ? &sst : NULL, 0, &s, &len))
-            return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
-        serve_reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
-    } else if (!static_file(wsi, p, uri)) {
-        p->endpoint = "other";
-        serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: GET %s", uri);
-    }
+    const int up = serve_ready(), down = serve_broken();
+    if (down)
+        serve_reply_json(wsi, p, 503,
+                         json_pack("{s:s, s:s}", "status", "error", "message",
+                                   "the backend can run no more passes (a GPU failed): restart the server"));
+    else serve_reply_json(wsi, p, up ? 200 : 503, json_pack("{s:s}", "status", up ? "ok" : "loading"));
+}
+
+static void route_MODELS(struct lws *wsi, pss *p)
+{
+    if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
+    json_t *data = json_array();
+    for (int i = 0; data && S.models[i]; i++) json_array_append_new(data, serve_model_json(S.models[i]));
+    serve_reply_json(wsi, p, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+static void route_VERSION(struct lws *wsi, pss *p)
+{
+    serve_reply_json(wsi, p, 200, json_pack("{s:s}", "version", QUIRE_VERSION));
+}
+
+static void route_METRICS(struct lws *wsi, pss *p)
+{
+    char *s = NULL;
+    size_t len = 0;
+    pthread_mutex_lock(&S.mu);
+    const qengine_stats st = S.stats;
+    const int have = S.have_stats;
+    pthread_mutex_unlock(&S.mu);
+    qstore_stats sst;
+    if (S.store) qstore_stats_get(S.store, &sst);
+    if (qmetrics_render(S.metrics, have ? &st : NULL, S.store ? &sst : NULL, 0, &s, &len))
+        return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
+    serve_reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
 }
 
 /* GET /v1/models/{id}: the model's card, or 404 as OpenAI answers. */
-static void model_card(struct lws *wsi, pss *p, const char *id)
+static void route_MODEL(struct lws *wsi, pss *p)
 {
-    p->endpoint = "models";
-    if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+    const char *id = p->h.req.path + strlen(qhttp_route_info(QR_MODEL)->path);
     if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
     for (int i = 0; S.models[i]; i++)
         if (!strcmp(S.models[i], id)) return serve_reply_json(wsi, p, 200, serve_model_json(S.models[i]));
@@ -388,18 +381,70 @@ static void post_answer(sprep *j)
 }
 
 /* A complete POST body: to the preparation pool, then the engine. */
-static void handle_post(struct lws *wsi, pss *p)
+static void handle_post(struct lws *wsi, pss *p, qoai_kind kind)
 {
     qoai_error e;
     const qhttp_req *rq = &p->h.req;
-    sprep *j = serve_prep_new(p, rq->body ? rq->body : "", rq->body_len, (qoai_kind)p->kind);
+    p->kind = kind;
+    sprep *j = serve_prep_new(p, rq->body ? rq->body : "", rq->body_len, kind);
     if (!j) return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
     j->answer = post_answer;
     p->st = ST_WAIT; /* p->r comes with the answer */
     if (serve_prep_submit(j, &e)) return serve_reply_error(wsi, p, &e);
 }
 
-/* A whole request: route it. */
+static void route_CHAT(struct lws *wsi, pss *p) { handle_post(wsi, p, QOAI_CHAT); }
+static void route_COMPLETIONS(struct lws *wsi, pss *p) { handle_post(wsi, p, QOAI_COMPLETION); }
+
+/* POST /tokenize and /detokenize, on the preparation pool. */
+static void tokenize(struct lws *wsi, pss *p, int what)
+{
+    const qhttp_req *rq = &p->h.req;
+    qoai_error e;
+    sprep *j = serve_prep_new(p, rq->body ? rq->body : "", rq->body_len, QOAI_COMPLETION);
+    if (!j) return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
+    j->what = what;
+    j->answer = tokenize_answer;
+    p->st = ST_WAIT;
+    if (serve_prep_submit(j, &e)) return serve_reply_error(wsi, p, &e);
+}
+
+static void route_TOKENIZE(struct lws *wsi, pss *p) { tokenize(wsi, p, PREP_TOKENIZE); }
+static void route_DETOKENIZE(struct lws *wsi, pss *p) { tokenize(wsi, p, PREP_DETOKENIZE); }
+static void route_WS(struct lws *wsi, pss *p) { serve_ws_upgrade(wsi, p); }
+
+static void route_SESSIONS(struct lws *wsi, pss *p)
+{
+    const qhttp_req *rq = &p->h.req;
+    sess_http(wsi, p, rq->method == QHTTP_HEAD ? "GET" : rq->method_name, rq->path, rq->body ? rq->body : "",
+              rq->body_len);
+    if (p->job) p->st = ST_WAIT;
+}
+
+static void route_SESSION(struct lws *wsi, pss *p) { route_SESSIONS(wsi, p); }
+
+/* Each route's handler (http.h's table names them). */
+typedef void (*route_fn)(struct lws *wsi, pss *p);
+static const route_fn route_handlers[QR_COUNT] = {
+#define ROUTE_HANDLER_(name, path, methods, key, endpoint) [QR_##name] = route_##name,
+    QHTTP_ROUTES(ROUTE_HANDLER_)
+#undef ROUTE_HANDLER_
+};
+
+/* 405, with the methods the path takes. */
+static void bad_method(struct lws *wsi, pss *p, const char *allow)
+{
+    char extra[128];
+    snprintf(extra, sizeof extra, "allow: %s\r\n", allow);
+    qoai_error e;
+    qoai_fail(&e, 405, "invalid_request_error", NULL, "%s is not served for this path", p->h.req.method_name);
+    json_t *j = qoai_error_json(&e);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    serve_reply_ex(wsi, p, 405, "application/json", s, s ? strlen(s) : 0, extra);
+}
+
+/* A whole request: routed by http.h's table, the API key checked once. */
 static void handle_request(struct lws *wsi, pss *p)
 {
     qhttp_req *rq = &p->h.req;
@@ -408,6 +453,8 @@ static void handle_request(struct lws *wsi, pss *p)
     p->t_req = q_now();
     const char *allow = NULL;
     const qroute route = qhttp_route(rq->method, rq->path, &allow);
+    const qroute_info *ri = qhttp_route_info(route);
+    p->endpoint = ri->endpoint;
     if (route == QR_OPTIONS) return preflight(wsi, p);
     if (!serve_origin_allowed(p)) {
         p->endpoint = "other";
@@ -416,50 +463,19 @@ static void handle_request(struct lws *wsi, pss *p)
         return serve_fail(wsi, p, 403, "invalid_request_error", "%s",
                           "a page of another site may not call this server (see --allow-origin)");
     }
-    switch (route) {
-    case QR_BAD_METHOD: {
-        char extra[128];
-        snprintf(extra, sizeof extra, "allow: %s\r\n", allow);
-        p->endpoint = "other";
-        qoai_error e;
-        qoai_fail(&e, 405, "invalid_request_error", NULL, "%s is not served for this path", rq->method_name);
-        json_t *j = qoai_error_json(&e);
-        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        return serve_reply_ex(wsi, p, 405, "application/json", s, s ? strlen(s) : 0, extra);
-    }
-    case QR_NONE:
-        p->endpoint = "other";
-        return serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: %s", rq->path);
-    case QR_WS:
-        return serve_ws_upgrade(wsi, p);
-    case QR_SESSIONS:
-        sess_http(wsi, p, rq->method == QHTTP_HEAD ? "GET" : rq->method_name, rq->path, rq->body ? rq->body : "",
-                  rq->body_len);
-        if (p->job) p->st = ST_WAIT;
-        return;
-    case QR_TOKENIZE:
-    case QR_DETOKENIZE: {
-        p->endpoint = route == QR_TOKENIZE ? "tokenize" : "detokenize";
-        if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
-        qoai_error e;
-        sprep *j = serve_prep_new(p, rq->body ? rq->body : "", rq->body_len, QOAI_COMPLETION);
-        if (!j) return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
-        j->what = route == QR_TOKENIZE ? PREP_TOKENIZE : PREP_DETOKENIZE;
-        j->answer = tokenize_answer;
-        p->st = ST_WAIT;
-        if (serve_prep_submit(j, &e)) return serve_reply_error(wsi, p, &e);
+    if (route == QR_BAD_METHOD) return bad_method(wsi, p, allow);
+    if (route == QR_NONE) return serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: %s", rq->path);
+    if (route == QR_STATIC) {
+        if (!static_file(wsi, p, rq->path)) {
+            p->endpoint = "other";
+            serve_fail(wsi, p, 404, "invalid_request_error", "no such endpoint: GET %s", rq->path);
+        }
         return;
     }
-    case QR_CHAT:
-    case QR_COMPLETIONS:
-        p->kind = route == QR_CHAT ? QOAI_CHAT : QOAI_COMPLETION;
-        p->endpoint = route == QR_CHAT ? "chat" : "completions";
-        if (serve_authorized(p) < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
-        return handle_post(wsi, p);
-    default:
-        return handle_get(wsi, p, route, rq->path);
-    }
+    p->req_key = serve_authorized(p);
+    if (ri->key == QA_ROUTER && p->req_key < 0)
+        return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
+    route_handlers[route](wsi, p);
 }
 
 /* Reads requests while the connection is free for one. */

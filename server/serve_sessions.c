@@ -87,8 +87,7 @@ static void store_error(const qstore_job *j, qoai_error *e)
 int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, const char *body, size_t len)
 {
     if (strncmp(uri, "/v1/sessions", 12) || (uri[12] && uri[12] != '/')) return 0;
-    p->endpoint = "sessions";
-    const int key = serve_authorized(p);
+    const int key = p->req_key;
     if (key < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 1;
     if (!S.store)
         return serve_fail(wsi, p, 404, "invalid_request_error", "%s",

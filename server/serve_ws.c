@@ -204,7 +204,7 @@ void serve_ws_upgrade(struct lws *wsi, pss *p)
         return serve_reply_ex(wsi, p, 426, "text/plain", strdup("WebSocket version 13 only"), 25,
                               "sec-websocket-version: 13\r\n");
     }
-    const int k = serve_authorized(p);
+    const int k = p->req_key;
     if (k < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key");
     char accept[29], extra[256];
     qws_accept(key, accept);

@@ -130,7 +130,12 @@ static void test_routes_and_head(void)
     CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/v1/chat/completions", &allow), QR_BAD_METHOD);
     CHECK(!strcmp(allow, "POST"));
     CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/v1/ws", &allow), QR_WS);
-    CHECK_EQ_INT(qhttp_route(QHTTP_DELETE, "/v1/sessions/abc", &allow), QR_SESSIONS);
+    CHECK_EQ_INT(qhttp_route(QHTTP_DELETE, "/v1/sessions/abc", &allow), QR_SESSION);
+    CHECK(!strcmp(allow, "GET, HEAD, PATCH, DELETE"));
+    CHECK_EQ_INT(qhttp_route(QHTTP_HEAD, "/v1/ws", &allow), QR_BAD_METHOD);
+    CHECK(!strcmp(allow, "GET"));
+    CHECK_EQ_INT(qhttp_route_info(QR_CHAT)->key, QA_ROUTER);
+    CHECK(!strcmp(qhttp_route_info(QR_DETOKENIZE)->endpoint, "detokenize"));
     CHECK_EQ_INT(qhttp_route(QHTTP_DELETE, "/v1/sessions", &allow), QR_BAD_METHOD);
     CHECK_EQ_INT(qhttp_route(QHTTP_TRACE, "/", &allow), QR_BAD_METHOD);
     CHECK_EQ_INT(qhttp_route(QHTTP_GET, "/index.html", &allow), QR_STATIC);
