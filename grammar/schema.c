@@ -521,290 +521,296 @@ static int dep_names(const json_t *deps)
     return nd;
 }
 
-static gram_x obj_x(sctx *c, const json_t *s)
+/* An object schema on its way to a grammar (obj_x's phases share it).
+ * names/schemas/required/enc hold the n properties that may appear: the
+ * listed ones, then names that required or dependencies add; a NULL
+ * schema is a property never given. */
+typedef struct {
+    const json_t *s, *props, *req, *addl, *named, *pp, *deps;
+    int closed, npp, extras, nreq;
+    const char **names;
+    const json_t **schemas;
+    char **enc;             /* each name's JSON text, quotes included */
+    size_t *lens;
+    uint8_t *required;
+    int (*dep)[2];          /* (a, b): a given needs b given */
+    int ndep;
+    gram_re **pre;          /* patternProperties' patterns (npp) */
+    gram_re *pnames;        /* propertyNames: the names allowed (NULL: any) */
+    int n, min_props, max_props;
+    char rerr[300];
+} objw;
+
+/* Reads the keywords and allocates the working arrays.  1 with *out set
+ * when done (an error), else 0. */
+static int obj_begin(sctx *c, objw *w, gram_x *out)
 {
-    const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
-    const json_t *addl = json_object_get(s, "additionalProperties");
-    const json_t *mnp = json_object_get(s, "minProperties"), *mxp = json_object_get(s, "maxProperties");
-    if (props && !json_is_object(props)) return sc_fail(c, QERR_INVAL, "properties must be an object");
-    if (req && !json_is_array(req)) return sc_fail(c, QERR_INVAL, "required must be an array");
+    const json_t *s = w->s;
+    w->props = json_object_get(s, "properties"), w->req = json_object_get(s, "required");
+    w->addl = json_object_get(s, "additionalProperties");
+    if (w->props && !json_is_object(w->props)) return *out = sc_fail(c, QERR_INVAL, "properties must be an object"), 1;
+    if (w->req && !json_is_array(w->req)) return *out = sc_fail(c, QERR_INVAL, "required must be an array"), 1;
     /* Strict mode: a listing schema without additionalProperties is closed;
      * names that required or dependencies give are listed (any value). */
-    const int closed = !addl && json_is_true(json_object_get(s, CLOSED_OBJ));
-    const json_t *named = addl ? addl : json_true(); /* the value of a name listed outside properties */
-    if (!addl) addl = closed ? json_false() : json_true();
-    const json_t *pp = json_object_get(s, "patternProperties");
-    if (pp && !json_is_object(pp)) return sc_fail(c, QERR_INVAL, "patternProperties must be an object");
-    const int npp = pp ? (int)json_object_size(pp) : 0;
-    int extras = !json_is_false(addl) || npp > 0;
-    /* The properties: listed ones, then required names not listed (which
-     * take additionalProperties' schema; any value where strict mode closed
-     * the object). */
-    const int np0 = props ? (int)json_object_size(props) : 0;
-    const int nreq = req ? (int)json_array_size(req) : 0;
-    const json_t *deps = json_object_get(s, "dependentRequired");
-    if (!deps) deps = json_object_get(s, "dependencies");
-    if (deps && !json_is_object(deps)) return sc_fail(c, QERR_INVAL, "dependencies must be an object");
-    const int nd = deps ? dep_names(deps) : 0;
-    const size_t cap = (size_t)(np0 + nreq + nd) + 1;
-    const char **names = q_callocn(cap, sizeof *names);
-    const json_t **schemas = q_callocn(cap, sizeof *schemas);
-    char **enc = q_callocn(cap, sizeof *enc);
-    size_t *lens = q_callocn(cap, sizeof *lens);
-    uint8_t *required = calloc(cap, 1);
-    int (*dep)[2] = q_callocn((size_t)nd + 1, sizeof *dep);
-    int ndep = 0;
-    gram_re **pre = npp ? q_callocn((size_t)npp, sizeof *pre) : NULL; /* patternProperties' patterns */
-    gram_re *pnames = NULL; /* propertyNames: the names allowed (NULL: any) */
-    int n = 0;
-    gram_x out = 0;
-    char rerr[300];
-    if (!names || !schemas || !enc || !lens || !required || !dep || (npp && !pre)) {
-        out = sc_fail(c, QERR_NOMEM, "out of memory");
-        goto done;
+    w->closed = !w->addl && json_is_true(json_object_get(s, CLOSED_OBJ));
+    w->named = w->addl ? w->addl : json_true(); /* the value of a name listed outside properties */
+    if (!w->addl) w->addl = w->closed ? json_false() : json_true();
+    w->pp = json_object_get(s, "patternProperties");
+    if (w->pp && !json_is_object(w->pp)) return *out = sc_fail(c, QERR_INVAL, "patternProperties must be an object"), 1;
+    w->npp = w->pp ? (int)json_object_size(w->pp) : 0;
+    w->extras = !json_is_false(w->addl) || w->npp > 0;
+    const int np0 = w->props ? (int)json_object_size(w->props) : 0;
+    w->nreq = w->req ? (int)json_array_size(w->req) : 0;
+    w->deps = json_object_get(s, "dependentRequired");
+    if (!w->deps) w->deps = json_object_get(s, "dependencies");
+    if (w->deps && !json_is_object(w->deps)) return *out = sc_fail(c, QERR_INVAL, "dependencies must be an object"), 1;
+    const int nd = w->deps ? dep_names(w->deps) : 0;
+    const size_t cap = (size_t)(np0 + w->nreq + nd) + 1;
+    w->names = q_callocn(cap, sizeof *w->names);
+    w->schemas = q_callocn(cap, sizeof *w->schemas);
+    w->enc = q_callocn(cap, sizeof *w->enc);
+    w->lens = q_callocn(cap, sizeof *w->lens);
+    w->required = calloc(cap, 1);
+    w->dep = q_callocn((size_t)nd + 1, sizeof *w->dep);
+    w->pre = w->npp ? q_callocn((size_t)w->npp, sizeof *w->pre) : NULL;
+    if (!w->names || !w->schemas || !w->enc || !w->lens || !w->required || !w->dep || (w->npp && !w->pre))
+        return *out = sc_fail(c, QERR_NOMEM, "out of memory"), 1;
+    if (json_object_get(s, "propertyNames") && names_dfa(c, json_object_get(s, "propertyNames"), &w->pnames))
+        return *out = c->rc, 1;
+    const char *pk;
+    json_t *pv;
+    int i = 0;
+    json_object_foreach((json_t *)w->pp, pk, pv)
+    {
+        const int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &w->pre[i++], w->rerr, sizeof w->rerr);
+        if (rc) return *out = sc_fail(c, rc, "patternProperties: %s", w->rerr), 1;
     }
-    if (json_object_get(s, "propertyNames") && names_dfa(c, json_object_get(s, "propertyNames"), &pnames)) {
-        out = c->rc;
-        goto done;
+    return 0;
+}
+
+/* The listed properties, then required names not listed (which take
+ * additionalProperties' schema; any value where strict mode closed the
+ * object).  1 with *out set when done, else 0. */
+static int obj_list(sctx *c, objw *w, gram_x *out)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)w->props, k, v)
+    {
+        /* A property that no value satisfies may not appear: listed (so no
+         * extra takes its name), never given. */
+        const int never = no_value(c, v), req = w->req && in_array(w->req, k);
+        if (never && req) return *out = sc_none(c, "required property '%s' can have no value", k), 1;
+        w->names[w->n] = k, w->schemas[w->n] = never ? NULL : v, w->required[w->n] = (uint8_t)req;
+        w->n++;
     }
-    if (npp) {
-        const char *pk;
-        json_t *pv;
-        int i = 0;
-        json_object_foreach((json_t *)pp, pk, pv)
-        {
-            const int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &pre[i++], rerr, sizeof rerr);
-            if (rc) {
-                out = sc_fail(c, rc, "patternProperties: %s", rerr);
-                goto done;
-            }
-        }
-    }
-    if (props) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)props, k, v)
-        {
-            /* A property that no value satisfies may not appear: listed
-             * (so no extra takes its name), never given. */
-            const int never = no_value(c, v);
-            if (never && req && in_array(req, k)) {
-                out = sc_none(c, "required property '%s' can have no value", k);
-                goto done;
-            }
-            names[n] = k, schemas[n] = never ? NULL : v, required[n] = req && in_array(req, k);
-            n++;
-        }
-    }
-    for (int i = 0; i < nreq; i++) {
-        const char *r = json_string_value(json_array_get(req, (size_t)i));
-        if (!r) {
-            out = sc_fail(c, QERR_INVAL, "required must list strings");
-            goto done;
-        }
-        if (props && json_object_get(props, r)) continue;
+    for (int i = 0; i < w->nreq; i++) {
+        const char *r = json_string_value(json_array_get(w->req, (size_t)i));
+        if (!r) return *out = sc_fail(c, QERR_INVAL, "required must list strings"), 1;
+        if (w->props && json_object_get(w->props, r)) continue;
         int dup = 0;
-        for (int j = 0; j < n; j++) dup |= !strcmp(names[j], r);
+        for (int j = 0; j < w->n; j++) dup |= !strcmp(w->names[j], r);
         if (dup) continue;
-        const int at = listed(r, names, schemas, required, &n, named, pre, npp);
-        if (at < 0) {
-            out = sc_none(c, "required property '%s' is not allowed (additionalProperties false)", r);
-            goto done;
-        }
-        required[at] = 1;
+        const int at = listed(r, w->names, w->schemas, w->required, &w->n, w->named, w->pre, w->npp);
+        if (at < 0)
+            return *out = sc_none(c, "required property '%s' is not allowed (additionalProperties false)", r), 1;
+        w->required[at] = 1;
     }
-    /* Dependencies (dependentRequired, or dependencies' lists) as pairs of
-     * properties.  A name not listed is listed here (optional, its value
-     * an extra one's) when extra keys are allowed; else it never appears:
-     * as a source its dependency holds, as a target its source is never
-     * given. */
-    if (deps) {
-        const char *dk;
-        json_t *dv;
-        json_object_foreach((json_t *)deps, dk, dv)
+    return 0;
+}
+
+/* Dependencies (dependentRequired, or dependencies' lists) as pairs of
+ * properties.  A name not listed is listed here (optional, its value an
+ * extra one's) when extra keys are allowed; else it never appears: as a
+ * source its dependency holds, as a target its source is never given.
+ * 1 with *out set when done, else 0. */
+static int obj_deps(sctx *c, objw *w, gram_x *out)
+{
+    const char *dk;
+    json_t *dv;
+    json_object_foreach((json_t *)w->deps, dk, dv)
+    {
+        if (!json_is_array(dv))
+            return *out = sc_fail(c, QERR_UNSUPPORTED, "dependencies with a schema ('%s') are not supported", dk), 1;
+        const int a = listed(dk, w->names, w->schemas, w->required, &w->n, w->named, w->pre, w->npp);
+        size_t j;
+        json_t *x;
+        json_array_foreach(dv, j, x)
         {
-            if (!json_is_array(dv)) {
-                out = sc_fail(c, QERR_UNSUPPORTED, "dependencies with a schema ('%s') are not supported", dk);
-                goto done;
+            if (!json_is_string(x)) return *out = sc_fail(c, QERR_INVAL, "dependencies must list strings"), 1;
+            const int bi = listed(json_string_value(x), w->names, w->schemas, w->required, &w->n, w->named, w->pre,
+                                  w->npp);
+            if (a < 0 || bi == a) continue;
+            if (bi < 0) {
+                if (w->required[a])
+                    return *out = sc_none(c, "required property '%s' needs '%s', which is not allowed", dk,
+                                          json_string_value(x)),
+                           1;
+                w->schemas[a] = NULL;
+                continue;
             }
-            const int a = listed(dk, names, schemas, required, &n, named, pre, npp);
-            size_t j;
-            json_t *x;
-            json_array_foreach(dv, j, x)
-            {
-                if (!json_is_string(x)) {
-                    out = sc_fail(c, QERR_INVAL, "dependencies must list strings");
-                    goto done;
-                }
-                const int bi = listed(json_string_value(x), names, schemas, required, &n, named, pre, npp);
-                if (a < 0 || bi == a) continue;
-                if (bi < 0) {
-                    if (required[a]) {
-                        out = sc_none(c, "required property '%s' needs '%s', which is not allowed", dk,
-                                      json_string_value(x));
-                        goto done;
-                    }
-                    schemas[a] = NULL;
-                    continue;
-                }
-                dep[ndep][0] = a, dep[ndep][1] = bi;
-                ndep++;
-            }
+            w->dep[w->ndep][0] = a, w->dep[w->ndep][1] = bi;
+            w->ndep++;
         }
     }
-    const int min_props = json_is_number(mnp) ? sc_count_of(mnp, 0) : 0;
-    const int max_props = json_is_number(mxp) ? sc_count_of(mxp, -1) : -1;
-    if (closed && min_props > n + extras) addl = json_true(), extras = 1; /* strict, it could not hold: open */
+    return 0;
+}
+
+/* minProperties and maxProperties against what can appear.  1 with *out
+ * set when done, else 0. */
+static int obj_counts(sctx *c, objw *w, gram_x *out)
+{
+    const json_t *mnp = json_object_get(w->s, "minProperties"), *mxp = json_object_get(w->s, "maxProperties");
+    w->min_props = json_is_number(mnp) ? sc_count_of(mnp, 0) : 0;
+    w->max_props = json_is_number(mxp) ? sc_count_of(mxp, -1) : -1;
+    if (w->closed && w->min_props > w->n + w->extras) w->addl = json_true(), w->extras = 1; /* strict, it could not hold: open */
     /* Extra members count as one towards minProperties (two may share a
      * key, which a reader takes as one member): refused where a valid
      * object would need two of them, rather than that object refused. */
     int nreq_listed = 0;
-    for (int i = 0; i < n; i++) nreq_listed += required[i];
-    if (extras && min_props - nreq_listed >= 2) {
-        out = sc_fail(c, QERR_UNSUPPORTED,
-                      "minProperties %d with keys beside the listed ones (a grammar cannot tell such keys apart to "
-                      "count them)",
-                      min_props);
-        goto done;
-    }
-    if (min_props > n + extras) {
-        out = sc_fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed%s", extras ? " and one more" : "");
-        goto done;
-    }
-    /* Keys as they appear in the output: the JSON text of the name. */
-    for (int i = 0; i < n; i++) {
-        json_t *js = json_string(names[i]);
-        enc[i] = js ? json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    for (int i = 0; i < w->n; i++) nreq_listed += w->required[i];
+    if (w->extras && w->min_props - nreq_listed >= 2)
+        return *out = sc_fail(c, QERR_UNSUPPORTED,
+                              "minProperties %d with keys beside the listed ones (a grammar cannot tell such keys "
+                              "apart to count them)",
+                              w->min_props),
+               1;
+    if (w->min_props > w->n + w->extras)
+        return *out = sc_fail(c, QERR_UNSUPPORTED, "minProperties above the properties listed%s",
+                              w->extras ? " and one more" : ""),
+               1;
+    return 0;
+}
+
+/* Keys as they appear in the output (the JSON text of each name); a name
+ * propertyNames refuses may not appear; a name a pattern matches takes
+ * both schemas.  1 with *out set when done, else 0. */
+static int obj_keys(sctx *c, objw *w, gram_x *out)
+{
+    for (int i = 0; i < w->n; i++) {
+        json_t *js = json_string(w->names[i]);
+        w->enc[i] = js ? json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
         json_decref(js);
-        if (!enc[i]) {
-            out = sc_fail(c, QERR_NOMEM, "out of memory");
-            goto done;
-        }
+        if (!w->enc[i]) return *out = sc_fail(c, QERR_NOMEM, "out of memory"), 1;
     }
-    /* A listed name that propertyNames refuses may not appear. */
-    for (int i = 0; i < n && pnames; i++) {
-        if (gram_re_match(pnames, enc[i] + 1, strlen(enc[i]) - 2)) continue;
-        if (required[i]) {
-            out = sc_none(c, "required property '%s' is not allowed by propertyNames", names[i]);
-            goto done;
-        }
-        schemas[i] = NULL;
+    for (int i = 0; i < w->n && w->pnames; i++) {
+        if (gram_re_match(w->pnames, w->enc[i] + 1, strlen(w->enc[i]) - 2)) continue;
+        if (w->required[i])
+            return *out = sc_none(c, "required property '%s' is not allowed by propertyNames", w->names[i]), 1;
+        w->schemas[i] = NULL;
     }
-    /* A listed property whose name matches a pattern takes both schemas. */
-    for (int i = 0; i < n && npp; i++) {
-        if (!schemas[i]) continue;
+    for (int i = 0; i < w->n && w->npp; i++) {
+        if (!w->schemas[i]) continue;
         const char *pk;
         json_t *pv;
         int k = 0;
-        json_object_foreach((json_t *)pp, pk, pv)
+        json_object_foreach((json_t *)w->pp, pk, pv)
         {
-            if (gram_re_match(pre[k++], enc[i] + 1, strlen(enc[i]) - 2)) {
-                schemas[i] = sc_keep(c, sc_merge(c, schemas[i], pv));
-                if (!schemas[i]) {
-                    out = c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory");
-                    goto done;
-                }
-            }
+            if (!gram_re_match(w->pre[k++], w->enc[i] + 1, strlen(w->enc[i]) - 2)) continue;
+            w->schemas[i] = sc_keep(c, sc_merge(c, w->schemas[i], pv));
+            if (!w->schemas[i]) return *out = c->rc ? c->rc : sc_fail(c, QERR_NOMEM, "out of memory"), 1;
         }
-        if (no_value(c, schemas[i])) { /* the schemas have no value in common */
-            if (required[i]) {
-                out = sc_none(c, "required property '%s' can have no value", names[i]);
-                goto done;
-            }
-            schemas[i] = NULL;
+        if (no_value(c, w->schemas[i])) { /* the schemas have no value in common */
+            if (w->required[i]) return *out = sc_none(c, "required property '%s' can have no value", w->names[i]), 1;
+            w->schemas[i] = NULL;
         }
     }
-    /* The extra properties: a key none of the names, its value from the
-     * first pattern it matches, else from additionalProperties. */
-    gram_x extra = NONE;
-    if (extras) {
-        const char **inner = q_callocn((size_t)n + 1, sizeof *inner);
-        for (int i = 0; inner && i < n; i++) inner[i] = enc[i] + 1, lens[i] = strlen(enc[i]) - 2;
-        if (!inner) {
-            out = sc_fail(c, QERR_NOMEM, "out of memory");
-            goto done;
-        }
-        gram_x acc = NONE;
-        const char *pk;
-        json_t *pv;
-        int k = 0;
-        json_object_foreach((json_t *)pp, pk, pv)
-        {
-            /* Pattern k's keys, without those of earlier patterns. */
-            gram_re *base = NULL;
-            int rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &base, rerr, sizeof rerr);
-            if (!rc) rc = minus_all(&base, pre, k, rerr, sizeof rerr);
-            if (!rc) rc = narrow_keys(&base, pnames, rerr, sizeof rerr);
-            if (rc) {
-                free(inner);
-                out = sc_fail(c, rc, "patternProperties: %s", rerr);
-                goto done;
-            }
-            char where[300];
-            snprintf(where, sizeof where, "patternProperties/%s", pk);
-            acc = alt_add(c, acc, member(c, gram_b_key(B, base, inner, lens, n), sub(c, pv, where)));
-            k++;
-        }
-        if (!json_is_false(addl)) {
-            /* Keys no pattern matches. */
-            gram_re *base = NULL;
-            int rc = 0;
-            if (npp) {
-                rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &base, rerr, sizeof rerr);
-                if (!rc) rc = minus_all(&base, pre, npp, rerr, sizeof rerr);
-            }
-            if (!rc) rc = narrow_keys(&base, pnames, rerr, sizeof rerr);
-            if (rc) {
-                free(inner);
-                out = sc_fail(c, rc, "patternProperties: %s", rerr);
-                goto done;
-            }
-            acc = alt_add(c, acc, member(c, gram_b_key(B, base, inner, lens, n), sub(c, addl, "additionalProperties")));
-        }
-        free(inner);
-        extra = as_rule(c, "extra", acc);
-        if (extra < 0) {
-            out = extra;
-            goto done;
-        }
+    return 0;
+}
+
+/* The extra properties' rule: a key none of the names, its value from the
+ * first pattern it matches, else from additionalProperties.  The rule, or
+ * a negative error. */
+static gram_x obj_extra(sctx *c, objw *w)
+{
+    const char **inner = q_callocn((size_t)w->n + 1, sizeof *inner);
+    if (!inner) return sc_fail(c, QERR_NOMEM, "out of memory");
+    for (int i = 0; i < w->n; i++) inner[i] = w->enc[i] + 1, w->lens[i] = strlen(w->enc[i]) - 2;
+    gram_x acc = NONE;
+    const char *pk;
+    json_t *pv;
+    int k = 0, rc = 0;
+    json_object_foreach((json_t *)w->pp, pk, pv)
+    {
+        /* Pattern k's keys, without those of earlier patterns. */
+        gram_re *base = NULL;
+        rc = gram_re_compile(pk, strlen(pk), GRAM_RE_JSON_STRING, &base, w->rerr, sizeof w->rerr);
+        if (!rc) rc = minus_all(&base, w->pre, k, w->rerr, sizeof w->rerr);
+        if (!rc) rc = narrow_keys(&base, w->pnames, w->rerr, sizeof w->rerr);
+        if (rc) break;
+        char where[300];
+        snprintf(where, sizeof where, "patternProperties/%s", pk);
+        acc = alt_add(c, acc, member(c, gram_b_key(B, base, inner, w->lens, w->n), sub(c, pv, where)));
+        k++;
     }
-    /* Each property as a rule: its key, a colon, its value. */
-    gram_x *prop = q_callocn((size_t)n + 1, sizeof *prop);
-    if (!prop) {
-        out = sc_fail(c, QERR_NOMEM, "out of memory");
-        goto done;
+    if (!rc && !json_is_false(w->addl)) {
+        /* Keys no pattern matches. */
+        gram_re *base = NULL;
+        if (w->npp) {
+            rc = gram_re_compile("[\\s\\S]*", 7, GRAM_RE_JSON_STRING | GRAM_RE_FULL, &base, w->rerr, sizeof w->rerr);
+            if (!rc) rc = minus_all(&base, w->pre, w->npp, w->rerr, sizeof w->rerr);
+        }
+        if (!rc) rc = narrow_keys(&base, w->pnames, w->rerr, sizeof w->rerr);
+        if (!rc)
+            acc = alt_add(c, acc, member(c, gram_b_key(B, base, inner, w->lens, w->n),
+                                         sub(c, w->addl, "additionalProperties")));
     }
-    for (int i = 0; i < n && !c->rc; i++) {
-        if (!schemas[i]) { /* never given */
+    free(inner);
+    if (rc) return sc_fail(c, rc, "patternProperties: %s", w->rerr);
+    return as_rule(c, "extra", acc);
+}
+
+/* Each property as a rule (its key, a colon, its value), then the members
+ * in any order the constraints allow, in braces. */
+static gram_x obj_members(sctx *c, objw *w, gram_x extra)
+{
+    gram_x *prop = q_callocn((size_t)w->n + 1, sizeof *prop);
+    if (!prop) return sc_fail(c, QERR_NOMEM, "out of memory");
+    for (int i = 0; i < w->n && !c->rc; i++) {
+        if (!w->schemas[i]) { /* never given */
             prop[i] = NONE;
             continue;
         }
         char where[300];
-        snprintf(where, sizeof where, "properties/%s", names[i]);
-        gram_x val = sub(c, schemas[i], where);
-        prop[i] = as_rule(c, where, SEQ(LIT(enc[i]), SEQ(LIT(":"), val)));
+        snprintf(where, sizeof where, "properties/%s", w->names[i]);
+        gram_x val = sub(c, w->schemas[i], where);
+        prop[i] = as_rule(c, where, SEQ(LIT(w->enc[i]), SEQ(LIT(":"), val)));
     }
     if (c->rc) {
         free(prop);
-        out = c->rc;
-        goto done;
+        return c->rc;
     }
-    const sc_obj ob = { n, prop, required, (const int (*)[2])dep, ndep, extra, min_props, max_props };
+    const sc_obj ob = { w->n, prop, w->required, (const int (*)[2])w->dep, w->ndep, extra, w->min_props, w->max_props };
     const gram_x body = sc_members(c, &ob);
     free(prop);
-    out = body < 0 ? body : sc_seq3(c, LIT("{"), body, LIT("}"));
-done:
-    gram_re_free(pnames);
-    for (int i = 0; i < npp && pre; i++) gram_re_free(pre[i]);
-    free(pre);
-    for (int i = 0; i < n; i++)
-        if (enc[i]) sc_dumps_free(enc[i]);
-    free(names);
-    free(schemas);
-    free(enc);
-    free(lens);
-    free(required);
-    free(dep);
+    return body < 0 ? body : sc_seq3(c, LIT("{"), body, LIT("}"));
+}
+
+static void obj_free(objw *w)
+{
+    gram_re_free(w->pnames);
+    for (int i = 0; i < w->npp && w->pre; i++) gram_re_free(w->pre[i]);
+    free(w->pre);
+    for (int i = 0; i < w->n; i++)
+        if (w->enc[i]) sc_dumps_free(w->enc[i]);
+    free(w->names);
+    free(w->schemas);
+    free(w->enc);
+    free(w->lens);
+    free(w->required);
+    free(w->dep);
+}
+
+static gram_x obj_x(sctx *c, const json_t *s)
+{
+    objw w = { .s = s };
+    gram_x out = 0;
+    if (!obj_begin(c, &w, &out) && !obj_list(c, &w, &out) && !obj_deps(c, &w, &out) && !obj_counts(c, &w, &out) &&
+        !obj_keys(c, &w, &out)) {
+        const gram_x extra = w.extras ? obj_extra(c, &w) : NONE;
+        out = w.extras && extra < 0 ? extra : obj_members(c, &w, extra);
+    }
+    obj_free(&w);
     return c->rc ? c->rc : out;
 }
 

@@ -122,24 +122,14 @@ static int parse_line(json_t *o, const qmodel *m, const qtok *tok, int default_m
     return 0;
 }
 
-int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const char *path, int default_max)
+/* Submits every line of text[0..len) to the engine as an item of *items
+ * (a line that is not a request becomes an item with its error).  Returns
+ * how many items, -1 when out of memory. */
+static int submit_lines(qengine *e, const qmodel *m, const qtok *tok, int default_max, char *text, size_t len,
+                        item **items_out)
 {
-    char err[512];
-    char *text = NULL;
-    size_t len = 0;
-    if (q_read_file(path, (size_t)1 << 30, &text, &len, err, sizeof err)) {
-        fprintf(stderr, "quire generate: --batch: %s\n", err);
-        return 1;
-    }
-    qengine *e = NULL;
-    if (qengine_create(m, tok, eo, &e, err, sizeof err)) {
-        fprintf(stderr, "quire generate: %s\n", err);
-        free(text);
-        return 1;
-    }
-    int n = 0, cap = 64, status = 0;
+    int n = 0, cap = 64;
     item *items = calloc((size_t)cap, sizeof *items);
-    double t0 = q_now();
     for (char *line = text, *end = text + len; items && line < end;) {
         char *nl = memchr(line, '\n', (size_t)(end - line));
         size_t ll = nl ? (size_t)(nl - line) : (size_t)(end - line);
@@ -182,13 +172,39 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
         json_decref(o);
         line = next;
     }
-    int live = 1;
-    while (items && live > 0) {
+    *items_out = items;
+    return items ? n : -1;
+}
+
+/* A token event into its choice: the id, its log-probabilities. */
+static void add_token(choice *c, const qevent *ev)
+{
+    if (c->n_ids == c->cap_ids) {
+        int nc = c->cap_ids ? c->cap_ids * 2 : 64;
+        int32_t *ni = realloc(c->ids, sizeof *ni * (size_t)nc);
+        if (ni) c->ids = ni, c->cap_ids = nc;
+    }
+    if (c->n_ids < c->cap_ids) c->ids[c->n_ids++] = ev->token;
+    if (ev->n_top || ev->logprob != 0) {
+        if (!c->logprobs) c->logprobs = json_array();
+        json_t *top = json_array();
+        for (int k = 0; k < ev->n_top; k++)
+            json_array_append_new(top, json_pack("[if]", ev->top[k].id,
+                                                 isfinite(ev->top[k].logprob) ? ev->top[k].logprob : -9999.0));
+        json_array_append_new(c->logprobs, json_pack("{s:i, s:f, s:o}", "token", ev->token, "logprob",
+                                                     isfinite(ev->logprob) ? ev->logprob : -9999.0, "top", top));
+    }
+}
+
+/* Steps the engine until every request has finished, the events into the
+ * items' choices.  0, or 1 when a step failed. */
+static int collect(qengine *e, item *items, int n)
+{
+    for (int live = 1; live > 0;) {
         live = qengine_step(e);
         if (live < 0) {
             fprintf(stderr, "quire generate: engine step failed: %s\n", qerr_str(live));
-            status = 1;
-            break;
+            return 1;
         }
         qevent ev;
         while (qengine_poll(e, &ev)) {
@@ -196,23 +212,7 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
             for (int i = 0; i < n && !it; i++)
                 if (items[i].id == ev.id && !items[i].failed) it = &items[i];
             choice *c = it && ev.index >= 0 && ev.index < it->n ? &it->ch[ev.index] : NULL;
-            if (c && ev.finish == QFINISH_NONE) {
-                if (c->n_ids == c->cap_ids) {
-                    int nc = c->cap_ids ? c->cap_ids * 2 : 64;
-                    int32_t *ni = realloc(c->ids, sizeof *ni * (size_t)nc);
-                    if (ni) c->ids = ni, c->cap_ids = nc;
-                }
-                if (c->n_ids < c->cap_ids) c->ids[c->n_ids++] = ev.token;
-                if (ev.n_top || ev.logprob != 0) {
-                    if (!c->logprobs) c->logprobs = json_array();
-                    json_t *top = json_array();
-                    for (int k = 0; k < ev.n_top; k++)
-                        json_array_append_new(top, json_pack("[if]", ev.top[k].id,
-                                                             isfinite(ev.top[k].logprob) ? ev.top[k].logprob : -9999.0));
-                    json_array_append_new(c->logprobs, json_pack("{s:i, s:f, s:o}", "token", ev.token, "logprob",
-                                                                 isfinite(ev.logprob) ? ev.logprob : -9999.0, "top", top));
-                }
-            }
+            if (c && ev.finish == QFINISH_NONE) add_token(c, &ev);
             if (c && ev.text_len) {
                 if (c->text_len + ev.text_len + 1 > c->text_cap) {
                     size_t nc = (c->text_len + ev.text_len + 1) * 2;
@@ -231,59 +231,65 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
             qevent_free(&ev);
         }
     }
-    double wall = q_now() - t0;
-    uint64_t gen = 0;
-    for (int i = 0; i < n; i++) {
-        item *it = &items[i];
-        json_t *o;
-        if (it->failed) {
-            o = json_pack("{s:O?, s:s}", "id", it->client_id, "error", it->err);
+    return 0;
+}
+
+/* An item's output line (n == 1: the fields at the top level; n > 1: one
+ * "choices" entry per sample and the usage summed), and frees the item.
+ * Returns its completion tokens. */
+static int print_item(item *it)
+{
+    json_t *o;
+    int completion = 0;
+    if (it->failed) {
+        o = json_pack("{s:O?, s:s}", "id", it->client_id, "error", it->err);
+    } else {
+        json_t *choices = json_array();
+        for (int k = 0; k < it->n; k++) {
+            choice *c = &it->ch[k];
+            json_t *ids = json_array();
+            for (int q = 0; q < c->n_ids; q++) json_array_append_new(ids, json_integer(c->ids[q]));
+            completion += c->fin.completion_tokens;
+            json_t *co = json_pack("{s:i, s:s%, s:o, s:s}", "index", k, "text", c->text ? c->text : "",
+                                   c->text_len, "token_ids", ids, "finish_reason", qfinish_name(c->fin.finish));
+            if (co && c->logprobs) json_object_set(co, "logprobs", c->logprobs);
+            json_array_append_new(choices, co);
+        }
+        const qevent *f0 = &it->ch[0].fin;
+        if (it->n == 1) {
+            o = json_deep_copy(json_array_get(choices, 0));
+            json_object_del(o, "index");
         } else {
-            /* n == 1: the fields at the top level; n > 1: one "choices" entry
-             * per sample and the usage summed. */
-            json_t *choices = json_array();
-            int completion = 0;
-            for (int k = 0; k < it->n; k++) {
-                choice *c = &it->ch[k];
-                json_t *ids = json_array();
-                for (int q = 0; q < c->n_ids; q++) json_array_append_new(ids, json_integer(c->ids[q]));
-                completion += c->fin.completion_tokens;
-                json_t *co = json_pack("{s:i, s:s%, s:o, s:s}", "index", k, "text", c->text ? c->text : "",
-                                       c->text_len, "token_ids", ids, "finish_reason", qfinish_name(c->fin.finish));
-                if (co && c->logprobs) json_object_set(co, "logprobs", c->logprobs);
-                json_array_append_new(choices, co);
-            }
-            gen += (uint64_t)completion;
-            const qevent *f0 = &it->ch[0].fin;
-            if (it->n == 1) {
-                o = json_deep_copy(json_array_get(choices, 0));
-                json_object_del(o, "index");
-            } else {
-                o = json_object();
-                json_object_set(o, "choices", choices);
-            }
-            json_t *front = json_pack("{s:O?}", "id", it->client_id);
-            json_object_update(front, o);
-            json_decref(o);
-            o = front;
-            json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", f0->prompt_tokens,
-                                                      "completion_tokens", completion, "cached_tokens", f0->cached_tokens));
-            json_object_set_new(o, "ttft_s", json_real(f0->ttft_s));
-            json_object_set_new(o, "total_s", json_real(f0->total_s));
-            json_decref(choices);
+            o = json_object();
+            json_object_set(o, "choices", choices);
         }
-        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-        if (s) puts(s);
-        free(s);
+        json_t *front = json_pack("{s:O?}", "id", it->client_id);
+        json_object_update(front, o);
         json_decref(o);
-        json_decref(it->client_id);
-        for (int k = 0; it->ch && k < it->n; k++) {
-            free(it->ch[k].ids);
-            free(it->ch[k].text);
-            json_decref(it->ch[k].logprobs);
-        }
-        free(it->ch);
+        o = front;
+        json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", f0->prompt_tokens,
+                                                  "completion_tokens", completion, "cached_tokens", f0->cached_tokens));
+        json_object_set_new(o, "ttft_s", json_real(f0->ttft_s));
+        json_object_set_new(o, "total_s", json_real(f0->total_s));
+        json_decref(choices);
     }
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    if (s) puts(s);
+    free(s);
+    json_decref(o);
+    json_decref(it->client_id);
+    for (int k = 0; it->ch && k < it->n; k++) {
+        free(it->ch[k].ids);
+        free(it->ch[k].text);
+        json_decref(it->ch[k].logprobs);
+    }
+    free(it->ch);
+    return completion;
+}
+
+/* The last line: the engine's statistics. */
+static void print_stats(qengine *e, int n, double wall, uint64_t gen)
+{
     qengine_stats st;
     qengine_stats_get(e, &st);
     json_t *so = json_pack("{s:{s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:f, s:f, s:f, "
@@ -305,8 +311,33 @@ int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const ch
     if (s) puts(s);
     free(s);
     json_decref(so);
-    fprintf(stderr, "batch: %d requests, %llu tokens generated in %.3f s, %.1f tokens/s\n", n, (unsigned long long)gen,
-            wall, wall > 0 ? (double)gen / wall : 0.0);
+}
+
+int run_batch(const qmodel *m, const qtok *tok, const qengine_opts *eo, const char *path, int default_max)
+{
+    char err[512];
+    char *text = NULL;
+    size_t len = 0;
+    if (q_read_file(path, (size_t)1 << 30, &text, &len, err, sizeof err)) {
+        fprintf(stderr, "quire generate: --batch: %s\n", err);
+        return 1;
+    }
+    qengine *e = NULL;
+    if (qengine_create(m, tok, eo, &e, err, sizeof err)) {
+        fprintf(stderr, "quire generate: %s\n", err);
+        free(text);
+        return 1;
+    }
+    const double t0 = q_now();
+    item *items = NULL;
+    const int n = submit_lines(e, m, tok, default_max, text, len, &items);
+    const int status = n < 0 ? 1 : collect(e, items, n);
+    const double wall = q_now() - t0;
+    uint64_t gen = 0;
+    for (int i = 0; i < n; i++) gen += (uint64_t)print_item(&items[i]);
+    print_stats(e, n < 0 ? 0 : n, wall, gen);
+    fprintf(stderr, "batch: %d requests, %llu tokens generated in %.3f s, %.1f tokens/s\n", n < 0 ? 0 : n,
+            (unsigned long long)gen, wall, wall > 0 ? (double)gen / wall : 0.0);
     free(items);
     free(text);
     qengine_destroy(e);

@@ -769,6 +769,162 @@ static int serve_can_bind(const serve_opts *o)
     return 0;
 }
 
+/* --api-key and the keys of --api-key-file (every non-empty line).  0, or
+ * 2 after a message. */
+static int load_keys(serve_opts *o)
+{
+    if (o->api_key) S.keys[S.n_keys++] = o->api_key;
+    if (o->api_key_file) {
+        /* Every non-empty line is a key. */
+        FILE *f = fopen(o->api_key_file, "r");
+        size_t used = 0;
+        char line[1024];
+        const int before = S.n_keys;
+        while (f && fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\r\n")] = 0;
+            const size_t l = strlen(line);
+            if (!l) continue;
+            if (used + l + 1 > sizeof S.key_buf || S.n_keys == (int)(sizeof S.keys / sizeof S.keys[0])) {
+                fprintf(stderr, "quire serve: --api-key-file %s: too many keys\n", o->api_key_file);
+                fclose(f);
+                return 2;
+            }
+            memcpy(S.key_buf + used, line, l + 1);
+            S.keys[S.n_keys++] = S.key_buf + used;
+            used += l + 1;
+        }
+        if (f) fclose(f);
+        if (S.n_keys == before) {
+            fprintf(stderr, "quire serve: --api-key-file %s: cannot read a key\n", o->api_key_file);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* The server's own flags' ranges.  0, or 2 after a message. */
+static int check_serve_opts(const serve_opts *o)
+{
+    if (o->disk_load && strcmp(o->disk_load, "auto") && strcmp(o->disk_load, "always")) {
+        fprintf(stderr, "quire serve: --cache-disk-load must be auto or always\n");
+        return 2;
+    }
+    if (o->cache_disk_max < 0) {
+        fprintf(stderr, "quire serve: --cache-disk-max must be at least 0\n");
+        return 2;
+    }
+    if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1 ||
+        o->max_body_kb > (1 << 20) || o->max_header_kb < 1 || o->max_header_kb > 1024 || o->max_connections < 1 ||
+        o->max_pending_mb < 1 || o->max_pending_mb > 4096 || o->prep_threads < 1 || o->prep_threads > 16) {
+        fprintf(stderr, "quire serve: --port, --max-tokens, --max-body (at most 1048576), --max-header (at most 1024), "
+                        "--max-connections, --max-pending (at most 4096), --prep-threads (at most 16) and "
+                        "--max-requests must be positive\n");
+        return 2;
+    }
+    if (o->max_model_len < 0 || o->cache_disk_max < 0 || o->grace < 0) {
+        fprintf(stderr, "quire serve: sizes and counts cannot be negative (--max-model-len, --cache-disk-max, "
+                        "--shutdown-grace)\n");
+        return 2;
+    }
+    if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || !(o->grammar_timeout > 0) || o->idle_timeout > 86400 ||
+        o->request_timeout > 86400 || o->grammar_timeout > 86400) {
+        fprintf(stderr, "quire serve: --idle-timeout, --request-timeout and --grammar-timeout are seconds, more than 0 "
+                        "(at most 86400)\n");
+        return 2;
+    }
+    if (o->schema_mode && strcmp(o->schema_mode, "strict") && strcmp(o->schema_mode, "full")) {
+        fprintf(stderr, "quire serve: --json-schema-mode must be strict or full\n");
+        return 2;
+    }
+    if (o->tool_parser && strcmp(o->tool_parser, "auto") && gram_tools_form_named(o->tool_parser) < 0) {
+        fprintf(stderr, "quire serve: --tool-call-parser must be auto, hermes, llama3_json or mistral\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* The web folder: --web, else web/ beside the build folder or here.  0, or
+ * 2 after a message. */
+static int find_web(const serve_opts *o)
+{
+    char exe[PATH_MAX], cand[PATH_MAX + 16];
+    const ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (o->web) {
+        if (!(S.web_root = realpath(o->web, NULL))) {
+            fprintf(stderr, "quire serve: --web %s: no such folder\n", o->web);
+            return 2;
+        }
+    } else {
+        if (el > 0) {
+            exe[el] = 0;
+            char *slash = strrchr(exe, '/');
+            if (slash) *slash = 0;
+            snprintf(cand, sizeof cand, "%s/../web", exe);
+            S.web_root = realpath(cand, NULL);
+        }
+        if (!S.web_root) S.web_root = realpath("web", NULL);
+    }
+    return 0;
+}
+
+/* The lws loop until a signal; then new requests get 503, running ones
+ * have --shutdown-grace seconds to finish before they are cancelled, and
+ * the loop goes on until every connection has had its final event (at most
+ * 5 s more). */
+static void service(const serve_opts *o)
+{
+    double deadline = 0;
+    int cancelled = 0;
+    while (lws_service(S.ctx, 0) >= 0) {
+        if (!S.stop) continue;
+        /* lws waits in poll until its next timer: a tick every 50 ms
+         * keeps this loop checking its deadlines while it drains. */
+        lws_sul_schedule(S.ctx, 0, &S.stop_tick, stop_tick_cb, 50 * LWS_US_PER_MS);
+        const double now = q_now();
+        pthread_mutex_lock(&S.mu);
+        if (!S.draining) {
+            S.draining = 1;
+            deadline = now + (o->grace >= 0 ? o->grace : 0);
+            fprintf(stderr, "quire serve: stopping (%d requests running)\n", S.live);
+        }
+        if (!cancelled && now >= deadline) {
+            for (sreq *r = S.reqs; r; r = r->next)
+                if (!r->finished) qengine_cancel(S.eng, r->id);
+            cancelled = 1;
+            deadline = now + 5;
+        }
+        int busy = 0;
+        for (sreq *r = S.reqs; r; r = r->next) busy |= r->wsi != NULL;
+        pthread_mutex_unlock(&S.mu);
+        if (!busy || (cancelled && now >= deadline)) break;
+    }
+}
+
+/* Frees what the server made, whether it ran or not. */
+static void serve_cleanup(void)
+{
+    serve_prep_stop();
+    sess_drop_all();
+    if (S.ctx) lws_context_destroy(S.ctx);
+    while (S.reqs) {
+        sreq *r = S.reqs;
+        S.reqs = r->next;
+        serve_sreq_free(r);
+    }
+    qengine_destroy(S.eng);
+    gram_vocab_free(S.gvocab);
+    gram_vocab_free(S.gvocab_tools);
+    gram_cache_free(S.gcache);
+    qoai_failcache_free(S.gfail);
+    qstore_stop(S.store);
+    qmetrics_free(S.metrics);
+    free(S.web_root);
+    free(S.chat_template);
+    qtok_free(S.tok);
+    qmodel_destroy(S.model);
+    qmodel_destroy(S.draft);
+}
+
 int cmd_serve(int argc, char **argv)
 {
     serve_opts *o = &S.o;
@@ -802,59 +958,8 @@ int cmd_serve(int argc, char **argv)
         }
         qlog_set_level((qlog_level)lv);
     }
-    if (o->api_key) S.keys[S.n_keys++] = o->api_key;
-    if (o->api_key_file) {
-        /* Every non-empty line is a key. */
-        FILE *f = fopen(o->api_key_file, "r");
-        size_t used = 0;
-        char line[1024];
-        const int before = S.n_keys;
-        while (f && fgets(line, sizeof line, f)) {
-            line[strcspn(line, "\r\n")] = 0;
-            const size_t l = strlen(line);
-            if (!l) continue;
-            if (used + l + 1 > sizeof S.key_buf || S.n_keys == (int)(sizeof S.keys / sizeof S.keys[0])) {
-                fprintf(stderr, "quire serve: --api-key-file %s: too many keys\n", o->api_key_file);
-                fclose(f);
-                return 2;
-            }
-            memcpy(S.key_buf + used, line, l + 1);
-            S.keys[S.n_keys++] = S.key_buf + used;
-            used += l + 1;
-        }
-        if (f) fclose(f);
-        if (S.n_keys == before) {
-            fprintf(stderr, "quire serve: --api-key-file %s: cannot read a key\n", o->api_key_file);
-            return 2;
-        }
-    }
-    if (o->disk_load && strcmp(o->disk_load, "auto") && strcmp(o->disk_load, "always")) {
-        fprintf(stderr, "quire serve: --cache-disk-load must be auto or always\n");
-        return 2;
-    }
-    if (o->cache_disk_max < 0) {
-        fprintf(stderr, "quire serve: --cache-disk-max must be at least 0\n");
-        return 2;
-    }
-    if (o->port < 0 || o->port > 65535 || o->max_tokens < 1 || o->max_body_kb < 1 || o->max_requests < 1 ||
-        o->max_body_kb > (1 << 20) || o->max_header_kb < 1 || o->max_header_kb > 1024 || o->max_connections < 1 ||
-        o->max_pending_mb < 1 || o->max_pending_mb > 4096 || o->prep_threads < 1 || o->prep_threads > 16) {
-        fprintf(stderr, "quire serve: --port, --max-tokens, --max-body (at most 1048576), --max-header (at most 1024), "
-                        "--max-connections, --max-pending (at most 4096), --prep-threads (at most 16) and "
-                        "--max-requests must be positive\n");
-        return 2;
-    }
-    if (o->max_model_len < 0 || o->cache_disk_max < 0 || o->grace < 0) {
-        fprintf(stderr, "quire serve: sizes and counts cannot be negative (--max-model-len, --cache-disk-max, "
-                        "--shutdown-grace)\n");
-        return 2;
-    }
-    if (!(o->idle_timeout > 0) || !(o->request_timeout > 0) || !(o->grammar_timeout > 0) || o->idle_timeout > 86400 ||
-        o->request_timeout > 86400 || o->grammar_timeout > 86400) {
-        fprintf(stderr, "quire serve: --idle-timeout, --request-timeout and --grammar-timeout are seconds, more than 0 "
-                        "(at most 86400)\n");
-        return 2;
-    }
+    if (load_keys(o)) return 2;
+    if (check_serve_opts(o)) return 2;
     qengine_opts eo;
     char ferr[256];
     if (qeflags_apply(&o->ef, &eo, ferr, sizeof ferr)) {
@@ -878,35 +983,10 @@ int cmd_serve(int argc, char **argv)
     S.lim.max_tokens_cap = o->max_tokens;
     S.lim.grammar_seconds = o->grammar_timeout;
     S.lim.models = S.models;
-    if (o->schema_mode && strcmp(o->schema_mode, "strict") && strcmp(o->schema_mode, "full")) {
-        fprintf(stderr, "quire serve: --json-schema-mode must be strict or full\n");
-        return 2;
-    }
     S.lim.schema_flags = o->schema_mode && !strcmp(o->schema_mode, "full") ? GRAM_SCHEMA_FULL : 0;
-    if (o->tool_parser && strcmp(o->tool_parser, "auto") && gram_tools_form_named(o->tool_parser) < 0) {
-        fprintf(stderr, "quire serve: --tool-call-parser must be auto, hermes, llama3_json or mistral\n");
-        return 2;
-    }
     if (serve_names(o) || serve_origins(o) || serve_template(o)) return 2;
     if (serve_can_bind(o)) return 1;
-    /* The web folder: --web, else web/ beside the build folder or here. */
-    char exe[PATH_MAX], cand[PATH_MAX + 16];
-    const ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (o->web) {
-        if (!(S.web_root = realpath(o->web, NULL))) {
-            fprintf(stderr, "quire serve: --web %s: no such folder\n", o->web);
-            return 2;
-        }
-    } else {
-        if (el > 0) {
-            exe[el] = 0;
-            char *slash = strrchr(exe, '/');
-            if (slash) *slash = 0;
-            snprintf(cand, sizeof cand, "%s/../web", exe);
-            S.web_root = realpath(cand, NULL);
-        }
-        if (!S.web_root) S.web_root = realpath("web", NULL);
-    }
+    if (find_web(o)) return 2;
     S.lim.chat_template = S.chat_template;
     S.lim_ws = S.lim;
     static const char *const ws_fields[] = { "type", "id", "token_ids", "session", "new_session", "keep_messages", "title", NULL };
@@ -947,35 +1027,7 @@ int cmd_serve(int argc, char **argv)
         fflush(stdout);
         QLOGI("serve: loading %s (%.2f GB)", o->model, S.load_bytes / 1e9);
         lws_sul_schedule(S.ctx, 0, &S.load_tick, load_tick_cb, 5 * LWS_US_PER_SEC);
-        /* Until a signal; then new requests get 503, running ones have
-         * --shutdown-grace seconds to finish before they are cancelled, and
-         * the loop goes on until every connection has had its final event
-         * (at most 5 s more). */
-        double deadline = 0;
-        int cancelled = 0;
-        while (lws_service(S.ctx, 0) >= 0) {
-            if (!S.stop) continue;
-            /* lws waits in poll until its next timer: a tick every 50 ms
-             * keeps this loop checking its deadlines while it drains. */
-            lws_sul_schedule(S.ctx, 0, &S.stop_tick, stop_tick_cb, 50 * LWS_US_PER_MS);
-            const double now = q_now();
-            pthread_mutex_lock(&S.mu);
-            if (!S.draining) {
-                S.draining = 1;
-                deadline = now + (o->grace >= 0 ? o->grace : 0);
-                fprintf(stderr, "quire serve: stopping (%d requests running)\n", S.live);
-            }
-            if (!cancelled && now >= deadline) {
-                for (sreq *r = S.reqs; r; r = r->next)
-                    if (!r->finished) qengine_cancel(S.eng, r->id);
-                cancelled = 1;
-                deadline = now + 5;
-            }
-            int busy = 0;
-            for (sreq *r = S.reqs; r; r = r->next) busy |= r->wsi != NULL;
-            pthread_mutex_unlock(&S.mu);
-            if (!busy || (cancelled && now >= deadline)) break;
-        }
+        service(o);
         /* Stop: cancel what runs, let the engine finish it, then leave. */
         pthread_mutex_lock(&S.mu);
         for (sreq *r = S.reqs; r; r = r->next)
@@ -990,26 +1042,7 @@ int cmd_serve(int argc, char **argv)
         qstore_stop(S.store);
         S.store = NULL;
     }
-    serve_prep_stop();
-    sess_drop_all();
-    if (S.ctx) lws_context_destroy(S.ctx);
-    while (S.reqs) {
-        sreq *r = S.reqs;
-        S.reqs = r->next;
-        serve_sreq_free(r);
-    }
-    qengine_destroy(S.eng);
-    gram_vocab_free(S.gvocab);
-    gram_vocab_free(S.gvocab_tools);
-    gram_cache_free(S.gcache);
-    qoai_failcache_free(S.gfail);
-    qstore_stop(S.store);
-    qmetrics_free(S.metrics);
-    free(S.web_root);
-    free(S.chat_template);
-    qtok_free(S.tok);
-    qmodel_destroy(S.model);
-    qmodel_destroy(S.draft);
+    serve_cleanup();
     if (S.load_failed) status = 1;
     fprintf(stderr, "quire serve: stopped\n");
     return status;
