@@ -114,7 +114,7 @@ void qe_finish(qengine *e, req *r, qfinish why)
                   .completion_tokens = r->n_gen, .cached_tokens = r->cached_tokens,
                   .cached_disk_tokens = r->cached_disk < r->cached_tokens ? r->cached_disk : r->cached_tokens,
                   .spec_drafted = r->spec_drafted,
-                  .spec_accepted = r->spec_accepted, .spec_passes = r->spec_passes };
+                  .spec_accepted = r->spec_accepted, .spec_passes = r->ctl.passes };
     /* Text still held (an incomplete character, a byte-fallback run, a
      * possible stop prefix) goes out, unless a stop string ended the text. */
     if (!(why == QFINISH_STOP && r->stop_string) && why != QFINISH_CANCELLED && why != QFINISH_ERROR) {
@@ -224,7 +224,7 @@ static int new_req(qengine *e, const qreq_params *p, int index, req **out, char 
     r->gjob = -1;
     r->gpend = -1;
     r->spec = e->o.spec_mode != QSPEC_NONE && !p->no_spec;
-    r->spec_k = e->o.spec_k;
+    r->ctl = qspec_ctl_start(e->o.spec_k);
     if (p->grammar) {
         r->gm = gram_m_new(p->grammar);
         r->gv = p->grammar_vocab;
@@ -570,7 +570,7 @@ static void sched_failed(void *ctx, req *r)
  * draft model's, or the n-gram lookup's. */
 static void propose_drafts(qengine *e, sched_plan *p)
 {
-    if (e->dbe) {
+    if (e->drafter) {
         qe_draft_run(e, p->dec, p->n_dec, &p->budget);
         return;
     }
@@ -942,12 +942,11 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
          * first, whole, under tensor parallelism). */
         qengine_opts dopt = e->o;
         dopt.tensor_parallel = 0;
-        if (dm && !(rc = qengine_backend_create(dm, &dopt, nb, e->o.max_batch_tokens + e->o.max_seqs, NULL, &e->dbe,
+        qbackend *dbe = NULL;
+        if (dm && !(rc = qengine_backend_create(dm, &dopt, nb, e->o.max_batch_tokens + e->o.max_seqs, NULL, &dbe,
                                                 err, errlen))) {
-            e->d_graphs = strcmp(e->dbe->ops->name, "cpu") != 0;
-            e->dgen = q_callocn((size_t)nb, sizeof *e->dgen);
-            e->dfill = q_callocn((size_t)nb, sizeof *e->dfill);
-            if (!e->dgen || !e->dfill) rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the draft's block marks");
+            if ((rc = qspec_draft_new(dbe, nb, e->o.block_size, m->hp.n_vocab, &e->drafter)))
+                qerr_set(err, errlen, rc, "out of memory for the draft's block marks");
         } else if (dm) {
             char why[256];
             snprintf(why, sizeof why, "%s", err ? err : "");
@@ -1029,17 +1028,8 @@ void qengine_destroy(qengine *e)
     sched_free(&e->s);
     qtier_destroy(e->tier);
     kv_pool_destroy(e->pool);
-    if (e->d_logits) qbackend_host_free(e->dbe, e->d_logits);
-    qbackend_destroy(e->dbe);
-    free(e->dgen);
-    free(e->dfill);
-    free(e->d_tokens);
-    free(e->d_lidx);
-    free(e->d_rowtok);
-    free(e->d_seqs);
-    free(e->d_reqs);
-    free(e->d_srow);
-    free(e->d_rowmode);
+    qspec_draft_free(e->drafter);
+    free(e->d_dseq);
     free(e->dq);
     qbackend_destroy(e->be);
     pthread_mutex_destroy(&e->mu);

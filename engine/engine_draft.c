@@ -1,92 +1,73 @@
-/* engine_draft.c - a draft model's proposals (engine_int.h).
- *
- * The draft model has a backend of its own, created with as many blocks as
- * the target's, and keeps its K/V at the same block ids: a request's block
- * table serves both models.  The pool, the prefix cache and preemption know
- * only the target; the draft follows them through each block's generation
- * (kv_pool_block_gen), which changes exactly when the block is handed out
- * again.  For every block the engine keeps the generation the draft saw
- * when it last wrote there (dgen) and how many of its slots it filled
- * (dfill): a request's draft K/V are current through the leading blocks
- * whose generation stands, as far as they are filled.  So a prefix found in
- * the cache is the draft's too when the draft wrote it, a block copied,
- * swapped back or recomputed is not, and nothing needs telling.
+/* engine_draft.c - the engine's side of a draft model's proposals (the
+ * proposer, its passes and its marks of what it holds, are spec/draft.c's).
  *
  * A step drafts for its scheduled decodes (each with its next token's slot
- * reserved): pass 0 feeds each request the tokens its draft K/V lack (the
- * newest token, one or two after a step, or a whole prompt, within
- * max_batch_tokens a step) and gives the first draft; pass j feeds draft
- * j - 1 and gives draft j.  Drafts are drawn as the request's sampler
- * draws (qsample_propose, from a stream of their own), masked by its
- * grammar; their distributions stay for the verification (qsample_verify_q).
- * Each draft is appended to the request's kv as it is drawn, from free
- * blocks only, as n-gram drafts are.  The target's pass then verifies
- * them like any drafts (engine_spec.c), and qe_draft_cut forgets what the
- * draft wrote past the tokens kept. */
+ * reserved): what each request feeds first (the tokens the draft's K/V
+ * lack, within max_batch_tokens a step) and how many drafts it may take are
+ * decided here; each draft is drawn as the request's sampler draws
+ * (qsample_propose, from a stream of its own), masked by its grammar, and
+ * appended to its kv from free blocks only, as n-gram drafts are (host_take).
+ * The drafts' distributions stay for the verification (qsample_verify_q).
+ * The target's pass then verifies them like any drafts (engine_spec.c), and
+ * qe_draft_cut forgets what the draft wrote past the tokens kept. */
 #include <string.h>
 
 #include "engine_int.h"
 #include "qerr.h"
 
-/* Positions of r whose draft K/V are current: through the leading blocks
- * the draft wrote since they were handed out, as far as it filled them;
- * never the newest token (it is fed with the first pass). */
-static int draft_held(const qengine *e, const req *r)
+static uint32_t host_gen(void *ctx, int b)
 {
-    const int bs = e->o.block_size;
-    int n = 0;
-    for (int i = 0; i < r->kv.n_blocks; i++) {
-        const int b = r->kv.blocks[i];
-        if (b < 0 || e->dgen[b] != kv_pool_block_gen(e->pool, b)) break;
-        n = i * bs + e->dfill[b];
-        if (e->dfill[b] < bs) break;
-    }
-    return n < r->n_tokens - 1 ? n : r->n_tokens - 1;
+    const qengine *e = ctx;
+    return kv_pool_block_gen(e->pool, b);
 }
 
-/* The draft wrote r's positions [from, to). */
-static void draft_wrote(qengine *e, const req *r, int from, int to)
+static void host_seq(void *ctx, int s, const int32_t **tokens, const int32_t **blocks, int *n_blocks)
 {
-    const int bs = e->o.block_size;
-    for (int i = from / bs; i * bs < to && i < r->kv.n_blocks; i++) {
-        const int b = r->kv.blocks[i];
-        const uint32_t g = kv_pool_block_gen(e->pool, b);
-        if (e->dgen[b] != g) e->dgen[b] = g, e->dfill[b] = 0;
-        const int lo = from - i * bs, hi = to - i * bs < bs ? to - i * bs : bs;
-        if (e->dfill[b] >= lo && e->dfill[b] < hi) e->dfill[b] = hi; /* contiguous with what it held */
+    const req *r = ((const qengine *)ctx)->d_reqs[s];
+    *tokens = r->kv.tokens, *blocks = r->kv.blocks, *n_blocks = r->kv.n_blocks;
+}
+
+/* Draft j of the step's request s: masked by its grammar (no mask: its
+ * drafts end), drawn (or the backend's argmax), appended to its kv from
+ * free blocks only, fed to its grammar.  The token, or -1. */
+static int host_take(void *ctx, int s, int j, const float *lg, int argmax, int rtok)
+{
+    qengine *e = ctx;
+    req *r = e->d_reqs[s];
+    const int V = e->m->hp.n_vocab;
+    const uint32_t *allowed = NULL;
+    if (r->gm) {
+        if (qe_spec_mask_row(e, r, j)) return -1; /* no mask: the drafts end before this row */
+        allowed = r->smask + (size_t)j * (((size_t)V + 31) / 32);
     }
+    const int tok = argmax ? rtok : qsample_propose(r->smp, lg, allowed, r->dq ? r->dq + (size_t)j * V : NULL);
+    const int need = tok < 0 ? -1 : kv_seq_blocks_needed(e->pool, &r->kv, 1);
+    if (need < 0 || need > kv_pool_num_free(e->pool) || kv_seq_append(e->pool, &r->kv, (const int32_t *)&tok, 1))
+        return -1;
+    if (r->gm) {
+        const int frc = gram_m_feed_token(r->gm, r->gv, tok);
+        if (frc) { /* its own mask allowed it: a refusal here is the matcher's limits, else memory */
+            kv_seq_truncate(e->pool, &r->kv, r->kv.n_tokens - 1);
+            if (frc != QERR_INVAL) r->gm_failed = 1;
+            return -1;
+        }
+        r->dfed++;
+    }
+    r->draft[j] = tok;
+    r->n_draft = j + 1;
+    return tok;
+}
+
+static qspec_host host_of(qengine *e)
+{
+    return (qspec_host){ e, host_gen, host_seq, host_take };
 }
 
 void qe_draft_cut(qengine *e, const req *r, int keep)
 {
-    const int bs = e->o.block_size, i = keep / bs;
-    if (!e->dbe || i >= r->kv.n_blocks) return;
-    const int b = r->kv.blocks[i];
-    if (e->dgen[b] == kv_pool_block_gen(e->pool, b) && e->dfill[b] > keep - i * bs) e->dfill[b] = keep - i * bs;
-}
-
-/* Room for a pass over n sequences of n_tok tokens in all, with n_rows
- * logit rows. */
-static int draft_scratch(qengine *e, int n_tok, int n, int n_rows)
-{
-    if (n_tok > e->cap_dtok) {
-        if (GROW(e->d_tokens, n_tok)) return QERR_NOMEM;
-        e->cap_dtok = n_tok;
-    }
-    if (n > e->cap_dseq) {
-        if (GROW(e->d_seqs, n) || GROW(e->d_reqs, n) || GROW(e->d_srow, n)) return QERR_NOMEM;
-        e->cap_dseq = n;
-    }
-    if (n_rows > e->cap_drow) {
-        if (GROW(e->d_lidx, n_rows) || GROW(e->d_rowmode, n_rows) || GROW(e->d_rowtok, n_rows)) return QERR_NOMEM;
-        /* Logits in memory the backend copies to fast (pinned on CUDA). */
-        float *lg = qbackend_host_alloc(e->dbe, sizeof(float) * (size_t)n_rows * (size_t)e->m->hp.n_vocab);
-        if (!lg) return QERR_NOMEM;
-        if (e->d_logits) qbackend_host_free(e->dbe, e->d_logits);
-        e->d_logits = lg;
-        e->cap_drow = n_rows;
-    }
-    return 0;
+    if (!e->drafter) return;
+    const qspec_host h = host_of(e);
+    qspec_draft_cut(e->drafter, &h, r->kv.blocks, r->kv.n_blocks, keep);
 }
 
 /* Undoes r's drafts: out of its kv and its grammar (fed of them were fed). */
@@ -98,124 +79,44 @@ static void draft_drop(qengine *e, req *r, int fed)
     r->n_draft = 0;
 }
 
-void qe_draft_run(qengine *e, req **rs, int n, int *budget)
+/* What each of the n requests feeds first and how many drafts it wants,
+ * into e->d_dseq, taking drafts' room from *budget.  Returns the most
+ * drafts any wants; *n_q gets the sampled drafts (their distributions). */
+static int plan(qengine *e, req **rs, int n, int *budget, int *n_q)
 {
-    const int V = e->m->hp.n_vocab;
-    int catchup = e->o.max_batch_tokens, kmax = 0, n_tok = 0, n_q = 0;
-    /* What each request feeds first and how many drafts it wants. */
+    const qspec_host h = host_of(e);
+    int catchup = e->o.max_batch_tokens, kmax = 0;
+    *n_q = 0;
     for (int i = 0; i < n; i++) {
         req *r = rs[i];
-        r->n_draft = 0, r->dq = NULL, r->dk = r->dwant = r->dfeed = r->dfed = 0;
+        qspec_dseq *q = &e->d_dseq[i];
+        *q = (qspec_dseq){ .n_tokens = r->n_tokens };
+        r->n_draft = 0, r->dq = NULL, r->dwant = r->dfed = 0;
         const int k = qe_spec_want(e, r, *budget);
         if (k < 1 || (r->gm && !qe_spec_grammar_start(e, r))) continue;
-        r->dpos = draft_held(e, r);
-        const int lack = r->n_tokens - r->dpos;
+        q->pos0 = qspec_draft_held(e->drafter, &h, r->kv.blocks, r->kv.n_blocks, r->n_tokens);
+        const int lack = r->n_tokens - q->pos0;
         if (lack > e->o.spec_k + 1) e->sp.catching_up = 1;
         if (lack > catchup) { /* a long prompt: part now, drafts in a later step */
-            r->dfeed = catchup;
+            q->feed = catchup;
             catchup = 0;
         } else {
-            r->dfeed = lack, r->dk = r->dwant = k;
+            q->feed = lack, q->k = r->dwant = k;
+            q->argmax = qsampler_is_greedy(r->smp) && !r->gm;
             catchup -= lack;
             *budget -= k;
             if (k > kmax) kmax = k;
-            if (!qsampler_is_greedy(r->smp)) n_q += k;
-        }
-        n_tok += r->dfeed;
-    }
-    if (!n_tok) return;
-    /* The drafts' distributions, for verification (sampling rows only). */
-    if ((size_t)n_q * (size_t)V > e->cap_dq) {
-        if (GROW(e->dq, (size_t)n_q * (size_t)V)) goto fail_all;
-        e->cap_dq = (size_t)n_q * (size_t)V;
-    }
-    /* Rows: one a drafting request, or (all_rows_ok) one a token of the
-     * first pass: where every request feeds few enough tokens for the pass
-     * to run as a graph (QBE_GRAPH_SEQ_TOKENS) and every row is reduced to
-     * its argmax (no vocabulary-wide rows come back for them). */
-    int all_rows_ok = e->d_graphs;
-    for (int i = 0; i < n && all_rows_ok; i++)
-        if (rs[i]->dfeed && (rs[i]->dfeed > QBE_GRAPH_SEQ_TOKENS || (rs[i]->dk && (!qsampler_is_greedy(rs[i]->smp) || rs[i]->gm))))
-            all_rows_ok = 0;
-    if (draft_scratch(e, n_tok > n ? n_tok : n, n, all_rows_ok ? n_tok : n)) goto fail_all;
-    size_t qoff = 0;
-    for (int i = 0; i < n; i++)
-        if (rs[i]->dk && !qsampler_is_greedy(rs[i]->smp)) rs[i]->dq = e->dq + qoff, qoff += (size_t)rs[i]->dk * (size_t)V;
-    const size_t words = ((size_t)V + 31) / 32;
-    for (int j = 0; j == 0 || j < kmax; j++) {
-        /* The pass: what each request feeds at depth j, a row where it
-         * drafts.  Where the first pass feeds a few tokens each, every token
-         * gets a row (reduced to its argmax and never read) on a backend
-         * that runs such passes as a captured graph. */
-        const int all_rows = j == 0 && all_rows_ok;
-        int ns = 0, nt = 0, nr = 0;
-        for (int i = 0; i < n; i++) {
-            req *r = rs[i];
-            if (j == 0 ? !r->dfeed : r->n_draft < j || r->dk <= j) continue;
-            const int pos0 = j == 0 ? r->dpos : r->n_tokens - 1 + j, cnt = j == 0 ? r->dfeed : 1;
-            memcpy(e->d_tokens + nt, r->kv.tokens + pos0, sizeof(int32_t) * (size_t)cnt);
-            e->d_seqs[ns] = (qbatch_seq){ nt, cnt, pos0, r->kv.blocks, r->kv.n_blocks };
-            for (int t = 0; all_rows && t < cnt - (r->dk > j); t++) e->d_rowmode[nr] = QROW_ARGMAX, e->d_lidx[nr++] = nt + t;
-            nt += cnt;
-            e->d_srow[ns] = -1;
-            if (r->dk > j) {
-                e->d_rowmode[nr] = qsampler_is_greedy(r->smp) && !r->gm ? QROW_ARGMAX : QROW_LOGITS;
-                e->d_srow[ns] = nr;
-                e->d_lidx[nr++] = nt - 1;
-            }
-            e->d_reqs[ns++] = r;
-        }
-        if (!ns) break;
-        qbatch b = { nt, e->d_tokens, ns, e->d_seqs, nr, e->d_lidx, e->d_rowmode, e->d_rowtok, NULL, NULL, NULL };
-        const double t = q_now();
-        const int rc = e->dbe->ops->forward(e->dbe, &b, e->d_logits);
-        e->st.draft_s += q_now() - t;
-        e->st.draft_passes++;
-        e->st.draft_tokens += (uint64_t)nt;
-        if (rc) {
-            QLOGW("engine: the draft model's pass failed (%s): no drafts this step", qerr_str(rc));
-            goto fail_all;
-        }
-        /* Each row's draft, masked and drawn as the request would draw it,
-         * then appended to its kv (free blocks only). */
-        for (int s = 0; s < ns; s++) {
-            req *r = e->d_reqs[s];
-            draft_wrote(e, r, e->d_seqs[s].pos0, e->d_seqs[s].pos0 + e->d_seqs[s].n_tokens);
-            const int row = e->d_srow[s];
-            if (row < 0) continue;
-            const float *lg = e->d_logits + (size_t)row * (size_t)V;
-            const int mode = e->d_rowmode[row], rtok = e->d_rowtok[row];
-            const uint32_t *allowed = NULL;
-            if (r->gm) {
-                if (qe_spec_mask_row(e, r, j)) {
-                    r->dk = j; /* no mask: the drafts end before this row */
-                    continue;
-                }
-                allowed = r->smask + (size_t)j * words;
-            }
-            const int tok = mode == QROW_ARGMAX ? rtok : qsample_propose(r->smp, lg, allowed, r->dq ? r->dq + (size_t)j * V : NULL);
-            const int need = tok < 0 ? -1 : kv_seq_blocks_needed(e->pool, &r->kv, 1);
-            if (need < 0 || need > kv_pool_num_free(e->pool) || kv_seq_append(e->pool, &r->kv, (const int32_t *)&tok, 1)) {
-                r->dk = j;
-                continue;
-            }
-            if (r->gm) {
-                const int frc = gram_m_feed_token(r->gm, r->gv, tok);
-                if (frc) { /* its own mask allowed it: a refusal here is the matcher's limits, else memory */
-                    kv_seq_truncate(e->pool, &r->kv, r->kv.n_tokens - 1);
-                    if (frc != QERR_INVAL) r->gm_failed = 1;
-                    r->dk = j;
-                    continue;
-                }
-                r->dfed++;
-            }
-            r->draft[j] = tok;
-            r->n_draft = j + 1;
+            if (!qsampler_is_greedy(r->smp)) *n_q += k;
         }
     }
-    /* Under a grammar the row after the last draft needs its mask too (for
-     * the target's own token); where there is none the last draft goes.
-     * Then the matcher goes back to where it was. */
+    return kmax;
+}
+
+/* Under a grammar the row after the last draft needs its mask too (for the
+ * target's own token); where there is none the last draft goes.  Then the
+ * matcher goes back to where it was, and unused room returns to *budget. */
+static void finish(qengine *e, req **rs, int n, int *budget)
+{
     for (int i = 0; i < n; i++) {
         req *r = rs[i];
         if (r->gm && r->n_draft && !r->gm_failed && qe_spec_mask_row(e, r, r->n_draft)) {
@@ -231,12 +132,53 @@ void qe_draft_run(qengine *e, req **rs, int n, int *budget)
         r->dfed = 0;
         *budget += r->dwant - r->n_draft;
     }
+}
+
+void qe_draft_run(qengine *e, req **rs, int n, int *budget)
+{
+    const int V = e->m->hp.n_vocab;
+    if (n > e->cap_dseq) {
+        if (GROW(e->d_dseq, n)) return;
+        e->cap_dseq = n;
+    }
+    int n_q;
+    const int kmax = plan(e, rs, n, budget, &n_q);
+    int n_tok = 0;
+    for (int i = 0; i < n; i++) n_tok += e->d_dseq[i].feed;
+    if (!n_tok) return;
+    /* The drafts' distributions, for verification (sampling rows only). */
+    if ((size_t)n_q * (size_t)V > e->cap_dq) {
+        if (GROW(e->dq, (size_t)n_q * (size_t)V)) goto fail_all;
+        e->cap_dq = (size_t)n_q * (size_t)V;
+    }
+    size_t qoff = 0;
+    for (int i = 0; i < n; i++)
+        if (e->d_dseq[i].k && !qsampler_is_greedy(rs[i]->smp)) rs[i]->dq = e->dq + qoff, qoff += (size_t)e->d_dseq[i].k * (size_t)V;
+    /* Rows: one a drafting request, or (all_rows) one a token of the first
+     * pass: where every request feeds few enough tokens for the pass to run
+     * as a graph (QBE_GRAPH_SEQ_TOKENS) and every row is reduced to its
+     * argmax (no vocabulary-wide rows come back for them). */
+    int all_rows = qspec_draft_graphs(e->drafter);
+    for (int i = 0; i < n && all_rows; i++) {
+        const qspec_dseq *q = &e->d_dseq[i];
+        if (q->feed && (q->feed > QBE_GRAPH_SEQ_TOKENS || (q->k && !q->argmax))) all_rows = 0;
+    }
+    const qspec_host h = host_of(e);
+    e->d_reqs = rs;
+    const int rc = qspec_draft_passes(e->drafter, &h, e->d_dseq, n, kmax, all_rows, &e->st.draft_passes,
+                                      &e->st.draft_tokens, &e->st.draft_s);
+    e->d_reqs = NULL;
+    if (rc) {
+        QLOGW("engine: the draft model's pass failed (%s): no drafts this step", qerr_str(rc));
+        goto fail_all;
+    }
+    finish(e, rs, n, budget);
     return;
 fail_all:
     for (int i = 0; i < n; i++) {
         req *r = rs[i];
         *budget += r->dwant;
         if (r->n_draft || r->dfed) draft_drop(e, r, r->dfed);
-        r->dk = r->dwant = r->dfed = 0, r->dq = NULL;
+        r->dwant = r->dfed = 0, r->dq = NULL;
     }
 }

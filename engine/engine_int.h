@@ -18,6 +18,8 @@
 #include "model.h"
 #include "qerr.h"
 #include "sched.h"
+#include "draft.h"
+#include "policy.h"
 #include "spec.h"
 #include "stop.h"
 #include "tier.h"
@@ -63,18 +65,14 @@ typedef struct req {
     int stop_string;        /* it stopped on a stop string (what the matcher holds is dropped) */
     /* speculative decoding (engine_spec.c) */
     int spec;               /* it may speculate (the engine's spec_mode, not opted out) */
-    int spec_k;             /* drafts it asks for now (its acceptance decides; 0: resting) */
-    int spec_rest;          /* steps left before it tries again once spec_k fell to 0 */
-    int spec_rests;         /* rests in a row (each twice the last) */
-    double spec_rate;       /* share of drafts kept, a moving average */
+    qspec_ctl ctl;          /* how many drafts it asks for (spec/policy.h; ctl.passes: passes that verified them) */
     int32_t draft[QSPEC_MAX_K];
     int n_draft;            /* this step's drafts, in the batch after its next token */
     uint32_t *smask;        /* with a grammar: the mask of each draft row, (QSPEC_MAX_K + 1) rows (made on first use) */
     qspec_index *sidx;      /* its tokens' n-grams, for the lookup (made on first use; NULL: the lookup scans) */
-    int spec_drafted, spec_accepted, spec_passes;
+    int spec_drafted, spec_accepted;
     /* a draft model's step (engine_draft.c) */
-    int dpos, dfeed;        /* its draft K/V are current through dpos; the first pass feeds dfeed tokens from there */
-    int dwant, dk;          /* drafts asked for, and allowed so far (a refusal ends them) */
+    int dwant;              /* drafts asked for */
     int dfed;               /* drafts its grammar took on the way (rolled back after) */
     float *dq;              /* (n_draft, n_vocab) the drafts' distributions (sampling; in e->dq), or NULL */
     int32_t *slots;         /* swapped out: swap slot of each hole of kv, in order */
@@ -124,34 +122,15 @@ struct qengine {
     int *b_row0;                  /* (cap_seqs) each sequence's first logit row */
     int cap_tokens, cap_seqs, cap_rows;
     qengine_stats st;
-    /* a draft model (QSPEC_DRAFT, engine_draft.c): its backend, K/V at the
-     * target's block ids; for each block the generation the draft saw when
-     * it last wrote there and the slots it filled */
-    qbackend *dbe;
-    uint32_t *dgen;               /* (num_blocks) */
-    int32_t *dfill;               /* (num_blocks) */
-    int d_graphs;                 /* its backend runs passes where every token has a row as graphs (not the CPU's) */
-    int32_t *d_tokens;            /* (cap_dtok) a pass's tokens */
-    qbatch_seq *d_seqs;           /* (cap_dseq) its sequences */
-    req **d_reqs;                 /* (cap_dseq) their requests */
-    int *d_srow;                  /* (cap_dseq) the row each drafts from, or -1 */
-    int32_t *d_lidx, *d_rowtok;   /* (cap_drow) its logit rows */
-    uint8_t *d_rowmode;           /* (cap_drow) */
-    float *d_logits;              /* (cap_drow, n_vocab) */
+    /* a draft model (QSPEC_DRAFT): the proposer (spec/draft.h) and a step's
+     * view of its requests for it (engine_draft.c) */
+    qspec_draft *drafter;
+    qspec_dseq *d_dseq;           /* (cap_dseq) */
+    req **d_reqs;                 /* the step's drafting requests (the plan's), while the passes run */
+    int cap_dseq;
     float *dq;                    /* (cap_dq) the step's drafts' distributions */
     size_t cap_dq;
-    int cap_dtok, cap_dseq, cap_drow;
-    /* speculative decoding's probe (engine_spec.c): steps with and without
-     * drafts measured in turn, the faster used for a while */
-    struct {
-        int phase, left;         /* SP_* and its steps left */
-        double tok[2], secs[2];  /* tokens and seconds of decode-only steps, without [0] and with [1] drafts */
-        int use;                 /* drafts allowed while exploiting */
-        int use_len;             /* steps of exploiting: USE_STEPS, doubled by each probe lost in a row */
-        int catching_up;         /* the step's draft passes fed a request more tokens than a step gives */
-        int skipped;             /* such steps left out of this probe (at most PROBE_STEPS) */
-        uint64_t gen0;           /* st.generated when the step began */
-    } sp;
+    qspec_probe sp;               /* whether drafts pay (spec/policy.h) */
 };
 
 /* Resizes the array *pp to n elements; 0 or QERR_NOMEM (*pp unchanged). */
@@ -236,9 +215,6 @@ void qe_spec_draft(qengine *e, req *r, int room);
  * qe_take_token, stopping where the request ends); the rejected drafts
  * leave the kv.  QFINISH_NONE while it goes on. */
 qfinish qe_spec_take(qengine *e, req *r, int row0);
-/* Whether request r may draft now: 1, or 0 while it rests (a rest's step
- * counted). */
-int qe_spec_awake(req *r);
 /* Whether this step may draft (the probe's say), as it begins. */
 int qe_spec_allowed(qengine *e);
 /* The step's outcome for the probe: decode_only (no prompt tokens in it),

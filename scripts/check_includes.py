@@ -27,7 +27,8 @@ ROOMS = {
     "base": ("base", []),
     "kernels": ("kernels", ["base"]),
     "grammar": ("grammar", ["base"]),
-    "spec": ("spec", ["base"]),
+    # A draft model runs on a backend.
+    "spec": ("spec", ["kernels", "base"]),
     "store": ("engine/store", ["base"]),
     # The model owns the tensors' description, which backend.h declares.
     "model": ("engine/model", ["kernels", "base"]),

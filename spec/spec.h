@@ -8,11 +8,27 @@
  * JSON keys), so the tokens that followed the last few tokens' latest
  * earlier occurrence are a good guess of what follows now, at no cost.
  *
- * spec/ includes base/ only. */
+ * spec/ is speculative decoding's proposers (this n-gram lookup; a draft
+ * model, draft.h) and its policy (policy.h: when to draft, how much); the
+ * engine verifies the drafts with the sampler's rule.  spec/ includes
+ * kernels/backend.h (the draft model's backend) and base/, nothing of the
+ * engine: what it needs of a request comes through draft.h's qspec_host. */
 #ifndef QUIRE_SPEC_H
 #define QUIRE_SPEC_H
 
 #include <stdint.h>
+
+/* The verify loop.  The target's pass gave rows 0..d for a sequence with
+ * d drafts after its next token; row j says what follows the drafts before
+ * it.  row(ctx, j, &acc) takes row j's token into the sequence - draft j
+ * when the sampler's rule keeps it (*acc = 1: greedy, when it is the
+ * target's own choice; sampling, by rejection sampling, so the output is
+ * distributed as without drafts), else the target's own - and returns
+ * whether the sequence goes on.  The loop ends at the first refused draft
+ * (its row gave the target's token instead) or where the sequence ends;
+ * when all are kept the last row gives one token more.  Returns the drafts
+ * kept.  Cannot fail. */
+int qspec_verify(int d, int (*row)(void *ctx, int j, int *acc), void *ctx);
 
 /* The most tokens a proposal holds. */
 #define QSPEC_MAX_K 16

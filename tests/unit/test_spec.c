@@ -9,6 +9,7 @@
 
 #include "qerr.h"
 #include "qtest.h"
+#include "policy.h"
 #include "sample.h"
 #include "spec.h"
 
@@ -297,6 +298,87 @@ static void test_verify_greedy_and_masks(void)
     qsampler_destroy(s);
 }
 
+/* The verify loop over a scripted sequence: which drafts each row keeps,
+ * and where the sequence ends. */
+typedef struct {
+    const int *keep;        /* row j keeps its draft */
+    int end_at;             /* the sequence ends at this row (-1: never) */
+    int rows;               /* rows taken */
+} script;
+
+static int script_row(void *ctx, int j, int *acc)
+{
+    script *s = ctx;
+    s->rows++;
+    *acc = s->keep[j];
+    return j != s->end_at;
+}
+
+static void test_verify_loop(void)
+{
+    const int some[] = { 1, 1, 0, 1, 0 }, all[] = { 1, 1, 1, 0 };
+    script s = { some, -1, 0 };
+    CHECK_EQ_INT(qspec_verify(4, script_row, &s), 2); /* the first refusal ends it */
+    CHECK_EQ_INT(s.rows, 3);
+    s = (script){ all, -1, 0 };
+    CHECK_EQ_INT(qspec_verify(3, script_row, &s), 3); /* all kept: the last row gives one more */
+    CHECK_EQ_INT(s.rows, 4);
+    s = (script){ all, 1, 0 };
+    CHECK_EQ_INT(qspec_verify(3, script_row, &s), 2); /* the sequence ends on a kept draft */
+    CHECK_EQ_INT(s.rows, 2);
+    const int none[] = { 0 }; /* the row past the drafts keeps none: it is the target's token */
+    s = (script){ none, -1, 0 };
+    CHECK_EQ_INT(qspec_verify(0, script_row, &s), 0); /* no drafts: one row */
+    CHECK_EQ_INT(s.rows, 1);
+}
+
+/* The policy: a request's k follows its acceptance and rests when its
+ * drafts are refused; the probe keeps drafts on only where they paid. */
+static void test_policy(void)
+{
+    qspec_ctl c = qspec_ctl_start(2);
+    CHECK(qspec_ctl_awake(&c));
+    qspec_ctl_passed(&c, 2, 2, 4);
+    CHECK_EQ_INT(c.k, 3); /* all kept: one more */
+    qspec_ctl_passed(&c, 3, 3, 4);
+    qspec_ctl_passed(&c, 4, 4, 4);
+    CHECK_EQ_INT(c.k, 4); /* at most k_max */
+    qspec_ctl_passed(&c, 4, 1, 4);
+    CHECK_EQ_INT(c.k, 2); /* kept + 1 */
+    CHECK_EQ_INT(c.passes, 4);
+    /* Passes that keep nothing bring the rate under 10%: a rest of 16 steps. */
+    for (int i = 0; i < 8 && c.k; i++) qspec_ctl_passed(&c, 2, 0, 4);
+    CHECK_EQ_INT(c.k, 0);
+    CHECK_EQ_INT(c.rest, 16);
+    int asleep = 0;
+    while (!qspec_ctl_awake(&c)) asleep++;
+    CHECK_EQ_INT(asleep, 15);
+    CHECK_EQ_INT(c.k, 1);
+    qspec_ctl_passed(&c, 1, 0, 4);
+    qspec_ctl_passed(&c, 1, 0, 4);
+    CHECK_EQ_INT(c.k, 0);
+    CHECK_EQ_INT(c.rest, 32); /* the second rest in a row: twice as long */
+
+    qspec_probe p = { 0 };
+    CHECK(qspec_probe_allowed(&p, 1, 0)); /* always */
+    uint64_t gen = 0;
+    int with = 0, without = 0;
+    for (int step = 0; step < 16; step++) {
+        const int on = qspec_probe_allowed(&p, 0, gen);
+        with += on, without += !on;
+        gen += on ? 30 : 10; /* drafts give three times the tokens in the same time */
+        qspec_probe_done(&p, 0, 1, 0.01, gen);
+    }
+    CHECK_EQ_INT(with, QSPEC_PROBE_STEPS);
+    CHECK_EQ_INT(without, QSPEC_PROBE_STEPS);
+    CHECK(p.probes == 1 && p.won == 1);
+    CHECK(qspec_probe_allowed(&p, 0, gen)); /* drafts on while they are used */
+    /* A step with prompt tokens does not count. */
+    const int left = p.left;
+    qspec_probe_done(&p, 0, 0, 1.0, gen);
+    CHECK_EQ_INT(p.left, left);
+}
+
 int main(void)
 {
     QT_RUN(test_ngram);
@@ -305,5 +387,7 @@ int main(void)
     QT_RUN(test_verify_proposal);
     QT_RUN(test_propose);
     QT_RUN(test_verify_greedy_and_masks);
+    QT_RUN(test_verify_loop);
+    QT_RUN(test_policy);
     QT_MAIN_END();
 }
