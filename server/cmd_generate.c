@@ -86,7 +86,9 @@ static void gen_usage(FILE *f)
 {
     fprintf(f, "usage: quire generate -m MODEL [options]\n\n"
                "Generates text from a prompt and prints it to stdout; prints prompt and\n"
-               "generation speed (tokens/s) to stderr.\n\noptions:\n");
+               "generation speed (tokens/s) to stderr.  The prompt (or --batch's requests) runs\n"
+               "on the engine that serve uses, with the same engine flags (the second list);\n"
+               "with --spec or --draft every step drafts (--spec-always is implied).\n\noptions:\n");
     qopt_usage_sets(f, gen_sets, 2);
 }
 
