@@ -254,6 +254,11 @@ int serve_authorized(pss *p);
  * localhost or --host, so no DNS-rebound name) or --allow-origin. */
 int serve_origin_allowed(pss *p);
 /* The model is loaded / the backend broke (under S.mu). */
+/* serve_engine.c: the engine thread (arg unused), from start to stop. */
+void *serve_engine_main(void *arg);
+/* serve_static.c: a file of the web folder for uri ("/" is index.html)
+ * answered: 1, or 0 (no such file: the caller answers 404). */
+int serve_static_file(struct lws *wsi, pss *p, const char *uri);
 int serve_ready(void);
 int serve_broken(void);
 /* Parses body as a request of kind and gives it to the engine (ws: with
