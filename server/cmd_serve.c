@@ -89,7 +89,6 @@ static const qopt serve_table[] = {
 #undef F_
 #define N_SERVE_OPTS (sizeof serve_table / sizeof serve_table[0])
 
-serve_state S;
 
 /* Every connection is a raw socket read by serve_http.c (HTTP/1.1, and
  * WebSocket after an upgrade). */
@@ -120,20 +119,20 @@ static double model_bytes(const char *path)
 /* Every 5 s while the model loads: a line that says so. */
 static void load_tick_cb(lws_sorted_usec_list_t *sul)
 {
-    (void)sul;
-    pthread_mutex_lock(&S.mu);
-    const int waiting = !S.ready && !S.load_failed;
-    pthread_mutex_unlock(&S.mu);
-    if (!waiting || S.stop) return;
-    QLOGI("serve: still loading %s (%.2f GB), %.0f s so far", S.o.model, S.load_bytes / 1e9, q_now() - S.load_t0);
-    lws_sul_schedule(S.ctx, 0, &S.load_tick, load_tick_cb, 5 * LWS_US_PER_SEC);
+    serve_state *srv = lws_container_of(sul, serve_state, load_tick);
+    pthread_mutex_lock(&srv->mu);
+    const int waiting = !srv->ready && !srv->load_failed;
+    pthread_mutex_unlock(&srv->mu);
+    if (!waiting || srv->stop || quire_stop) return;
+    QLOGI("serve: still loading %s (%.2f GB), %.0f s so far", srv->o.model, srv->load_bytes / 1e9, q_now() - srv->load_t0);
+    lws_sul_schedule(srv->ctx, 0, &srv->load_tick, load_tick_cb, 5 * LWS_US_PER_SEC);
 }
 
 static void on_signal(int sig)
 {
     (void)sig;
-    S.stop = 1;
-    if (S.ctx) lws_cancel_service(S.ctx);
+    quire_stop = 1;
+    if (quire_stop_ctx) lws_cancel_service(quire_stop_ctx);
 }
 
 /* Splits list (a JSON array of strings, or names separated by commas) into
@@ -180,10 +179,11 @@ static int split_list(const char *list, const char **out, int max, char *buf, si
 
 /* The ids a request may name: --served-model-name's (the first is the id in
  * replies), else the file's name and the -m path as given (vLLM's id). */
-static int serve_names(const serve_opts *o)
+static int serve_names(serve_state *srv)
 {
+    const serve_opts *o = &srv->o;
     if (o->name) {
-        if (split_list(o->name, S.models, 8, S.names_buf, sizeof S.names_buf) < 1) {
+        if (split_list(o->name, srv->models, 8, srv->names_buf, sizeof srv->names_buf) < 1) {
             fprintf(stderr, "quire serve: --served-model-name: 1 to 8 names, separated by commas\n");
             return 1;
         }
@@ -199,22 +199,23 @@ static int serve_names(const serve_opts *o)
         size_t bl = strcspn(base, "/");
         if (bl > 200) bl = 200;
         const char *dot = memrchr(base, '.', bl);
-        const int n = snprintf(S.names_buf, sizeof S.names_buf, "%.*s%c%.*s", (int)bl, base, 0,
+        const int n = snprintf(srv->names_buf, sizeof srv->names_buf, "%.*s%c%.*s", (int)bl, base, 0,
                                (int)(dot && dot > base ? (size_t)(dot - base) : bl), base);
         int k = 0;
-        S.models[k++] = S.names_buf;
-        if (n > 0 && strcmp(S.names_buf, S.names_buf + bl + 1)) S.models[k++] = S.names_buf + bl + 1;
-        if (strcmp(o->model, S.names_buf)) S.models[k++] = o->model;
-        S.models[k] = NULL;
+        srv->models[k++] = srv->names_buf;
+        if (n > 0 && strcmp(srv->names_buf, srv->names_buf + bl + 1)) srv->models[k++] = srv->names_buf + bl + 1;
+        if (strcmp(o->model, srv->names_buf)) srv->models[k++] = o->model;
+        srv->models[k] = NULL;
     }
-    S.name = S.models[0];
+    srv->name = srv->models[0];
     return 0;
 }
 
-static int serve_origins(const serve_opts *o)
+static int serve_origins(serve_state *srv)
 {
+    const serve_opts *o = &srv->o;
     if (!o->allow_origin) return 0;
-    if (split_list(o->allow_origin, S.origins, 16, S.origins_buf, sizeof S.origins_buf) < 1) {
+    if (split_list(o->allow_origin, srv->origins, 16, srv->origins_buf, sizeof srv->origins_buf) < 1) {
         fprintf(stderr, "quire serve: --allowed-origins: 1 to 16 origins (scheme://host:port or *), as a JSON list "
                         "or separated by commas\n");
         return 1;
@@ -223,14 +224,15 @@ static int serve_origins(const serve_opts *o)
 }
 
 /* --chat-template FILE: read and compiled once, so that a bad one stops the start. */
-static int serve_template(const serve_opts *o)
+static int serve_template(serve_state *srv)
 {
+    const serve_opts *o = &srv->o;
     if (!o->chat_template_path) return 0;
     char err[512];
     size_t len = 0;
     qchat_tmpl *t = NULL;
-    if (q_read_file(o->chat_template_path, QCHAT_MAX_SOURCE, &S.chat_template, &len, err, sizeof err) ||
-        qchat_compile(S.chat_template, len, &t, err, sizeof err)) {
+    if (q_read_file(o->chat_template_path, QCHAT_MAX_SOURCE, &srv->chat_template, &len, err, sizeof err) ||
+        qchat_compile(srv->chat_template, len, &t, err, sizeof err)) {
         fprintf(stderr, "quire serve: --chat-template %s: %s\n", o->chat_template_path, err);
         return 1;
     }
@@ -266,30 +268,31 @@ static int serve_can_bind(const serve_opts *o)
 
 /* --api-key and the keys of --api-key-file (every non-empty line).  0, or
  * 2 after a message. */
-static int load_keys(serve_opts *o)
+static int load_keys(serve_state *srv)
 {
-    if (o->api_key) S.keys[S.n_keys++] = o->api_key;
+    serve_opts *o = &srv->o;
+    if (o->api_key) srv->keys[srv->n_keys++] = o->api_key;
     if (o->api_key_file) {
         /* Every non-empty line is a key. */
         FILE *f = fopen(o->api_key_file, "r");
         size_t used = 0;
         char line[1024];
-        const int before = S.n_keys;
+        const int before = srv->n_keys;
         while (f && fgets(line, sizeof line, f)) {
             line[strcspn(line, "\r\n")] = 0;
             const size_t l = strlen(line);
             if (!l) continue;
-            if (used + l + 1 > sizeof S.key_buf || S.n_keys == (int)(sizeof S.keys / sizeof S.keys[0])) {
+            if (used + l + 1 > sizeof srv->key_buf || srv->n_keys == (int)(sizeof srv->keys / sizeof srv->keys[0])) {
                 fprintf(stderr, "quire serve: --api-key-file %s: too many keys\n", o->api_key_file);
                 fclose(f);
                 return 2;
             }
-            memcpy(S.key_buf + used, line, l + 1);
-            S.keys[S.n_keys++] = S.key_buf + used;
+            memcpy(srv->key_buf + used, line, l + 1);
+            srv->keys[srv->n_keys++] = srv->key_buf + used;
             used += l + 1;
         }
         if (f) fclose(f);
-        if (S.n_keys == before) {
+        if (srv->n_keys == before) {
             fprintf(stderr, "quire serve: --api-key-file %s: cannot read a key\n", o->api_key_file);
             return 2;
         }
@@ -340,12 +343,13 @@ static int check_serve_opts(const serve_opts *o)
 
 /* The web folder: --web, else web/ beside the build folder or here.  0, or
  * 2 after a message. */
-static int find_web(const serve_opts *o)
+static int find_web(serve_state *srv)
 {
+    const serve_opts *o = &srv->o;
     char exe[PATH_MAX], cand[PATH_MAX + 16];
     const ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (o->web) {
-        if (!(S.web_root = realpath(o->web, NULL))) {
+        if (!(srv->web_root = realpath(o->web, NULL))) {
             fprintf(stderr, "quire serve: --web %s: no such folder\n", o->web);
             return 2;
         }
@@ -355,9 +359,9 @@ static int find_web(const serve_opts *o)
             char *slash = strrchr(exe, '/');
             if (slash) *slash = 0;
             snprintf(cand, sizeof cand, "%s/../web", exe);
-            S.web_root = realpath(cand, NULL);
+            srv->web_root = realpath(cand, NULL);
         }
-        if (!S.web_root) S.web_root = realpath("web", NULL);
+        if (!srv->web_root) srv->web_root = realpath("web", NULL);
     }
     return 0;
 }
@@ -366,64 +370,65 @@ static int find_web(const serve_opts *o)
  * have --shutdown-grace seconds to finish before they are cancelled, and
  * the loop goes on until every connection has had its final event (at most
  * 5 s more). */
-static void service(const serve_opts *o)
+static void service(serve_state *srv)
 {
+    const serve_opts *o = &srv->o;
     double deadline = 0;
     int cancelled = 0;
-    while (lws_service(S.ctx, 0) >= 0) {
-        if (!S.stop) continue;
+    while (lws_service(srv->ctx, 0) >= 0) {
+        if (!srv->stop && !quire_stop) continue;
         /* lws waits in poll until its next timer: a tick every 50 ms
          * keeps this loop checking its deadlines while it drains. */
-        lws_sul_schedule(S.ctx, 0, &S.stop_tick, stop_tick_cb, 50 * LWS_US_PER_MS);
+        lws_sul_schedule(srv->ctx, 0, &srv->stop_tick, stop_tick_cb, 50 * LWS_US_PER_MS);
         const double now = q_now();
-        pthread_mutex_lock(&S.mu);
-        if (!S.draining) {
-            S.draining = 1;
+        pthread_mutex_lock(&srv->mu);
+        if (!srv->draining) {
+            srv->draining = 1;
             deadline = now + (o->grace >= 0 ? o->grace : 0);
-            fprintf(stderr, "quire serve: stopping (%d requests running)\n", S.live);
+            fprintf(stderr, "quire serve: stopping (%d requests running)\n", srv->live);
         }
         if (!cancelled && now >= deadline) {
-            for (sreq *r = S.reqs; r; r = r->next)
-                if (!r->finished) qengine_cancel(S.eng, r->id);
+            for (sreq *r = srv->reqs; r; r = r->next)
+                if (!r->finished) qengine_cancel(srv->eng, r->id);
             cancelled = 1;
             deadline = now + 5;
         }
         int busy = 0;
-        for (sreq *r = S.reqs; r; r = r->next) busy |= r->wsi != NULL;
-        pthread_mutex_unlock(&S.mu);
+        for (sreq *r = srv->reqs; r; r = r->next) busy |= r->wsi != NULL;
+        pthread_mutex_unlock(&srv->mu);
         if (!busy || (cancelled && now >= deadline)) break;
     }
 }
 
 /* Frees what the server made, whether it ran or not. */
-static void serve_cleanup(void)
+static void serve_cleanup(serve_state *srv)
 {
-    serve_prep_stop();
-    sess_drop_all();
-    if (S.ctx) lws_context_destroy(S.ctx);
-    while (S.reqs) {
-        sreq *r = S.reqs;
-        S.reqs = r->next;
+    serve_prep_stop(srv);
+    sess_drop_all(srv);
+    quire_stop_ctx = NULL;
+    if (srv->ctx) lws_context_destroy(srv->ctx);
+    while (srv->reqs) {
+        sreq *r = srv->reqs;
+        srv->reqs = r->next;
         serve_sreq_free(r);
     }
-    qengine_destroy(S.eng);
-    gram_vocab_free(S.gvocab);
-    gram_vocab_free(S.gvocab_tools);
-    gram_cache_free(S.gcache);
-    qoai_failcache_free(S.gfail);
-    qstore_stop(S.store);
-    qmetrics_free(S.metrics);
-    free(S.web_root);
-    free(S.chat_template);
-    qtok_free(S.tok);
-    qmodel_destroy(S.model);
-    qmodel_destroy(S.draft);
+    qengine_destroy(srv->eng);
+    gram_vocab_free(srv->gvocab);
+    gram_vocab_free(srv->gvocab_tools);
+    gram_cache_free(srv->gcache);
+    qoai_failcache_free(srv->gfail);
+    qstore_stop(srv->store);
+    qmetrics_free(srv->metrics);
+    free(srv->web_root);
+    free(srv->chat_template);
+    qtok_free(srv->tok);
+    qmodel_destroy(srv->model);
+    qmodel_destroy(srv->draft);
 }
 
-int cmd_serve(int argc, char **argv)
+static int serve_main(serve_state *srv, int argc, char **argv)
 {
-    serve_opts *o = &S.o;
-    memset(o, 0, sizeof *o);
+    serve_opts *o = &srv->o;
     o->port = 8080, o->max_tokens = 4096, o->max_body_kb = 1024, o->max_requests = 256;
     qeflags_init(&o->ef);
     o->grace = 5;
@@ -453,7 +458,7 @@ int cmd_serve(int argc, char **argv)
         }
         qlog_set_level((qlog_level)lv);
     }
-    if (load_keys(o)) return 2;
+    if (load_keys(srv)) return 2;
     if (check_serve_opts(o)) return 2;
     qengine_opts eo;
     char ferr[256];
@@ -467,30 +472,30 @@ int cmd_serve(int argc, char **argv)
     if (!o->no_persist) {
         char err[512];
         qstore_opts so = { .disk_max = (int64_t)(o->cache_disk_max ? o->cache_disk_max : 4096) << 20 };
-        if (qstore_start(o->db ? o->db : "quire.db", &so, &S.store, err, sizeof err)) {
+        if (qstore_start(o->db ? o->db : "quire.db", &so, &srv->store, err, sizeof err)) {
             fprintf(stderr, "quire serve: %s\n", err);
             return 1;
         }
-        eo.store = S.store;
+        eo.store = srv->store;
         eo.tier_always_load = o->disk_load && !strcmp(o->disk_load, "always");
     }
-    S.eo = eo;
-    S.lim.max_tokens_cap = o->max_tokens;
-    S.lim.grammar_seconds = o->grammar_timeout;
-    S.lim.models = S.models;
-    S.lim.schema_flags = o->schema_mode && !strcmp(o->schema_mode, "full") ? GRAM_SCHEMA_FULL : 0;
-    if (serve_names(o) || serve_origins(o) || serve_template(o)) return 2;
+    srv->eo = eo;
+    srv->lim.max_tokens_cap = o->max_tokens;
+    srv->lim.grammar_seconds = o->grammar_timeout;
+    srv->lim.models = srv->models;
+    srv->lim.schema_flags = o->schema_mode && !strcmp(o->schema_mode, "full") ? GRAM_SCHEMA_FULL : 0;
+    if (serve_names(srv) || serve_origins(srv) || serve_template(srv)) return 2;
     if (serve_can_bind(o)) return 1;
-    if (find_web(o)) return 2;
-    S.lim.chat_template = S.chat_template;
-    S.lim_ws = S.lim;
+    if (find_web(srv)) return 2;
+    srv->lim.chat_template = srv->chat_template;
+    srv->lim_ws = srv->lim;
     static const char *const ws_fields[] = { "type", "id", "token_ids", "session", "new_session", "keep_messages", "title", NULL };
-    S.lim_ws.envelope = ws_fields;
-    S.metrics = qmetrics_new();
-    S.gcache = gram_cache_new(64);
-    S.gfail = qoai_failcache_new(64);
-    pthread_mutex_init(&S.mu, NULL);
-    pthread_cond_init(&S.cv, NULL);
+    srv->lim_ws.envelope = ws_fields;
+    srv->metrics = qmetrics_new();
+    srv->gcache = gram_cache_new(64);
+    srv->gfail = qoai_failcache_new(64);
+    pthread_mutex_init(&srv->mu, NULL);
+    pthread_cond_init(&srv->cv, NULL);
 
     lws_set_log_level(LLL_ERR, NULL);
     struct lws_context_creation_info info;
@@ -498,6 +503,7 @@ int cmd_serve(int argc, char **argv)
     info.port = o->port;
     info.iface = o->host;
     info.protocols = protocols;
+    info.user = srv; /* every callback reaches the server through its context (serve_of) */
     /* Raw sockets: serve_http.c reads HTTP/1.1 and WebSocket itself, with
      * the limits above (lws's own HTTP server cannot take pipelined
      * requests, nor say 413 before a body arrives). */
@@ -505,40 +511,53 @@ int cmd_serve(int argc, char **argv)
     info.listen_accept_role = "raw-skt";
     info.listen_accept_protocol = "quire";
     info.fd_limit_per_thread = (unsigned)o->max_connections + 64;
-    S.load_t0 = q_now();
-    S.load_bytes = model_bytes(o->model);
-    S.ctx = S.metrics ? lws_create_context(&info) : NULL;
+    srv->load_t0 = q_now();
+    srv->load_bytes = model_bytes(o->model);
+    srv->ctx = srv->metrics ? lws_create_context(&info) : NULL;
+    quire_stop_ctx = srv->ctx;
     pthread_t th;
     int status = 0;
-    if (!S.ctx || serve_prep_start(o->prep_threads) || pthread_create(&th, NULL, serve_engine_main, NULL)) {
+    if (!srv->ctx || serve_prep_start(srv, o->prep_threads) || pthread_create(&th, NULL, serve_engine_main, srv)) {
         fprintf(stderr, "quire serve: cannot listen on %s:%d\n", o->host, o->port);
         status = 1;
     } else {
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         signal(SIGPIPE, SIG_IGN);
-        printf("quire serve: %s (%s), listening on http://%s:%d (loading the model)\n", S.name, o->model, o->host,
+        printf("quire serve: %s (%s), listening on http://%s:%d (loading the model)\n", srv->name, o->model, o->host,
                o->port);
         fflush(stdout);
-        QLOGI("serve: loading %s (%.2f GB)", o->model, S.load_bytes / 1e9);
-        lws_sul_schedule(S.ctx, 0, &S.load_tick, load_tick_cb, 5 * LWS_US_PER_SEC);
-        service(o);
+        QLOGI("serve: loading %s (%.2f GB)", o->model, srv->load_bytes / 1e9);
+        lws_sul_schedule(srv->ctx, 0, &srv->load_tick, load_tick_cb, 5 * LWS_US_PER_SEC);
+        service(srv);
         /* Stop: cancel what runs, let the engine finish it, then leave. */
-        pthread_mutex_lock(&S.mu);
-        for (sreq *r = S.reqs; r; r = r->next)
-            if (!r->finished) qengine_cancel(S.eng, r->id);
-        S.engine_stop = 1;
-        pthread_cond_signal(&S.cv);
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_lock(&srv->mu);
+        for (sreq *r = srv->reqs; r; r = r->next)
+            if (!r->finished) qengine_cancel(srv->eng, r->id);
+        srv->engine_stop = 1;
+        pthread_cond_signal(&srv->cv);
+        pthread_mutex_unlock(&srv->mu);
         pthread_join(th, NULL);
-        serve_prep_stop();
+        serve_prep_stop(srv);
         /* The store finishes what is queued (replies, blocks) before the
          * process goes. */
-        qstore_stop(S.store);
-        S.store = NULL;
+        qstore_stop(srv->store);
+        srv->store = NULL;
     }
-    serve_cleanup();
-    if (S.load_failed) status = 1;
+    serve_cleanup(srv);
+    if (srv->load_failed) status = 1;
     fprintf(stderr, "quire serve: stopped\n");
+    return status;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_state *srv = calloc(1, sizeof *srv);
+    if (!srv) {
+        fprintf(stderr, "quire serve: out of memory\n");
+        return 1;
+    }
+    const int status = serve_main(srv, argc, argv);
+    free(srv);
     return status;
 }

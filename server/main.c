@@ -12,6 +12,9 @@
 #include "cuda_info.h"
 #endif
 
+volatile sig_atomic_t quire_stop;
+void *volatile quire_stop_ctx;
+
 #ifndef QUIRE_VERSION
 #define QUIRE_VERSION "dev"
 #endif

@@ -3,7 +3,7 @@
  * serve_sessions.c (sessions over HTTP and WebSocket, the store's answers).
  * Threads as DESIGN.md says: the lws thread owns the sockets, the engine
  * thread the engine, the store thread the database; what they share is
- * under S.mu. */
+ * under srv->mu. */
 #ifndef QUIRE_SERVE_H
 #define QUIRE_SERVE_H
 
@@ -21,6 +21,9 @@
 #include "store.h"
 #include "tokenizer.h"
 #include "ws.h"
+
+typedef struct serve_state serve_state;
+typedef struct serve_prep serve_prep;
 
 typedef struct {
     const char *model, *host, *api_key, *api_key_file, *name, *web, *log_level, *db, *disk_load;
@@ -57,20 +60,22 @@ typedef struct {
 
 /* A connection as its requests and preparation jobs see it: it may close
  * (lws thread) while they run on other threads.  Reference-counted: the
- * connection, each request and each job hold one; every field under S.mu. */
+ * connection, each request and each job hold one; every field under srv->mu. */
 typedef struct sconn {
+    serve_state *srv;
     int refs;
     int closed;         /* the connection is gone */
     size_t pending;     /* output its requests made that the socket has not taken */
     int over;           /* past --max-pending: its requests failed, the socket closes */
     struct lws *wsi;    /* while open */
 } sconn;
-/* Drops a reference (S.mu held, or one thread left). */
+/* Drops a reference (srv->mu held, or one thread left). */
 void sconn_unref(sconn *c);
 
 /* A request given to the engine.  Shared between the threads: every field
- * is read and written under S.mu. */
+ * is read and written under srv->mu. */
 typedef struct sreq {
+    serve_state *srv;
     struct sreq *next;
     uint64_t id;
     qoai_req req;
@@ -96,8 +101,9 @@ typedef struct sreq {
 
 /* A job given to the store for the lws thread (an HTTP session request,
  * or the stored turn of a session chat), until its answer is used.  The
- * list is the lws thread's; done is set under S.mu by the store thread. */
+ * list is the lws thread's; done is set under srv->mu by the store thread. */
 typedef struct sjob {
+    serve_state *srv;
     struct sjob *next;
     qstore_job *j;
     struct lws *wsi;    /* NULL once the connection closed */
@@ -107,7 +113,9 @@ typedef struct sjob {
     int done;
 } sjob;
 
-typedef struct {
+/* The server's state: one, made by cmd_serve and reached through the lws
+ * context (serve_of) or the objects that point to it; no global. */
+struct serve_state {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     qengine *eng;
@@ -120,7 +128,7 @@ typedef struct {
     int have_stats;
     sreq *reqs;
     int live;           /* requests the engine has not finished */
-    volatile sig_atomic_t stop;
+    volatile sig_atomic_t stop; /* the engine thread could not load the model: the loop ends */
     int draining;       /* stopping: new requests get 503 */
     int engine_stop;
     serve_opts o;
@@ -143,6 +151,7 @@ typedef struct {
     struct gram_cache *gcache; /* compiled grammars, shared by requests that repeat one */
     qoai_failcache *gfail;     /* grammars that failed to compile, with their errors */
     sjob *sjobs;        /* jobs in the store for the lws thread */
+    serve_prep *prep;   /* the preparation pool (serve_prep.c), or NULL */
     qengine_opts eo;
     int ready;          /* the model is loaded and the engine runs (under mu) */
     int broken;         /* the backend can run no more passes (qengine_broken; under mu) */
@@ -152,9 +161,10 @@ typedef struct {
     lws_sorted_usec_list_t load_tick; /* says, every few seconds, that the model is still loading */
     double load_t0;     /* when loading began */
     double load_bytes;  /* the model's size on disk */
-} serve_state;
+};
 
-extern serve_state S;
+/* The server of a connection's context. */
+static inline serve_state *serve_of(struct lws *wsi) { return lws_context_user(lws_get_context(wsi)); }
 
 
 /* The longest request target (414 past it). */
@@ -164,6 +174,7 @@ extern serve_state S;
  * alone. */
 typedef enum { ST_READ = 0, ST_WAIT, ST_STREAM, ST_REPLY } pstate;
 typedef struct {
+    serve_state *srv;   /* the server (set at every callback) */
     struct lws *wsi;
     int open;           /* adopted and not yet closed */
     pstate st;          /* HTTP: reading a request, waiting for a whole reply, streaming, writing a reply */
@@ -178,7 +189,7 @@ typedef struct {
     sreq *r;            /* HTTP: the request this connection runs */
     const char *endpoint;
     int job;            /* HTTP: waiting for the store's answer */
-    int key;            /* the API key the connection showed (index into S.keys) */
+    int key;            /* the API key the connection showed (index into srv->keys) */
     int req_key;        /* HTTP: the key the request shows, found once by the router (serve_authorized) */
     sconn *conn;        /* what other threads know of the connection */
     /* WebSocket connections: frames in, the connection's own frames out
@@ -197,6 +208,7 @@ typedef struct {
 /* A body given to the preparation pool (serve_prep.c). */
 typedef enum { PREP_SUBMIT = 0, PREP_CHECK, PREP_TOKENIZE, PREP_DETOKENIZE } prep_what;
 typedef struct sprep {
+    serve_state *srv;
     struct sprep *next, *pnext;
     prep_what what;     /* SUBMIT: serve_submit; CHECK: a session turn as sent, checked */
     sconn *conn;        /* a reference */
@@ -208,7 +220,7 @@ typedef struct sprep {
     int want_ids;
     char session[QSTORE_ID_MAX];
     json_t *msg;        /* ws: the client's message (a reference), for the answer */
-    int cancel;         /* ws: cancelled while being prepared (under S.mu) */
+    int cancel;         /* ws: cancelled while being prepared (under srv->mu) */
     void (*answer)(struct sprep *j); /* lws thread, with the result, while the connection is open */
     sreq *r;            /* SUBMIT: the request given to the engine, or NULL with e */
     int ok;
@@ -219,9 +231,9 @@ typedef struct sprep {
 
 /* ---- serve_prep.c ---- */
 /* Starts n workers: 0, or -1. */
-int serve_prep_start(int n);
+int serve_prep_start(serve_state *srv, int n);
 /* Stops them; jobs not answered are dropped. */
-void serve_prep_stop(void);
+void serve_prep_stop(serve_state *srv);
 /* A job for connection p with a copy of body, or NULL (out of memory). */
 sprep *serve_prep_new(pss *p, const char *body, size_t len, qoai_kind kind);
 /* Gives j to the pool (taken): 0, or an error in e (429 with the pool full; j freed). */
@@ -229,14 +241,14 @@ int serve_prep_submit(sprep *j, qoai_error *e);
 /* The job being prepared for connection c under WebSocket id cid, or NULL. */
 sprep *serve_prep_find(sconn *c, const char *cid);
 /* Answers of the pool (lws thread). */
-void serve_prep_answers(void);
+void serve_prep_answers(serve_state *srv);
 
 /* ---- cmd_serve.c ---- */
-/* pre, JSON j (taken), post into r's output (S.mu held). */
+/* pre, JSON j (taken), post into r's output (srv->mu held). */
 void serve_out_json(sreq *r, json_t *j, const char *pre, const char *post);
 #define out_event(r, j) serve_out_json(r, j, "data: ", "\n\n")
 #define out_frame(r, j) serve_out_json(r, j, "", "\n")
-/* Frees a request; takes it out of S.reqs (S.mu held). */
+/* Frees a request; takes it out of srv->reqs (srv->mu held). */
 void serve_sreq_free(sreq *r);
 void serve_sreq_unlink(sreq *r);
 /* A whole HTTP reply for the connection (lws thread): body taken. */
@@ -253,29 +265,29 @@ int serve_authorized(pss *p);
  * own pages (Origin http://HOST with HOST the request's Host, an IP literal,
  * localhost or --host, so no DNS-rebound name) or --allow-origin. */
 int serve_origin_allowed(pss *p);
-/* The model is loaded / the backend broke (under S.mu). */
-/* serve_engine.c: the engine thread (arg unused), from start to stop. */
-void *serve_engine_main(void *arg);
+/* The model is loaded / the backend broke (under srv->mu). */
+/* serve_engine.c: the engine thread (its argument: the serve_state), from start to stop. */
+void *serve_engine_main(void *srv);
 /* serve_static.c: a file of the web folder for uri ("/" is index.html)
  * answered: 1, or 0 (no such file: the caller answers 404). */
 int serve_static_file(struct lws *wsi, pss *p, const char *uri);
-int serve_ready(void);
-int serve_broken(void);
+int serve_ready(serve_state *srv);
+int serve_broken(serve_state *srv);
 /* Parses body as a request of kind and gives it to the engine (ws: with
  * the client's id cid; session: the conversation it continues, or NULL):
  * the new request, or NULL with *e filled. */
 sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                    const char *session, qoai_error *e);
-/* n bytes of connection c's output taken by the socket, or dropped (S.mu
+/* n bytes of connection c's output taken by the socket, or dropped (srv->mu
  * held; c may be NULL). */
 void sconn_taken(sconn *c, size_t n);
 
 /* ---- serve_http.c ---- */
 /* Whether origin is one of --allowed-origins (or it holds "*"). */
-int serve_cors_listed(const char *origin);
+int serve_cors_listed(const serve_state *srv, const char *origin);
 /* The model card of id (GET /v1/models): id, object, created, owned_by,
  * root, max_model_len, speculative.  NULL when out of memory. */
-json_t *serve_model_json(const char *id);
+json_t *serve_model_json(const serve_state *srv, const char *id);
 /* lws's callback for every connection (raw sockets: HTTP read by http.c). */
 int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 /* A reply with extra header lines (each ending in CRLF). */
@@ -299,7 +311,7 @@ void serve_ws_chat_answer(sprep *j);
 
 /* The owner of what a connection with API key index k makes: the
  * SHA-256 of the key, in hex; "" without keys. */
-void sess_owner(int k, char out[72]);
+void sess_owner(const serve_state *srv, int k, char out[72]);
 /* GET/DELETE/PATCH under /v1/sessions (lws thread): 1 when uri is one of
  * them (answered now or when the store has answered), else 0. */
 int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, const char *body, size_t len);
@@ -308,12 +320,12 @@ int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, cons
  * go to the client as error frames. */
 void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid);
 /* The store's answers for the lws thread: replies and submissions. */
-void sess_answers(void);
+void sess_answers(serve_state *srv);
 /* A connection closed: its pending store answers are dropped. */
-void sess_closed(struct lws *wsi);
+void sess_closed(serve_state *srv, struct lws *wsi);
 /* Frees every job left (at exit, the store stopped). */
-void sess_drop_all(void);
-/* A session request finished (engine thread, S.mu held): its reply is
+void sess_drop_all(serve_state *srv);
+/* A session request finished (engine thread, srv->mu held): its reply is
  * stored, and frame (taken: the done frame) follows once it is. */
 void sess_finish(sreq *r, json_t *frame);
 

@@ -27,32 +27,34 @@
 #include "tokenizer.h"
 #include "util.h"
 
-/* ---- output built under S.mu --------------------------------------------------- */
+/* ---- output built under srv->mu --------------------------------------------------- */
 
-/* A connection's output past --max-pending (S.mu held): every request of
+/* A connection's output past --max-pending (srv->mu held): every request of
  * it is cancelled and failed, so that the lws thread closes the socket. */
 static void over_budget(sconn *c)
 {
+    serve_state *srv = c->srv;
     int n = 0;
     c->over = 1;
-    for (sreq *q = S.reqs; q; q = q->next)
+    for (sreq *q = srv->reqs; q; q = q->next)
         if (q->conn == c) {
-            if (!q->finished) qengine_cancel(S.eng, q->id);
+            if (!q->finished) qengine_cancel(srv->eng, q->id);
             q->failed = 1;
             n++;
         }
     QLOGW("serve: a client fell %zu bytes behind (--max-pending %d MiB); its %d requests are cancelled and its "
           "connection closed",
-          c->pending, S.o.max_pending_mb, n);
-    qmetrics_conn_closed(S.metrics, QCONN_SLOW_READER);
-    if (c->wsi) lws_cancel_service(S.ctx);
+          c->pending, srv->o.max_pending_mb, n);
+    qmetrics_conn_closed(srv->metrics, QCONN_SLOW_READER);
+    if (c->wsi) lws_cancel_service(srv->ctx);
 }
 
 static void out_put(sreq *r, const char *s, size_t n)
 {
+    serve_state *srv = r->srv;
     if (r->failed) return;
     sconn *c = r->conn;
-    if (c && c->pending + n > ((size_t)S.o.max_pending_mb << 20)) {
+    if (c && c->pending + n > ((size_t)srv->o.max_pending_mb << 20)) {
         /* The client reads too slowly: the engine never waits for it. */
         if (!c->over) over_budget(c);
         r->failed = 1;
@@ -102,7 +104,8 @@ void serve_sreq_free(sreq *r)
 
 void serve_sreq_unlink(sreq *r)
 {
-    for (sreq **pp = &S.reqs; *pp; pp = &(*pp)->next)
+    serve_state *srv = r->srv;
+    for (sreq **pp = &srv->reqs; *pp; pp = &(*pp)->next)
         if (*pp == r) {
             *pp = r->next;
             return;
@@ -110,7 +113,7 @@ void serve_sreq_unlink(sreq *r)
 }
 
 /* echo: the prompt's text (completions) or the last message's (chat)
- * before choice index's first output (S.mu held). */
+ * before choice index's first output (srv->mu held). */
 static void out_echo(sreq *r, acc *c, int index)
 {
     c->echoed = 1;
@@ -130,23 +133,23 @@ static void out_echo(sreq *r, acc *c, int index)
     }
 }
 
-/* An engine event into its request's output (S.mu held). */
-static void dispatch(qevent *ev)
+/* An engine event into its request's output (srv->mu held). */
+static void dispatch(serve_state *srv, qevent *ev)
 {
-    sreq *r = S.reqs;
+    sreq *r = srv->reqs;
     while (r && r->id != ev->id) r = r->next;
     if (!r || ev->index < 0 || ev->index >= r->n) return;
     acc *c = &r->ch[ev->index];
     if (!c->echoed) out_echo(r, c, ev->index);
     const double now = q_now();
     if (ev->finish == QFINISH_NONE) {
-        if (r->t_last == 0) qmetrics_ttft(S.metrics, now - r->t0);
-        else if (ev->index == 0) qmetrics_itl(S.metrics, now - r->t_last);
+        if (r->t_last == 0) qmetrics_ttft(srv->metrics, now - r->t0);
+        else if (ev->index == 0) qmetrics_itl(srv->metrics, now - r->t_last);
         if (ev->index == 0) r->t_last = now;
     }
     json_t *lp = NULL;
     if (ev->finish == QFINISH_NONE && r->req.logprobs)
-        qoai_logprobs_add(r->req.stream || r->ws ? &lp : &c->lp, r->req.kind, S.tok, ev, c->len);
+        qoai_logprobs_add(r->req.stream || r->ws ? &lp : &c->lp, r->req.kind, srv->tok, ev, c->len);
     /* Tools: the output read back as content and calls, as it comes when
      * streamed, whole at the end otherwise. */
     json_t *d = NULL;
@@ -154,7 +157,7 @@ static void dispatch(qevent *ev)
         char prefix[112];
         snprintf(prefix, sizeof prefix, "call_%.40s_%d_", strchr(r->rid, '-') ? strchr(r->rid, '-') + 1 : r->rid,
                  ev->index);
-        if (!(c->calls = qoai_calls_new(r->req.tool_mode, S.lim.tool_form, r->req.tool_name, prefix))) r->failed = 1;
+        if (!(c->calls = qoai_calls_new(r->req.tool_mode, srv->lim.tool_form, r->req.tool_name, prefix))) r->failed = 1;
     }
     if (c->calls && (r->req.stream || r->ws))
         d = qoai_calls_feed(c->calls, ev->text ? ev->text : "", ev->text_len, ev->finish != QFINISH_NONE);
@@ -221,10 +224,10 @@ static void dispatch(qevent *ev)
     r->spec[0] += ev->spec_drafted, r->spec[1] += ev->spec_accepted, r->spec[2] += ev->spec_passes;
     if (++r->n_done < r->n) return;
     r->finished = !r->session[0]; /* a session's request once its reply is stored */
-    S.live--;
-    qmetrics_tokens(S.metrics, r->prompt_tokens, r->completion_tokens);
-    qmetrics_latency(S.metrics, now - r->t0);
-    const int spec_on = S.eo.spec_mode != QSPEC_NONE;
+    srv->live--;
+    qmetrics_tokens(srv->metrics, r->prompt_tokens, r->completion_tokens);
+    qmetrics_latency(srv->metrics, now - r->t0);
+    const int spec_on = srv->eo.spec_mode != QSPEC_NONE;
     json_t *usage =
         qoai_usage(r->prompt_tokens, r->completion_tokens, r->cached_tokens, r->cached_disk, spec_on ? r->spec : NULL);
     if (r->ws) {
@@ -271,35 +274,35 @@ static void dispatch(qevent *ev)
 }
 
 /* 1 once the engine runs; else a 503 for the connection ("loading"). */
-int serve_ready(void)
+int serve_ready(serve_state *srv)
 {
-    pthread_mutex_lock(&S.mu);
-    const int r = S.ready;
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
+    const int r = srv->ready;
+    pthread_mutex_unlock(&srv->mu);
     return r;
 }
 
 /* The backend stopped for good (qengine_broken). */
-int serve_broken(void)
+int serve_broken(serve_state *srv)
 {
-    pthread_mutex_lock(&S.mu);
-    const int b = S.broken;
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
+    const int b = srv->broken;
+    pthread_mutex_unlock(&srv->mu);
     return b;
 }
 
 /* --max-model-len against the model (before the engine exists): 0, or 1
  * after saying why. */
-static int apply_max_model_len(qmodel *m)
+static int apply_max_model_len(serve_state *srv, qmodel *m)
 {
-    if (!S.o.max_model_len) return 0;
-    if (S.o.max_model_len > m->hp.max_ctx) {
+    if (!srv->o.max_model_len) return 0;
+    if (srv->o.max_model_len > m->hp.max_ctx) {
         fprintf(stderr,
                 "quire serve: --max-model-len %d is more than the model's context (%d tokens); give at most %d\n",
-                S.o.max_model_len, m->hp.max_ctx, m->hp.max_ctx);
+                srv->o.max_model_len, m->hp.max_ctx, m->hp.max_ctx);
         return 1;
     }
-    m->hp.max_ctx = S.o.max_model_len;
+    m->hp.max_ctx = srv->o.max_model_len;
     return 0;
 }
 
@@ -307,17 +310,17 @@ static int apply_max_model_len(qmodel *m)
  * pool cannot hold for one request is refused when --max-model-len asked
  * for it (as vLLM does), else lowered to what fits, said in the log.  0,
  * or 1 after saying why. */
-static int fit_context(qmodel *m, qengine *e)
+static int fit_context(serve_state *srv, qmodel *m, qengine *e)
 {
     qengine_stats st;
     qengine_stats_get(e, &st);
-    const long cap = (long)st.kv_blocks * (S.eo.block_size > 0 ? S.eo.block_size : 16);
+    const long cap = (long)st.kv_blocks * (srv->eo.block_size > 0 ? srv->eo.block_size : 16);
     if (cap >= m->hp.max_ctx) return 0;
-    if (S.o.max_model_len) {
+    if (srv->o.max_model_len) {
         fprintf(stderr,
                 "quire serve: --max-model-len %d does not fit in the KV cache, which holds %ld tokens; give more "
                 "--kv-mem (or --gpu-memory-utilization), or a smaller --max-model-len\n",
-                S.o.max_model_len, cap);
+                srv->o.max_model_len, cap);
         return 1;
     }
     if (cap < 2) {
@@ -333,7 +336,7 @@ static int fit_context(qmodel *m, qengine *e)
 
 /* Loads the model and creates the engine (on the engine thread, while the
  * port already answers /health with 503): 0, or 1 after saying why. */
-static int load(void)
+static int load(serve_state *srv)
 {
     char err[512];
     qmodel *m = NULL;
@@ -342,17 +345,17 @@ static int load(void)
     qmodel *dm = NULL;
     gram_vocab *gv = NULL;
     const double t0 = q_now();
-    int rc = qmodel_load(S.o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err);
-    if (!rc && S.o.ef.draft && qmodel_load(S.o.ef.draft, &dm, err + 17, sizeof err - 17)) {
+    int rc = qmodel_load(srv->o.model, &m, err, sizeof err) || qtok_for_model(m, &tok, err, sizeof err);
+    if (!rc && srv->o.ef.draft && qmodel_load(srv->o.ef.draft, &dm, err + 17, sizeof err - 17)) {
         memcpy(err, "the draft model: ", 17); /* before its own message */
         rc = 1;
     }
-    S.eo.draft = dm;
-    if (!rc && apply_max_model_len(m)) rc = 2;
-    if (rc == 1 || (!rc && qengine_create(m, tok, &S.eo, &e, err, sizeof err)) ||
+    srv->eo.draft = dm;
+    if (!rc && apply_max_model_len(srv, m)) rc = 2;
+    if (rc == 1 || (!rc && qengine_create(m, tok, &srv->eo, &e, err, sizeof err)) ||
         (!rc && qengine_grammar_vocab(tok, &gv) && snprintf(err, sizeof err, "out of memory for the grammar vocabulary")))
         rc = 1;
-    if (!rc && fit_context(m, e)) rc = 2;
+    if (!rc && fit_context(srv, m, e)) rc = 2;
     if (rc) {
         if (rc == 1) fprintf(stderr, "quire serve: %s\n", err);
         gram_vocab_free(gv);
@@ -360,13 +363,13 @@ static int load(void)
         qtok_free(tok);
         qmodel_destroy(m);
         qmodel_destroy(dm);
-        S.eo.draft = NULL;
+        srv->eo.draft = NULL;
         return 1;
     }
     /* Tool calls in the form --tool-call-parser names, else the template's;
      * where its markers are special tokens, a vocabulary that allows them. */
-    const int named_form = gram_tools_form_named(S.o.tool_parser);
-    const char *tmpl = S.chat_template ? S.chat_template : m->chat_template;
+    const int named_form = gram_tools_form_named(srv->o.tool_parser);
+    const char *tmpl = srv->chat_template ? srv->chat_template : m->chat_template;
     const gram_tools_form form = named_form >= 0 ? (gram_tools_form)named_form : qoai_tool_form_of(tmpl);
     const char *const *markers = gram_tools_form_get(form)->tokens;
     gram_vocab *gvt = NULL;
@@ -376,31 +379,31 @@ static int load(void)
         n_markers = id >= 0 && qtok_is_special(tok, id);
     }
     if (n_markers && qengine_grammar_vocab_with(tok, markers, &n_markers, &gvt)) n_markers = 0;
-    pthread_mutex_lock(&S.mu);
-    S.gvocab_tools = gvt;
-    S.lim.gvocab_tools = S.lim_ws.gvocab_tools = gvt;
-    S.lim.tool_form = S.lim_ws.tool_form = form;
-    S.model = m, S.draft = dm, S.tok = tok, S.eng = e, S.ready = 1;
-    S.gvocab = gv;
-    S.lim.gvocab = gv;
-    S.lim.gcache = S.gcache;
-    S.lim.gfail = S.gfail;
-    S.lim_ws.gvocab = gv;
-    S.lim_ws.gcache = S.gcache;
-    S.lim_ws.gfail = S.gfail;
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
+    srv->gvocab_tools = gvt;
+    srv->lim.gvocab_tools = srv->lim_ws.gvocab_tools = gvt;
+    srv->lim.tool_form = srv->lim_ws.tool_form = form;
+    srv->model = m, srv->draft = dm, srv->tok = tok, srv->eng = e, srv->ready = 1;
+    srv->gvocab = gv;
+    srv->lim.gvocab = gv;
+    srv->lim.gcache = srv->gcache;
+    srv->lim.gfail = srv->gfail;
+    srv->lim_ws.gvocab = gv;
+    srv->lim_ws.gcache = srv->gcache;
+    srv->lim_ws.gfail = srv->gfail;
+    pthread_mutex_unlock(&srv->mu);
     qengine_stats st;
     qengine_stats_get(e, &st);
     const qhparams *hp = &m->hp;
     QLOGI("serve: model %s: %s, %.1fM parameters, %d layers, %s weights; context %d tokens; KV cache %ld tokens "
           "(%d blocks); loaded in %.1f s",
-          m->name ? m->name : S.name, qfamily_get(hp->family)->name, (double)qmodel_param_count(m) / 1e6,
+          m->name ? m->name : srv->name, qfamily_get(hp->family)->name, (double)qmodel_param_count(m) / 1e6,
           hp->n_layers, qdt_name(m->w.tok_embd.dtype), hp->max_ctx,
-          (long)st.kv_blocks * (S.eo.block_size > 0 ? S.eo.block_size : 16), st.kv_blocks, q_now() - t0);
-    if (S.eo.tensor_parallel > 1)
-        fprintf(stderr, "quire serve: %s ready on %s, split among %d (tensor parallel)\n", S.name,
-                qengine_backend_name(e), S.eo.tensor_parallel);
-    else fprintf(stderr, "quire serve: %s ready on %s\n", S.name, qengine_backend_name(e));
+          (long)st.kv_blocks * (srv->eo.block_size > 0 ? srv->eo.block_size : 16), st.kv_blocks, q_now() - t0);
+    if (srv->eo.tensor_parallel > 1)
+        fprintf(stderr, "quire serve: %s ready on %s, split among %d (tensor parallel)\n", srv->name,
+                qengine_backend_name(e), srv->eo.tensor_parallel);
+    else fprintf(stderr, "quire serve: %s ready on %s\n", srv->name, qengine_backend_name(e));
     QLOGI("serve: tool calls in the %s form (%s)%s", gram_tools_form_get(form)->parser,
           named_form >= 0 ? "--tool-call-parser" : "the chat template's",
           n_markers ? ", its markers as the model's special tokens" : "");
@@ -409,34 +412,34 @@ static int load(void)
 
 void *serve_engine_main(void *arg)
 {
-    (void)arg;
-    if (load()) {
-        pthread_mutex_lock(&S.mu);
-        S.load_failed = 1;
-        pthread_mutex_unlock(&S.mu);
-        S.stop = 1;
-        lws_cancel_service(S.ctx);
+    serve_state *srv = arg;
+    if (load(srv)) {
+        pthread_mutex_lock(&srv->mu);
+        srv->load_failed = 1;
+        pthread_mutex_unlock(&srv->mu);
+        srv->stop = 1;
+        lws_cancel_service(srv->ctx);
         return NULL;
     }
     for (;;) {
-        pthread_mutex_lock(&S.mu);
-        while (!S.engine_stop && S.live == 0) pthread_cond_wait(&S.cv, &S.mu);
-        const int quit = S.engine_stop && S.live == 0;
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_lock(&srv->mu);
+        while (!srv->engine_stop && srv->live == 0) pthread_cond_wait(&srv->cv, &srv->mu);
+        const int quit = srv->engine_stop && srv->live == 0;
+        pthread_mutex_unlock(&srv->mu);
         if (quit) break;
-        const int rc = qengine_step(S.eng);
+        const int rc = qengine_step(srv->eng);
         if (rc < 0) QLOGE("serve: engine step failed: %s", qerr_str(rc));
-        const int down = rc < 0 && qengine_broken(S.eng);
+        const int down = rc < 0 && qengine_broken(srv->eng);
         qevent ev;
         int any = 0;
-        pthread_mutex_lock(&S.mu);
-        while (qengine_poll(S.eng, &ev) == 1) {
-            dispatch(&ev);
+        pthread_mutex_lock(&srv->mu);
+        while (qengine_poll(srv->eng, &ev) == 1) {
+            dispatch(srv, &ev);
             qevent_free(&ev);
             any = 1;
         }
         /* Finished requests whose connection is gone. */
-        for (sreq **pp = &S.reqs; *pp;) {
+        for (sreq **pp = &srv->reqs; *pp;) {
             sreq *r = *pp;
             if (r->finished && !r->wsi) {
                 *pp = r->next;
@@ -445,15 +448,15 @@ void *serve_engine_main(void *arg)
                 pp = &r->next;
             }
         }
-        qengine_stats_get(S.eng, &S.stats);
-        S.have_stats = 1;
-        if (down && !S.broken) {
-            S.broken = 1;
+        qengine_stats_get(srv->eng, &srv->stats);
+        srv->have_stats = 1;
+        if (down && !srv->broken) {
+            srv->broken = 1;
             QLOGE("serve: the backend can run no more passes (a GPU of the tensor-parallel group failed); /health "
                   "says so and new requests are refused: restart the server");
         }
-        pthread_mutex_unlock(&S.mu);
-        if (any) lws_cancel_service(S.ctx);
+        pthread_mutex_unlock(&srv->mu);
+        if (any) lws_cancel_service(srv->ctx);
     }
     return NULL;
 }
@@ -464,14 +467,16 @@ void *serve_engine_main(void *arg)
 sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const char *cid, int want_ids,
                    const char *session, qoai_error *e)
 {
-    if (!serve_ready()) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
-    if (serve_broken())
+    serve_state *srv = c->srv;
+    if (!serve_ready(srv)) return qoai_fail(e, 503, "server_error", NULL, "the model is loading; retry shortly"), NULL;
+    if (serve_broken(srv))
         return qoai_fail(e, 503, "server_error", NULL,
                          "the backend can run no more passes (a GPU failed); restart the server"),
                NULL;
     sreq *r = calloc(1, sizeof *r);
     if (!r) return qoai_fail(e, 500, "server_error", NULL, "out of memory"), NULL;
-    if (qoai_parse(body, len, kind, cid ? &S.lim_ws : &S.lim, S.model, S.tok, &r->req, e)) {
+    r->srv = srv;
+    if (qoai_parse(body, len, kind, cid ? &srv->lim_ws : &srv->lim, srv->model, srv->tok, &r->req, e)) {
         free(r);
         return NULL;
     }
@@ -493,30 +498,30 @@ sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const
         snprintf(r->cid, sizeof r->cid, "%s", cid);
     }
     if (session) snprintf(r->session, sizeof r->session, "%s", session);
-    pthread_mutex_lock(&S.mu);
-    if (S.draining || c->closed) {
-        pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
+    if (srv->draining || c->closed) {
+        pthread_mutex_unlock(&srv->mu);
         serve_sreq_free(r);
         qoai_fail(e, 503, "server_error", NULL, c->closed ? "the client went away" : "the server is shutting down");
         return NULL;
     }
-    if (S.live >= S.o.max_requests) {
-        pthread_mutex_unlock(&S.mu);
+    if (srv->live >= srv->o.max_requests) {
+        pthread_mutex_unlock(&srv->mu);
         serve_sreq_free(r);
         qoai_fail(e, 429, "rate_limit_error", NULL, "the server is at its limit of %d requests in flight; retry later",
-                  S.o.max_requests);
+                  srv->o.max_requests);
         return NULL;
     }
     if (r->req.request_id) /* vLLM: the id is the client's request_id after the kind's prefix */
         snprintf(r->rid, sizeof r->rid, "%s-%s", kind == QOAI_CHAT ? "chatcmpl" : "cmpl", r->req.request_id);
     else
         snprintf(r->rid, sizeof r->rid, "%s-%llx%llu", kind == QOAI_CHAT ? "chatcmpl" : "cmpl",
-                 (unsigned long long)time(NULL), ++S.seq);
-    r->rep = (qoai_reply){ kind, r->rid, (long long)time(NULL), S.name };
+                 (unsigned long long)time(NULL), ++srv->seq);
+    r->rep = (qoai_reply){ kind, r->rid, (long long)time(NULL), srv->name };
     r->t0 = q_now();
     char err[256];
-    if (qengine_submit(S.eng, &r->req.p, &r->id, err, sizeof err)) {
-        pthread_mutex_unlock(&S.mu);
+    if (qengine_submit(srv->eng, &r->req.p, &r->id, err, sizeof err)) {
+        pthread_mutex_unlock(&srv->mu);
         serve_sreq_free(r);
         qoai_fail(e, 400, "invalid_request_error", NULL, "%s", err);
         return NULL;
@@ -524,13 +529,13 @@ sreq *serve_submit(sconn *c, const char *body, size_t len, qoai_kind kind, const
     r->conn = c;
     c->refs++;
     if (r->ws)
-        out_frame(r, json_pack("{s:s, s:s, s:s, s:s*}", "type", "start", "id", r->cid, "model", S.name, "session",
+        out_frame(r, json_pack("{s:s, s:s, s:s, s:s*}", "type", "start", "id", r->cid, "model", srv->name, "session",
                                r->session[0] ? r->session : NULL));
     r->wsi = c->wsi;
-    r->next = S.reqs;
-    S.reqs = r;
-    S.live++;
-    pthread_cond_signal(&S.cv);
-    pthread_mutex_unlock(&S.mu);
+    r->next = srv->reqs;
+    srv->reqs = r;
+    srv->live++;
+    pthread_cond_signal(&srv->cv);
+    pthread_mutex_unlock(&srv->mu);
     return r;
 }

@@ -32,13 +32,14 @@ static void cors_headers(pss *p, char *out, size_t cap);
 /* One info line per HTTP request: method, path, status, tokens, time. */
 static void log_request(pss *p, int status)
 {
+    serve_state *srv = p->srv;
     if (qlog_get_level() > QLOG_INFO) return;
     const qhttp_req *rq = &p->h.req;
     int pt = 0, ct = 0;
     if (p->r) {
-        pthread_mutex_lock(&S.mu);
+        pthread_mutex_lock(&srv->mu);
         pt = p->r->prompt_tokens, ct = p->r->completion_tokens;
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_unlock(&srv->mu);
     }
     const double ms = p->t_req > 0 ? (q_now() - p->t_req) * 1e3 : 0;
     char path[128];
@@ -59,6 +60,7 @@ int serve_put(pss *p, const void *s, size_t n) { return q_append(&p->out, &p->ou
 
 void serve_reply_ex(struct lws *wsi, pss *p, int status, const char *ctype, char *body, size_t len, const char *extra)
 {
+    serve_state *srv = p->srv;
     (void)wsi;
     char head[2048], hdrs[1024];
     if (status >= 400 && status != 401 && status != 404 && status != 405 && status != 429 && status != 503)
@@ -71,7 +73,7 @@ void serve_reply_ex(struct lws *wsi, pss *p, int status, const char *ctype, char
     if (!hl || serve_put(p, head, hl) || (!p->head_only && len && serve_put(p, body, len))) p->keep_alive = 0;
     free(body);
     p->st = ST_REPLY;
-    if (p->endpoint) qmetrics_request(S.metrics, p->endpoint, status);
+    if (p->endpoint) qmetrics_request(srv->metrics, p->endpoint, status);
     serve_want_write(p);
 }
 
@@ -147,7 +149,8 @@ static int key_equal(const char *key, size_t n, const char *k)
 
 int serve_authorized(pss *p)
 {
-    if (!S.n_keys) return 0;
+    serve_state *srv = p->srv;
+    if (!srv->n_keys) return 0;
     const qhttp_req *rq = &p->h.req;
     char h[1024];
     const char *key = NULL;
@@ -160,15 +163,15 @@ int serve_authorized(pss *p)
     }
     if (!key) return -1;
     int found = -1;
-    for (int k = 0; k < S.n_keys; k++)
-        if (key_equal(key, n, S.keys[k])) found = k;
+    for (int k = 0; k < srv->n_keys; k++)
+        if (key_equal(key, n, srv->keys[k])) found = k;
     return found;
 }
 
 /* host (as in a Host header or an origin, "name:port" or "[v6]:port") is a
  * loopback name or an IP literal: a name a DNS-rebinding page could not
  * have pointed at this machine. */
-static int host_literal(const char *host)
+static int host_literal(const serve_state *srv, const char *host)
 {
     char h[256];
     snprintf(h, sizeof h, "%s", host);
@@ -176,17 +179,17 @@ static int host_literal(const char *host)
     char *colon = strrchr(h, ':');
     if (colon) *colon = 0;
     if (!strcasecmp(h, "localhost")) return 1;
-    if (S.o.host && !strcasecmp(h, S.o.host)) return 1; /* the name the server was told to listen on */
+    if (srv->o.host && !strcasecmp(h, srv->o.host)) return 1; /* the name the server was told to listen on */
     if (!*h) return 0;
     for (const char *c = h; *c; c++)
         if (!((*c >= '0' && *c <= '9') || *c == '.')) return 0;
     return 1;
 }
 
-int serve_cors_listed(const char *origin)
+int serve_cors_listed(const serve_state *srv, const char *origin)
 {
-    for (int i = 0; origin && S.origins[i]; i++)
-        if (!strcmp(S.origins[i], "*") || !strcasecmp(S.origins[i], origin)) return 1;
+    for (int i = 0; origin && srv->origins[i]; i++)
+        if (!strcmp(srv->origins[i], "*") || !strcasecmp(srv->origins[i], origin)) return 1;
     return 0;
 }
 
@@ -197,7 +200,7 @@ static void cors_headers(pss *p, char *out, size_t cap)
 {
     const char *origin = p->h.req.method ? qhttp_header_get(&p->h.req, "origin") : NULL;
     out[0] = 0;
-    if (!origin || !serve_cors_listed(origin) || strpbrk(origin, "\r\n")) return;
+    if (!origin || !serve_cors_listed(p->srv, origin) || strpbrk(origin, "\r\n")) return;
     snprintf(out, cap, "access-control-allow-origin: %.400s\r\nvary: Origin\r\n", origin);
 }
 
@@ -206,29 +209,29 @@ int serve_origin_allowed(pss *p)
     const qhttp_req *rq = &p->h.req;
     const char *origin = qhttp_header_get(rq, "origin");
     if (!origin) return 1; /* not a browser */
-    if (serve_cors_listed(origin)) return 1;
+    if (serve_cors_listed(p->srv, origin)) return 1;
     /* The server's own pages: http://HOST where HOST is the Host the
      * request was sent to, and an IP literal, localhost or --host (a DNS
      * name of the attacker's, rebound to this address, is not). */
     const char *host = qhttp_header_get(rq, "host");
     if (!host || strncasecmp(origin, "http://", 7)) return 0;
-    return !strcasecmp(origin + 7, host) && host_literal(host);
+    return !strcasecmp(origin + 7, host) && host_literal(p->srv, host);
 }
 
 /* ---- routes -------------------------------------------------------------------- */
 
-json_t *serve_model_json(const char *id)
+json_t *serve_model_json(const serve_state *srv, const char *id)
 {
     /* speculative: how this server drafts (none, ngram, draft), for clients
      * that offer the per-request opt-out. */
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i, s:s}", "id", id, "object", "model", "created",
-                     (json_int_t)time(NULL), "owned_by", "quire", "root", S.name, "max_model_len", S.model->hp.max_ctx,
-                     "speculative", qspec_mode_name(S.eo.spec_mode));
+                     (json_int_t)time(NULL), "owned_by", "quire", "root", srv->name, "max_model_len", srv->model->hp.max_ctx,
+                     "speculative", qspec_mode_name(srv->eo.spec_mode));
 }
 
 static void route_HEALTH(struct lws *wsi, pss *p)
 {
-    const int up = serve_ready(), down = serve_broken();
+    const int up = serve_ready(p->srv), down = serve_broken(p->srv);
     if (down)
         serve_reply_json(wsi, p, 503,
                          json_pack("{s:s, s:s}", "status", "error", "message",
@@ -238,9 +241,10 @@ static void route_HEALTH(struct lws *wsi, pss *p)
 
 static void route_MODELS(struct lws *wsi, pss *p)
 {
-    if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
+    serve_state *srv = p->srv;
+    if (!serve_ready(p->srv)) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
     json_t *data = json_array();
-    for (int i = 0; data && S.models[i]; i++) json_array_append_new(data, serve_model_json(S.models[i]));
+    for (int i = 0; data && srv->models[i]; i++) json_array_append_new(data, serve_model_json(srv, srv->models[i]));
     serve_reply_json(wsi, p, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
@@ -251,15 +255,16 @@ static void route_VERSION(struct lws *wsi, pss *p)
 
 static void route_METRICS(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     char *s = NULL;
     size_t len = 0;
-    pthread_mutex_lock(&S.mu);
-    const qengine_stats st = S.stats;
-    const int have = S.have_stats;
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
+    const qengine_stats st = srv->stats;
+    const int have = srv->have_stats;
+    pthread_mutex_unlock(&srv->mu);
     qstore_stats sst;
-    if (S.store) qstore_stats_get(S.store, &sst);
-    if (qmetrics_render(S.metrics, have ? &st : NULL, S.store ? &sst : NULL, 0, &s, &len))
+    if (srv->store) qstore_stats_get(srv->store, &sst);
+    if (qmetrics_render(srv->metrics, have ? &st : NULL, srv->store ? &sst : NULL, 0, &s, &len))
         return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory");
     serve_reply(wsi, p, 200, "text/plain; version=0.0.4", s, len);
 }
@@ -267,10 +272,11 @@ static void route_METRICS(struct lws *wsi, pss *p)
 /* GET /v1/models/{id}: the model's card, or 404 as OpenAI answers. */
 static void route_MODEL(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     const char *id = p->h.req.path + strlen(qhttp_route_info(QR_MODEL)->path);
-    if (!serve_ready()) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
-    for (int i = 0; S.models[i]; i++)
-        if (!strcmp(S.models[i], id)) return serve_reply_json(wsi, p, 200, serve_model_json(S.models[i]));
+    if (!serve_ready(p->srv)) return serve_fail(wsi, p, 503, "server_error", "%s", "the model is loading");
+    for (int i = 0; srv->models[i]; i++)
+        if (!strcmp(srv->models[i], id)) return serve_reply_json(wsi, p, 200, serve_model_json(srv, srv->models[i]));
     qoai_error e;
     qoai_fail(&e, 404, "invalid_request_error", "model", "The model `%.200s` does not exist.", id);
     snprintf(e.code, sizeof e.code, "model_not_found");
@@ -304,7 +310,7 @@ static void preflight(struct lws *wsi, pss *p)
         return serve_reply_ex(wsi, p, 405, "application/json", s, s ? strlen(s) : 0,
                               "allow: GET, HEAD, POST, PATCH, DELETE, OPTIONS\r\n");
     }
-    if (!serve_cors_listed(origin)) {
+    if (!serve_cors_listed(p->srv, origin)) {
         QLOGW("serve: a CORS preflight from %.200s refused (not in --allowed-origins)", origin);
         return serve_reply(wsi, p, 400, "text/plain; charset=utf-8", strdup("Disallowed CORS origin"), 22);
     }
@@ -320,13 +326,14 @@ static void preflight(struct lws *wsi, pss *p)
 /* The pool's answer to a POST: the reply's start, or its error. */
 static void post_answer(sprep *j)
 {
+    serve_state *srv = j->srv;
     pss *p = j->p;
     struct lws *wsi = p->wsi;
     if (!j->ok) return serve_reply_error(wsi, p, &j->e);
     sreq *r = j->r;
     p->r = r;
     p->stream = r->req.stream;
-    qmetrics_request(S.metrics, p->endpoint, 200);
+    qmetrics_request(srv->metrics, p->endpoint, 200);
     p->st = p->stream ? ST_STREAM : ST_WAIT;
     if (p->stream) {
         /* Server-sent events, chunked so that the connection can go on. */
@@ -442,12 +449,13 @@ static void handle_request(struct lws *wsi, pss *p)
 /* Reads requests while the connection is free for one. */
 static void process(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     while (p->st == ST_READ && !p->ws) {
         const qhttp_rc rc = qhttp_parse(&p->h);
         if (rc == QHTTP_R_MORE) {
             if (p->h.in_len && !p->deadline) {
                 p->deadline = 1; /* the request has begun: it has --request-timeout seconds to arrive */
-                lws_set_timer_usecs(wsi, (lws_usec_t)(S.o.request_timeout * 1e6));
+                lws_set_timer_usecs(wsi, (lws_usec_t)(srv->o.request_timeout * 1e6));
             }
             return;
         }
@@ -472,6 +480,7 @@ static void process(struct lws *wsi, pss *p)
 /* The reply is written: the next request, or the close. */
 static int transaction_done(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     if (!p->keep_alive) {
         /* A lingering close: the client may still be sending (a body
          * refused before it arrived), and closing with its bytes unread
@@ -485,22 +494,22 @@ static int transaction_done(struct lws *wsi, pss *p)
         return 0;
     }
     if (p->r) {
-        pthread_mutex_lock(&S.mu);
+        pthread_mutex_lock(&srv->mu);
         sreq *r = p->r;
         r->wsi = NULL;
         if (r->finished) {
             serve_sreq_unlink(r);
             serve_sreq_free(r);
         } else {
-            qengine_cancel(S.eng, r->id);
+            qengine_cancel(srv->eng, r->id);
         }
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_unlock(&srv->mu);
         p->r = NULL;
     }
     qhttp_next(&p->h);
     p->st = ST_READ;
     p->stream = 0, p->kind = 0, p->endpoint = NULL, p->head_only = 0;
-    lws_set_timer_usecs(wsi, (lws_usec_t)(S.o.idle_timeout * 1e6));
+    lws_set_timer_usecs(wsi, (lws_usec_t)(srv->o.idle_timeout * 1e6));
     process(wsi, p);
     return 0;
 }
@@ -521,16 +530,17 @@ int serve_flush(struct lws *wsi, pss *p)
 
 static int http_writable(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     if (p->st == ST_WAIT && p->r) {
         /* A whole reply: written once the engine has finished. */
-        pthread_mutex_lock(&S.mu);
+        pthread_mutex_lock(&srv->mu);
         sreq *r = p->r;
         const int done = r->finished, failed = r->failed;
         char *data = done ? r->out : NULL;
         const size_t dl = done ? r->out_len : 0;
         if (done) r->out = NULL, r->out_len = r->out_cap = 0;
         if (done) sconn_taken(r->conn, dl);
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_unlock(&srv->mu);
         if (done) {
             if (failed || !data) {
                 free(data);
@@ -543,14 +553,14 @@ static int http_writable(struct lws *wsi, pss *p)
         }
     } else if (p->st == ST_STREAM) {
         /* What the engine produced, as chunks; the last chunk at the end. */
-        pthread_mutex_lock(&S.mu);
+        pthread_mutex_lock(&srv->mu);
         sreq *r = p->r;
         char *data = r->out;
         const size_t len = r->out_len;
         const int done = r->finished, failed = r->failed;
         r->out = NULL, r->out_len = r->out_cap = 0;
         sconn_taken(r->conn, len);
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_unlock(&srv->mu);
         if (failed) {
             free(data);
             return -1;
@@ -591,15 +601,16 @@ static int http_writable(struct lws *wsi, pss *p)
 
 static void conn_closed(struct lws *wsi, pss *p)
 {
-    sess_closed(wsi);
+    serve_state *srv = p->srv;
+    sess_closed(srv, wsi);
     if (p->ws) serve_ws_closed(wsi, p);
     /* Every request of the connection (one being answered, one whose
      * preparation finished meanwhile, a WebSocket's): cancelled if the
      * engine still runs it, else freed. */
-    pthread_mutex_lock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
     p->conn->closed = 1;
     p->conn->wsi = NULL;
-    for (sreq **pp = &S.reqs; *pp;) {
+    for (sreq **pp = &srv->reqs; *pp;) {
         sreq *r = *pp;
         if (r->conn != p->conn) {
             pp = &r->next;
@@ -607,7 +618,7 @@ static void conn_closed(struct lws *wsi, pss *p)
         }
         r->wsi = NULL;
         if (!r->finished) {
-            qengine_cancel(S.eng, r->id);
+            qengine_cancel(srv->eng, r->id);
             pp = &r->next;
         } else {
             *pp = r->next;
@@ -616,46 +627,49 @@ static void conn_closed(struct lws *wsi, pss *p)
     }
     p->r = NULL;
     sconn_unref(p->conn);
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&srv->mu);
     p->conn = NULL;
     qhttp_free(&p->h);
     free(p->out);
     p->out = NULL;
-    S.n_conns--;
+    srv->n_conns--;
 }
 
 int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
+    serve_state *srv = serve_of(wsi);
     pss *p = user;
     switch (reason) {
     case LWS_CALLBACK_RAW_ADOPT:
         if (!p) return -1;
         memset(p, 0, sizeof *p);
+        p->srv = srv;
         if (!(p->conn = calloc(1, sizeof *p->conn))) return -1;
+        p->conn->srv = srv;
         p->conn->refs = 1;
         p->conn->wsi = wsi;
         p->wsi = wsi;
         p->open = 1;
-        S.n_conns++;
+        srv->n_conns++;
         {
-            const qhttp_limits lim = { (size_t)S.o.max_header_kb << 10, QSERVE_MAX_URI, (size_t)S.o.max_body_kb << 10,
+            const qhttp_limits lim = { (size_t)srv->o.max_header_kb << 10, QSERVE_MAX_URI, (size_t)srv->o.max_body_kb << 10,
                                        QHTTP_MAX_HEADERS };
             qhttp_init(&p->h, &lim);
         }
-        if (S.n_conns > S.o.max_connections) {
-            QLOGW("serve: %d connections, more than --max-connections: one closed", S.n_conns);
-            qmetrics_conn_closed(S.metrics, QCONN_TOO_MANY);
+        if (srv->n_conns > srv->o.max_connections) {
+            QLOGW("serve: %d connections, more than --max-connections: one closed", srv->n_conns);
+            qmetrics_conn_closed(srv->metrics, QCONN_TOO_MANY);
             return -1;
         }
-        lws_set_timer_usecs(wsi, (lws_usec_t)(S.o.idle_timeout * 1e6));
+        lws_set_timer_usecs(wsi, (lws_usec_t)(srv->o.idle_timeout * 1e6));
         return 0;
     case LWS_CALLBACK_RAW_RX:
         if (!p || !p->open) return -1;
-        if (p->draining) return (p->drained += len) > ((size_t)S.o.max_body_kb << 10) + (1u << 20) ? -1 : 0;
+        if (p->draining) return (p->drained += len) > ((size_t)srv->o.max_body_kb << 10) + (1u << 20) ? -1 : 0;
         if (p->ws) return serve_ws_rx(wsi, p, in, len);
         if (qhttp_feed(&p->h, in, len)) {
             QLOGW("serve: a client sent more than a request can be while its last ran; its connection is closed");
-            qmetrics_conn_closed(S.metrics, QCONN_FLOOD);
+            qmetrics_conn_closed(srv->metrics, QCONN_FLOOD);
             return -1;
         }
         process(wsi, p);
@@ -674,10 +688,10 @@ int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
             p->keep_alive = 0;
             serve_fail(wsi, p, 408, "invalid_request_error", "%s", "the request did not arrive in time");
             lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, 5);
-            qmetrics_conn_closed(S.metrics, QCONN_TIMEOUT);
+            qmetrics_conn_closed(srv->metrics, QCONN_TIMEOUT);
             return 0;
         }
-        qmetrics_conn_closed(S.metrics, QCONN_TIMEOUT);
+        qmetrics_conn_closed(srv->metrics, QCONN_TIMEOUT);
         return -1; /* idle */
     case LWS_CALLBACK_RAW_CLOSE:
         if (p && p->open) {
@@ -686,14 +700,14 @@ int serve_conn_callback(struct lws *wsi, enum lws_callback_reasons reason, void 
         }
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        serve_prep_answers();
-        sess_answers();
+        serve_prep_answers(srv);
+        sess_answers(srv);
         /* The engine produced output: writable callbacks where it waits. */
-        pthread_mutex_lock(&S.mu);
-        for (sreq *r = S.reqs; r; r = r->next)
+        pthread_mutex_lock(&srv->mu);
+        for (sreq *r = srv->reqs; r; r = r->next)
             if (r->wsi && (r->out_len || r->finished || r->failed)) lws_callback_on_writable(r->wsi);
         /* Failed connections (a slow reader) close from their writable callback. */
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_unlock(&srv->mu);
         return 0;
     default:
         return 0;

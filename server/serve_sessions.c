@@ -12,7 +12,7 @@
  * another key gets 404 for it, as for a session that does not exist.
  *
  * The lws thread never touches the database: jobs go to the store thread
- * and their answers come back through S.sjobs (marked done under S.mu, then
+ * and their answers come back through srv->sjobs (marked done under srv->mu, then
  * taken in sess_answers on the lws thread). */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -23,47 +23,49 @@
 #include "serve.h"
 #include "sha256.h"
 
-void sess_owner(int k, char out[72])
+void sess_owner(const serve_state *srv, int k, char out[72])
 {
-    if (k < 0 || k >= S.n_keys) {
+    if (k < 0 || k >= srv->n_keys) {
         out[0] = 0;
         return;
     }
-    qsha256_hex(S.keys[k], strlen(S.keys[k]), out);
+    qsha256_hex(srv->keys[k], strlen(srv->keys[k]), out);
 }
 
 /* The store thread: an lws-thread job is done. */
 static void job_done(qstore_job *j)
 {
     sjob *sj = j->user;
-    pthread_mutex_lock(&S.mu);
+    serve_state *srv = sj->srv;
+    pthread_mutex_lock(&srv->mu);
     sj->done = 1;
-    pthread_mutex_unlock(&S.mu);
-    lws_cancel_service(S.ctx);
+    pthread_mutex_unlock(&srv->mu);
+    lws_cancel_service(srv->ctx);
 }
 
 /* Gives j to the store for connection wsi (msg: a ws chat, taken): 0, or
  * -1 when the store takes nothing more (j and msg freed). */
 static int start_job(struct lws *wsi, pss *p, qstore_job *j, json_t *msg, const char *cid)
 {
+    serve_state *srv = p->srv;
     sjob *sj = calloc(1, sizeof *sj);
     if (!sj) {
         qstore_job_free(j);
         json_decref(msg);
         return -1;
     }
-    sj->j = j, sj->wsi = wsi, sj->p = p, sj->msg = msg;
+    sj->srv = srv, sj->j = j, sj->wsi = wsi, sj->p = p, sj->msg = msg;
     if (cid) snprintf(sj->cid, sizeof sj->cid, "%s", cid);
     j->user = sj;
     j->done = job_done;
-    if (qstore_submit(S.store, j)) {
+    if (qstore_submit(srv->store, j)) {
         qstore_job_free(j);
         json_decref(msg);
         free(sj);
         return -1;
     }
-    sj->next = S.sjobs;
-    S.sjobs = sj;
+    sj->next = srv->sjobs;
+    srv->sjobs = sj;
     return 0;
 }
 
@@ -86,10 +88,11 @@ static void store_error(const qstore_job *j, qoai_error *e)
 
 int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, const char *body, size_t len)
 {
+    serve_state *srv = p->srv;
     if (strncmp(uri, "/v1/sessions", 12) || (uri[12] && uri[12] != '/')) return 0;
     const int key = p->req_key;
     if (key < 0) return serve_fail(wsi, p, 401, "authentication_error", "%s", "invalid or missing API key"), 1;
-    if (!S.store)
+    if (!srv->store)
         return serve_fail(wsi, p, 404, "invalid_request_error", "%s",
                           "sessions need the database; this server runs with --no-persist"),
                1;
@@ -104,7 +107,7 @@ int sess_http(struct lws *wsi, pss *p, const char *method, const char *uri, cons
     qstore_job *j = qstore_job_new(kind);
     if (!j) return serve_fail(wsi, p, 500, "server_error", "%s", "out of memory"), 1;
     if (id) snprintf(j->id, sizeof j->id, "%s", id);
-    sess_owner(key, j->owner);
+    sess_owner(p->srv, key, j->owner);
     if (kind == QSTORE_RENAME) {
         json_t *b = json_loadb(body ? body : "", len, 0, NULL), *t = json_object_get(b, "title");
         if (!json_is_string(t) || json_string_length(t) > QSTORE_TITLE_MAX) {
@@ -178,7 +181,7 @@ static void turn_checked(sprep *pj)
     }
     if (has_id) snprintf(j->id, sizeof j->id, "%s", json_string_value(sid));
     if (keep && !json_is_null(keep)) j->truncate = 1, j->keep = (int)json_integer_value(keep);
-    sess_owner(p->key, j->owner);
+    sess_owner(p->srv, p->key, j->owner);
     j->msgs = pj->norm;
     pj->norm = NULL;
     if (start_job(wsi, p, j, json_incref(m), cid)) {
@@ -189,14 +192,15 @@ static void turn_checked(sprep *pj)
 
 void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid)
 {
+    serve_state *srv = p->srv;
     qoai_error e;
     json_t *sid = json_object_get(m, "session"), *ns = json_object_get(m, "new_session");
-    for (sjob *sj = S.sjobs; sj; sj = sj->next)
+    for (sjob *sj = srv->sjobs; sj; sj = sj->next)
         if (sj->wsi == wsi && sj->msg && !strcmp(sj->cid, cid)) {
             qoai_fail(&e, 400, "invalid_request_error", "id", "a request '%s' already runs on this connection", cid);
             return serve_ws_error(wsi, p, cid, &e);
         }
-    if (!S.store) {
+    if (!srv->store) {
         qoai_fail(&e, 400, "invalid_request_error", "session", "%s",
                   "sessions need the database; this server runs with --no-persist");
         return serve_ws_error(wsi, p, cid, &e);
@@ -224,9 +228,9 @@ void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid)
                   "a session chat sends its new 'messages' (the rest are the session's)");
         return serve_ws_error(wsi, p, cid, &e);
     }
-    pthread_mutex_lock(&S.mu);
-    const int up = S.ready;
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
+    const int up = srv->ready;
+    pthread_mutex_unlock(&srv->mu);
     if (!up) {
         qoai_fail(&e, 503, "server_error", NULL, "%s", "the model is loading; retry shortly");
         return serve_ws_error(wsi, p, cid, &e);
@@ -250,7 +254,7 @@ void sess_ws_chat(struct lws *wsi, pss *p, json_t *m, const char *cid)
 
 /* A stored turn that will have no reply: an empty one marked partial keeps
  * the conversation's roles alternating. */
-static void reply_none(const char *id)
+static void reply_none(serve_state *srv, const char *id)
 {
     qstore_job *rj = qstore_job_new(QSTORE_REPLY);
     if (rj) {
@@ -259,13 +263,13 @@ static void reply_none(const char *id)
         rj->partial = 1;
         rj->done = qstore_job_free;
     }
-    if (rj && (!rj->text || qstore_submit(S.store, rj))) qstore_job_free(rj);
+    if (rj && (!rj->text || qstore_submit(srv->store, rj))) qstore_job_free(rj);
 }
 
 /* The pool's answer to a stored turn's conversation. */
 static void turn_answer(sprep *pj)
 {
-    if (!pj->ok) reply_none(pj->session);
+    if (!pj->ok) reply_none(pj->srv, pj->session);
     serve_ws_chat_answer(pj);
 }
 
@@ -302,17 +306,17 @@ static void ws_answer(sjob *sj)
     }
     if (!pj) qoai_fail(&e, 500, "server_error", NULL, "%s", "out of memory");
     if (!pj || serve_prep_submit(pj, &e)) {
-        reply_none(j->id);
+        reply_none(sj->srv, j->id);
         serve_ws_error(sj->wsi, p, sj->cid, &e);
     }
     free(body);
 }
 
-void sess_answers(void)
+void sess_answers(serve_state *srv)
 {
     sjob *ready = NULL;
-    pthread_mutex_lock(&S.mu);
-    for (sjob **pp = &S.sjobs; *pp;) {
+    pthread_mutex_lock(&srv->mu);
+    for (sjob **pp = &srv->sjobs; *pp;) {
         sjob *sj = *pp;
         if (sj->done) {
             *pp = sj->next;
@@ -322,7 +326,7 @@ void sess_answers(void)
             pp = &sj->next;
         }
     }
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&srv->mu);
     while (ready) {
         sjob *sj = ready;
         ready = sj->next;
@@ -334,17 +338,17 @@ void sess_answers(void)
     }
 }
 
-void sess_closed(struct lws *wsi)
+void sess_closed(serve_state *srv, struct lws *wsi)
 {
-    for (sjob *sj = S.sjobs; sj; sj = sj->next)
+    for (sjob *sj = srv->sjobs; sj; sj = sj->next)
         if (sj->wsi == wsi) sj->wsi = NULL;
 }
 
-void sess_drop_all(void)
+void sess_drop_all(serve_state *srv)
 {
-    while (S.sjobs) {
-        sjob *sj = S.sjobs;
-        S.sjobs = sj->next;
+    while (srv->sjobs) {
+        sjob *sj = srv->sjobs;
+        srv->sjobs = sj->next;
         sjob_free(sj);
     }
 }
@@ -355,7 +359,8 @@ void sess_drop_all(void)
 static void reply_done(qstore_job *j)
 {
     sreq *r = j->user;
-    pthread_mutex_lock(&S.mu);
+    serve_state *srv = r->srv;
+    pthread_mutex_lock(&srv->mu);
     if (r->held) {
         json_object_set_new(r->held, "session", json_string(r->session));
         json_object_set_new(r->held, "stored", json_boolean(j->rc == 0));
@@ -367,14 +372,15 @@ static void reply_done(qstore_job *j)
         serve_sreq_unlink(r);
         serve_sreq_free(r);
     }
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&srv->mu);
     qstore_job_free(j);
-    lws_cancel_service(S.ctx);
+    lws_cancel_service(srv->ctx);
 }
 
 void sess_finish(sreq *r, json_t *frame)
 {
-    qstore_job *j = S.store ? qstore_job_new(QSTORE_REPLY) : NULL;
+    serve_state *srv = r->srv;
+    qstore_job *j = srv->store ? qstore_job_new(QSTORE_REPLY) : NULL;
     const acc *c = &r->ch[0];
     if (j) {
         snprintf(j->id, sizeof j->id, "%s", r->session);
@@ -384,7 +390,7 @@ void sess_finish(sreq *r, json_t *frame)
         j->done = reply_done;
     }
     r->held = frame;
-    if (!j || !j->text || qstore_submit(S.store, j)) {
+    if (!j || !j->text || qstore_submit(srv->store, j)) {
         qstore_job_free(j);
         json_object_set_new(frame, "session", json_string(r->session));
         json_object_set_new(frame, "stored", json_false());

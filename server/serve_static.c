@@ -14,19 +14,20 @@
  * up to 16 MiB. */
 int serve_static_file(struct lws *wsi, pss *p, const char *uri)
 {
+    const serve_state *srv = p->srv;
     static const struct {
         const char *ext, *type;
     } types[] = { { ".html", "text/html; charset=utf-8" }, { ".js", "text/javascript; charset=utf-8" },
                   { ".css", "text/css; charset=utf-8" },   { ".json", "application/json" },
                   { ".svg", "image/svg+xml" },             { ".png", "image/png" },
                   { ".ico", "image/x-icon" },              { ".txt", "text/plain; charset=utf-8" } };
-    if (!S.web_root || uri[0] != '/' || strstr(uri, "..") || strchr(uri, '\\')) return 0;
+    if (!srv->web_root || uri[0] != '/' || strstr(uri, "..") || strchr(uri, '\\')) return 0;
     char path[4096], real[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s%s", S.web_root, strcmp(uri, "/") ? uri : "/index.html") >= (int)sizeof path)
+    if (snprintf(path, sizeof path, "%s%s", srv->web_root, strcmp(uri, "/") ? uri : "/index.html") >= (int)sizeof path)
         return 0;
-    const size_t rl = strlen(S.web_root);
+    const size_t rl = strlen(srv->web_root);
     struct stat st;
-    if (!realpath(path, real) || strncmp(real, S.web_root, rl) || real[rl] != '/' || stat(real, &st) ||
+    if (!realpath(path, real) || strncmp(real, srv->web_root, rl) || real[rl] != '/' || stat(real, &st) ||
         !S_ISREG(st.st_mode) || st.st_size > (16 << 20))
         return 0;
     FILE *f = fopen(real, "rb");

@@ -35,19 +35,20 @@ static unsigned char *take_frame(char *b, size_t *len, size_t *n)
 /* A frame of the connection's own: {"type": "error", "id", "error"}. */
 void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *e)
 {
+    serve_state *srv = p->srv;
     json_t *j = qoai_error_json(e);
     json_t *f = j ? json_pack("{s:s, s:s?, s:O}", "type", "error", "id", cid, "error", json_object_get(j, "error")) : NULL;
     json_decref(j);
     char *s = f ? json_dumps(f, JSON_COMPACT) : NULL;
     json_decref(f);
     if (!s) return;
-    if (p->wsout_len + strlen(s) > ((size_t)S.o.max_pending_mb << 20)) {
+    if (p->wsout_len + strlen(s) > ((size_t)srv->o.max_pending_mb << 20)) {
         /* A client that sends bad messages and reads none of the answers. */
         if (!p->ws_close) {
             QLOGW("serve: a WebSocket client left %zu bytes of error frames unread (--max-pending); its connection is "
                   "closed",
                   p->wsout_len);
-            qmetrics_conn_closed(S.metrics, QCONN_SLOW_READER);
+            qmetrics_conn_closed(srv->metrics, QCONN_SLOW_READER);
         }
         p->ws_close = 1008;
         p->wsout_len = 0;
@@ -63,15 +64,17 @@ void serve_ws_error(struct lws *wsi, pss *p, const char *cid, const qoai_error *
 /* The pool's answer to a chat: its error, or its frames to come. */
 void serve_ws_chat_answer(sprep *j)
 {
+    serve_state *srv = j->srv;
     pss *p = j->p;
     if (!j->ok) return serve_ws_error(p->wsi, p, j->cid, &j->e);
-    qmetrics_request(S.metrics, "ws", 200);
+    qmetrics_request(srv->metrics, "ws", 200);
     serve_want_write(p);
 }
 
 /* A whole client message: chat (a request) or cancel. */
 static void ws_message(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     qoai_error e;
     json_t *m = json_loadb(p->w.msg ? p->w.msg : "", p->w.msg_len, 0, NULL);
     json_t *ty = json_object_get(m, "type"), *id = json_object_get(m, "id");
@@ -86,12 +89,12 @@ static void ws_message(struct lws *wsi, pss *p)
     const char *t = json_string_value(ty);
     /* The id runs if the engine has it, or the pool prepares it. */
     sprep *prep = serve_prep_find(p->conn, cid);
-    pthread_mutex_lock(&S.mu);
-    sreq *same = S.reqs;
+    pthread_mutex_lock(&srv->mu);
+    sreq *same = srv->reqs;
     while (same && !(same->conn == p->conn && !strcmp(same->cid, cid) && !same->finished)) same = same->next;
-    if (same && !strcmp(t, "cancel")) qengine_cancel(S.eng, same->id);
+    if (same && !strcmp(t, "cancel")) qengine_cancel(srv->eng, same->id);
     if (prep && !strcmp(t, "cancel")) prep->cancel = 1;
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&srv->mu);
     if (!strcmp(t, "cancel")) {
         if (!same && !prep) {
             qoai_fail(&e, 404, "invalid_request_error", "id", "no request '%s' runs on this connection", cid);
@@ -130,22 +133,23 @@ static void ws_message(struct lws *wsi, pss *p)
  * frames are out. */
 static int next_frame(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     unsigned char *buf = NULL;
     size_t n = 0;
     if (p->wsout_len && !(buf = take_frame(p->wsout, &p->wsout_len, &n))) return -1;
     int more = p->wsout_len > 0;
-    pthread_mutex_lock(&S.mu);
+    pthread_mutex_lock(&srv->mu);
     sreq *pick = NULL;
     int failed = 0;
-    for (sreq *r = S.reqs; r; r = r->next) failed |= r->conn == p->conn && r->failed;
+    for (sreq *r = srv->reqs; r; r = r->next) failed |= r->conn == p->conn && r->failed;
     if (failed) { /* a request's output was lost (a reader too slow, or memory): the socket closes */
-        pthread_mutex_unlock(&S.mu);
+        pthread_mutex_unlock(&srv->mu);
         free(buf);
         return -1;
     }
-    for (sreq *r = S.reqs; !buf && r; r = r->next)
+    for (sreq *r = srv->reqs; !buf && r; r = r->next)
         if (r->conn == p->conn && r->out_len && (!pick || r->frames < pick->frames)) pick = r;
-    for (sreq **pp = &S.reqs; *pp;) {
+    for (sreq **pp = &srv->reqs; *pp;) {
         sreq *r = *pp;
         if (r->conn != p->conn) {
             pp = &r->next;
@@ -165,7 +169,7 @@ static int next_frame(struct lws *wsi, pss *p)
             pp = &r->next;
         }
     }
-    pthread_mutex_unlock(&S.mu);
+    pthread_mutex_unlock(&srv->mu);
     int rc = 0;
     if (buf) {
         uint8_t fh[10];
@@ -191,6 +195,7 @@ void serve_ws_closed(struct lws *wsi, pss *p)
 /* GET /v1/ws: the handshake (RFC 6455 4.2), then WebSocket frames. */
 void serve_ws_upgrade(struct lws *wsi, pss *p)
 {
+    serve_state *srv = p->srv;
     const qhttp_req *rq = &p->h.req;
     p->endpoint = "ws";
     const char *key = qhttp_header_get(rq, "sec-websocket-key"), *ver = qhttp_header_get(rq, "sec-websocket-version");
@@ -218,7 +223,7 @@ void serve_ws_upgrade(struct lws *wsi, pss *p)
     p->key = k;
     p->st = ST_READ;
     lws_set_timer_usecs(wsi, LWS_SET_TIMER_USEC_CANCEL);
-    qws_init(&p->w, (size_t)S.o.max_body_kb << 10);
+    qws_init(&p->w, (size_t)srv->o.max_body_kb << 10);
     /* Bytes after the handshake are the first frames. */
     qhttp *h = &p->h;
     const size_t used = h->pos;
@@ -239,9 +244,10 @@ static int put_control(pss *p, int op, const void *data, size_t n)
 
 int serve_ws_rx(struct lws *wsi, pss *p, const void *in, size_t len)
 {
+    serve_state *srv = p->srv;
     if (p->ws_closing) return 0;
     if (qws_feed(&p->w, in, len)) {
-        qmetrics_conn_closed(S.metrics, QCONN_FLOOD);
+        qmetrics_conn_closed(srv->metrics, QCONN_FLOOD);
         return -1;
     }
     for (;;) {
@@ -250,7 +256,7 @@ int serve_ws_rx(struct lws *wsi, pss *p, const void *in, size_t len)
         if (rc == QWS_ERROR) {
             QLOGD("serve: a WebSocket closed (%d): %s", p->w.close_code, p->w.err);
             p->ws_close = p->w.close_code;
-            qmetrics_conn_closed(S.metrics, QCONN_BAD_REQUEST);
+            qmetrics_conn_closed(srv->metrics, QCONN_BAD_REQUEST);
             serve_want_write(p);
             return 0;
         }
@@ -258,7 +264,7 @@ int serve_ws_rx(struct lws *wsi, pss *p, const void *in, size_t len)
         case QWS_TOO_BIG: {
             qoai_error e;
             qoai_fail(&e, 413, "invalid_request_error", NULL, "the message is larger than this server takes (%d KiB)",
-                      S.o.max_body_kb);
+                      srv->o.max_body_kb);
             serve_ws_error(wsi, p, NULL, &e);
             break;
         }
