@@ -1,9 +1,14 @@
 /* main.c - the quire program: dispatches to a subcommand.
  *
- * server/ is the top floor: the subcommands (cmd_*.c), the HTTP and
- * WebSocket protocols (http.*, ws.*), the OpenAI-compatible API (oai*), the
- * serve loop (cmd_serve.c, serve_*.c) and metrics.  It may include every
- * folder below it; nothing below includes server/. */
+ * server/ is the top floor: the subcommands (cmd_*.c) and their shared
+ * engine flags (engine_flags.c); the wire formats (http.c with the route
+ * table, ws.c); the server by protocol: HTTP routes (serve_http.c), the
+ * WebSocket protocol (serve_ws.c), the web folder (serve_static.c), the
+ * engine bridge (serve_engine.c), request preparation (serve_prep.c),
+ * sessions (serve_sessions.c), all over one serve_state reached through the
+ * lws context; the OpenAI-compatible API (oai*.c) and metrics.  It may
+ * include every folder below it; nothing below includes server/.  This file
+ * holds the program's only globals (cli.h says which). */
 #include <stdio.h>
 #include <string.h>
 
