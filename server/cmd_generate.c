@@ -258,7 +258,7 @@ static void print_token(const gen_opts *o, const qmodel *m, const qtok *tok, con
     if (o->print_ids) {
         printf("%s%d", n_gen > 1 ? ", " : "", ev->token);
     } else if (tok) {
-        fwrite(ev->text, 1, ev->text_len, stdout);
+        if (ev->text_len) fwrite(ev->text, 1, ev->text_len, stdout); /* text is NULL while output is held back */
     } else {
         char piece[256];
         const int strip = *prev == m->bos_id && m->vocab.kind == QVOCAB_SPM;
