@@ -203,7 +203,7 @@ static void preempt(qsched *s, req *r)
 /* Resumes swapped request r when its holes and its next token's block fit:
  * fresh blocks, the saved bytes written back, slots freed; r joins running
  * as its newest admission.  Returns 0, 1 when it does not fit (nothing
- * changed), or the backend's error (r then finishes with QFINISH_ERROR). */
+ * changed), or the backend's error (r then goes to s->fail: it ends in error). */
 static int swap_in(qsched *s, req *r)
 {
     int next = kv_seq_blocks_needed(s->pool, &r->kv, 1);

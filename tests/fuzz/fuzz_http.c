@@ -24,7 +24,11 @@ static void check_request(const qhttp_req *r)
     if (strlen(r->path) > LIM.max_uri || r->n_headers > LIM.max_headers) abort();
     const char *allow = NULL;
     const qroute q = qhttp_route(r->method, r->path, &allow);
-    if ((q == QR_BAD_METHOD && !allow) || (int)q < 0 || q > QR_STATIC) abort();
+    if ((q == QR_BAD_METHOD && !allow) || (int)q < 0 || q >= QR_COUNT) abort();
+    const qroute_info *ri = qhttp_route_info(q);
+    /* A row's path is the request's, whole or (QM_PREFIX) its start. */
+    if (ri->path && strncmp(r->path, ri->path, strlen(ri->path))) abort();
+    if (!ri->endpoint) abort();
     char head[512];
     (void)qhttp_head(head, sizeof head, 200, "application/json", (long long)r->body_len, 0, r->keep_alive, NULL);
     (void)qhttp_header_has(r, "connection", "upgrade");
