@@ -98,13 +98,17 @@ typedef struct {
     int n_experts_used;          /* MoE: experts each token is routed to */
 } qhparams;
 
-/* The first feature of hp beyond the Llama baseline (what both backends
- * compute today), by name, or NULL when there is none.  Cannot fail. */
-static inline const char *qhp_unsupported(const qhparams *hp)
+/* Features beyond the Llama baseline that a backend computes (its caps for
+ * qhp_unsupported). */
+enum { QHP_QK_NORM = 1 };
+
+/* The first feature of hp beyond the Llama baseline and the backend's
+ * feats (QHP_*), by name, or NULL when there is none.  Cannot fail. */
+static inline const char *qhp_unsupported(const qhparams *hp, unsigned feats)
 {
     if (hp->act != QACT_SILU) return "a GELU MLP";
     if (hp->norm_place != QNORM_PRE) return "sandwich norms";
-    if (hp->qk_norm) return "QK-norm";
+    if (hp->qk_norm && !(feats & QHP_QK_NORM)) return "QK-norm";
     if (hp->attn_softcap > 0 || hp->final_softcap > 0) return "logit soft-capping";
     if (hp->embed_scale) return "scaled embeddings";
     if (hp->n_experts) return "mixture-of-experts layers";
@@ -119,7 +123,11 @@ typedef struct {
     qtensor ffn_norm;            /* (dim) */
     qtensor w_gate, w_up;        /* (ffn_dim, dim) */
     qtensor w_down;              /* (dim, ffn_dim) */
+    /* Added with the families that have them (absent: ndim 0); the tensors
+     * above are the first QLAYER_BASE of the struct, the fingerprint's. */
+    qtensor q_norm, k_norm;      /* QK-norm: (head_dim) RMSNorm weights, shared by every head */
 } qlayer;
+#define QLAYER_BASE 12
 
 typedef struct {
     qhparams hp;

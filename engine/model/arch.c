@@ -43,6 +43,48 @@ static const qtensor_names llama_gguf = { {
     [QTN_DOWN] = "blk.%d.ffn_down.weight",
 } };
 
+/* Qwen3's: Llama's and the per-head norms of q and k. */
+static const qtensor_names qwen3_hf = { {
+    [QTN_EMBD] = "model.embed_tokens.weight",
+    [QTN_NORM] = "model.norm.weight",
+    [QTN_OUTPUT] = "lm_head.weight",
+    [QTN_ATTN_NORM] = "model.layers.%d.input_layernorm.weight",
+    [QTN_WQ] = "model.layers.%d.self_attn.q_proj.weight",
+    [QTN_WK] = "model.layers.%d.self_attn.k_proj.weight",
+    [QTN_WV] = "model.layers.%d.self_attn.v_proj.weight",
+    [QTN_BQ] = "model.layers.%d.self_attn.q_proj.bias",
+    [QTN_BK] = "model.layers.%d.self_attn.k_proj.bias",
+    [QTN_BV] = "model.layers.%d.self_attn.v_proj.bias",
+    [QTN_WO] = "model.layers.%d.self_attn.o_proj.weight",
+    [QTN_FFN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
+    [QTN_GATE] = "model.layers.%d.mlp.gate_proj.weight",
+    [QTN_UP] = "model.layers.%d.mlp.up_proj.weight",
+    [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
+    [QTN_Q_NORM] = "model.layers.%d.self_attn.q_norm.weight",
+    [QTN_K_NORM] = "model.layers.%d.self_attn.k_norm.weight",
+} };
+
+static const qtensor_names qwen3_gguf = { {
+    [QTN_EMBD] = "token_embd.weight",
+    [QTN_NORM] = "output_norm.weight",
+    [QTN_OUTPUT] = "output.weight",
+    [QTN_ROPE_FREQS] = "rope_freqs.weight",
+    [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight",
+    [QTN_WQ] = "blk.%d.attn_q.weight",
+    [QTN_WK] = "blk.%d.attn_k.weight",
+    [QTN_WV] = "blk.%d.attn_v.weight",
+    [QTN_BQ] = "blk.%d.attn_q.bias",
+    [QTN_BK] = "blk.%d.attn_k.bias",
+    [QTN_BV] = "blk.%d.attn_v.bias",
+    [QTN_WO] = "blk.%d.attn_output.weight",
+    [QTN_FFN_NORM] = "blk.%d.ffn_norm.weight",
+    [QTN_GATE] = "blk.%d.ffn_gate.weight",
+    [QTN_UP] = "blk.%d.ffn_up.weight",
+    [QTN_DOWN] = "blk.%d.ffn_down.weight",
+    [QTN_Q_NORM] = "blk.%d.attn_q_norm.weight",
+    [QTN_K_NORM] = "blk.%d.attn_k_norm.weight",
+} };
+
 /* fingerprint_id: Llama 0 and Qwen2 1 are the values hashed before this
  * table existed (persistent tiers keep matching); Mistral is Llama's network. */
 static const qfamily families[] = {
@@ -61,6 +103,13 @@ static const qfamily families[] = {
         .name = "qwen2", .hf_model_type = "qwen2", .hf_class = "Qwen2ForCausalLM", .gguf_arch = "qwen2",
         .fingerprint_id = 1, .hf_max_ctx = 32768, .hf_sliding = QSLIDE_FLAG, .gguf_rope_neox = 1,
         .attn_bias = 1, .hf_names = &llama_hf, .gguf_names = &llama_gguf,
+    },
+    {
+        /* Qwen2 with RMSNorm over each head's q and k before RoPE, and no
+         * q/k/v biases (unless attention_bias says so). */
+        .name = "qwen3", .hf_model_type = "qwen3", .hf_class = "Qwen3ForCausalLM", .gguf_arch = "qwen3",
+        .fingerprint_id = 2, .hf_max_ctx = 32768, .hf_sliding = QSLIDE_FLAG, .gguf_rope_neox = 1,
+        .qk_norm = 1, .hf_names = &qwen3_hf, .gguf_names = &qwen3_gguf,
     },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))

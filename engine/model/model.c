@@ -355,7 +355,9 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
             (rc = bind_one(m, nm[QTN_FFN_NORM], l, dim, 0, 0, &L->ffn_norm, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_GATE], l, hp->ffn_dim, dim, 0, &L->w_gate, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_UP], l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_DOWN], l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)))
+            (rc = bind_one(m, nm[QTN_DOWN], l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_Q_NORM], l, hd, 0, !hp->qk_norm, &L->q_norm, err, errlen)) ||
+            (rc = bind_one(m, nm[QTN_K_NORM], l, hd, 0, !hp->qk_norm, &L->k_norm, err, errlen)))
             return rc;
         any_bias |= L->bq.ndim || L->bk.ndim || L->bv.ndim;
     }
@@ -401,7 +403,8 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
     fingerprint_tensor(&h, &w->rope_freqs, bytes);
     for (int l = 0; l < hp->n_layers; l++) {
         const qtensor *ts = &w->layers[l].attn_norm;
-        for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor); i++) fingerprint_tensor(&h, &ts[i], bytes);
+        for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor); i++)
+            if (i < QLAYER_BASE || ts[i].ndim) fingerprint_tensor(&h, &ts[i], bytes); /* the later ones where present */
     }
     qhash_final(&h, m->fingerprint);
     q_hex(m->fingerprint, 16, m->fingerprint_hex);

@@ -176,12 +176,14 @@ static int64_t count_params(const qhparams *hp)
     const double dim = hp->dim, hd = hp->head_dim, q = (double)hp->n_heads * hd, kv = (double)hp->n_kv_heads * hd;
     double layer = 2 * dim + q * dim + 2 * kv * dim + dim * q + 3 * (double)hp->ffn_dim * dim;
     if (hp->attn_bias) layer += q + 2 * kv;
+    if (hp->qk_norm) layer += 2 * hd;
     double n = (double)hp->n_vocab * dim * (hp->tied_embeddings ? 1 : 2) + dim + layer * hp->n_layers;
     return n > (double)QMODEL_RANDOM_MAX_PARAMS ? -1 : (int64_t)n;
 }
 
 /* Each tensor's shape (rows, cols: 0 = dim, 1 = n_heads*head_dim,
- * 2 = n_kv_heads*head_dim, 3 = ffn_dim, 4 = n_vocab, -1 = none) and fill. */
+ * 2 = n_kv_heads*head_dim, 3 = ffn_dim, 4 = n_vocab, 5 = head_dim, -1 =
+ * none) and fill. */
 static const struct { int rows, cols; fill_kind kind; } shapes[QTN_COUNT] = {
     [QTN_EMBD] = { 4, 0, FILL_MATRIX },       [QTN_NORM] = { 0, -1, FILL_NORM },
     [QTN_OUTPUT] = { 4, 0, FILL_MATRIX },     [QTN_ROPE_FREQS] = { -1, -1, FILL_NORM },
@@ -191,6 +193,7 @@ static const struct { int rows, cols; fill_kind kind; } shapes[QTN_COUNT] = {
     [QTN_BV] = { 2, -1, FILL_BIAS },          [QTN_WO] = { 0, 1, FILL_RESIDUAL },
     [QTN_FFN_NORM] = { 0, -1, FILL_NORM },    [QTN_GATE] = { 3, 0, FILL_MATRIX },
     [QTN_UP] = { 3, 0, FILL_MATRIX },         [QTN_DOWN] = { 0, 3, FILL_RESIDUAL },
+    [QTN_Q_NORM] = { 5, -1, FILL_NORM },      [QTN_K_NORM] = { 5, -1, FILL_NORM },
 };
 
 /* Whether the model has tensor i: the family names it, and the flags want it. */
@@ -199,6 +202,7 @@ static int wanted(const qhparams *hp, const char *const *names, int i)
     if (!names[i] || i == QTN_ROPE_FREQS) return 0;
     if (i == QTN_OUTPUT) return !hp->tied_embeddings;
     if (i == QTN_BQ || i == QTN_BK || i == QTN_BV) return hp->attn_bias;
+    if (i == QTN_Q_NORM || i == QTN_K_NORM) return hp->qk_norm;
     return 1;
 }
 
@@ -209,8 +213,8 @@ static int build(builder *b, uint64_t seed)
     qmodel *m = b->m;
     const qhparams *hp = &m->hp;
     const char *const *names = qfamily_get(hp->family)->hf_names->name;
-    const int64_t sizes[5] = { hp->dim, (int64_t)hp->n_heads * hp->head_dim, (int64_t)hp->n_kv_heads * hp->head_dim,
-                               hp->ffn_dim, hp->n_vocab };
+    const int64_t sizes[6] = { hp->dim, (int64_t)hp->n_heads * hp->head_dim, (int64_t)hp->n_kv_heads * hp->head_dim,
+                               hp->ffn_dim, hp->n_vocab, hp->head_dim };
     char name[QMODEL_MAX_NAME];
     int rc;
     for (int l = -1; l < hp->n_layers; l++) {

@@ -9,7 +9,8 @@
  *
  * One forward pass (T tokens from S sequences):
  *   x = embed(tokens)                                   (T, dim)
- *   per layer:  xn = rmsnorm(x);  q,k,v = xn W^T (+b);  rope(q, k) at each
+ *   per layer:  xn = rmsnorm(x);  q,k,v = xn W^T (+b);  (QK-norm: rmsnorm of
+ *               each head of q and k);  rope(q, k) at each
  *               token's position;  k, v -> cache;  a = attention over the
  *               cache (causal: a token sees positions <= its own);
  *               x += a Wo^T;  xn = rmsnorm(x);  x += (silu(xn Wg^T) * xn Wu^T) Wd^T
@@ -307,6 +308,17 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         add_bias(be->q, &L->bq, T, qd, be->g);
         add_bias(be->kx, &L->bk, T, kvd, be->g);
         add_bias(be->vx, &L->bv, T, kvd, be->g);
+        if (hp->qk_norm) /* QK-norm: each head's q and k RMS-normalised before RoPE (Qwen3) */
+            for (int t = 0; t < T; t++) {
+                for (int h = 0; h < H; h++) {
+                    float *v = be->q + (size_t)t * qd + (size_t)h * hd;
+                    cpu_rmsnorm(v, v, L->q_norm.data, L->q_norm.dtype, hd, hp->norm_eps);
+                }
+                for (int h = 0; h < KV; h++) {
+                    float *v = be->kx + (size_t)t * kvd + (size_t)h * hd;
+                    cpu_rmsnorm(v, v, L->k_norm.data, L->k_norm.dtype, hd, hp->norm_eps);
+                }
+            }
 
         const size_t layer_off = (size_t)l * base->opts.num_blocks * be->block_floats;
         for (int s = 0; s < b->n_seqs; s++) {
@@ -441,7 +453,7 @@ static const qbackend_ops cpu_ops = {
 static int check_weights_present(const qweights *w, char *err, size_t errlen)
 {
     static const char *const layer_names[] = { "attn_norm", "wq", "wk", "wv", "bq", "bk", "bv",
-                                               "wo", "ffn_norm", "w_gate", "w_up", "w_down" };
+                                               "wo", "ffn_norm", "w_gate", "w_up", "w_down", "q_norm", "k_norm" };
     _Static_assert(sizeof layer_names / sizeof layer_names[0] == sizeof(qlayer) / sizeof(qtensor),
                    "one name per qlayer tensor");
     const char *missing = NULL;
@@ -453,6 +465,8 @@ static int check_weights_present(const qweights *w, char *err, size_t errlen)
         const qtensor *ts = &w->layers[l].attn_norm;
         for (size_t i = 0; i < sizeof(qlayer) / sizeof(qtensor) && !missing; i++)
             if (ts[i].ndim && !ts[i].data) missing = layer_names[i], layer = l;
+        if (!missing && w->hp.qk_norm && (!w->layers[l].q_norm.data || !w->layers[l].k_norm.data))
+            missing = "q_norm or k_norm (QK-norm)", layer = l;
     }
     if (!missing && !w->layers) missing = "layers";
     if (!missing) return 0;
@@ -471,7 +485,7 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
     const qhparams *hp = &w->hp;
     if (opts->num_blocks <= 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cpu backend: %d blocks of %d tokens", opts->num_blocks, opts->block_size);
-    const char *feature = qhp_unsupported(hp);
+    const char *feature = qhp_unsupported(hp, QHP_QK_NORM);
     if (feature) return qerr_set(err, errlen, QERR_UNSUPPORTED, "cpu backend: the model needs %s, which it does not compute yet", feature);
     int rc = check_weights_present(w, err, errlen);
     if (rc) return rc;

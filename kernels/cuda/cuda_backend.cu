@@ -1028,7 +1028,7 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     if ((ce = cudaSetDevice(opts->device)) != cudaSuccess)
         return qerr_set(err, errlen, QERR_DEVICE, "cuda backend: device %d: %s", opts->device, cudaGetErrorString(ce));
     const qhparams *hp = &w->hp;
-    const char *feature = qhp_unsupported(hp);
+    const char *feature = qhp_unsupported(hp, 0);
     if (feature) return qerr_set(err, errlen, QERR_UNSUPPORTED, "cuda backend: the model needs %s, which it does not compute yet", feature);
     if (opts->num_blocks < 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cuda backend: %d blocks of %d tokens", opts->num_blocks,

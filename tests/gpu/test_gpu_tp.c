@@ -186,6 +186,10 @@ static void test_fixture_models(void)
     for (int c = 0; c < N_CASES; c++) {
         qmodel *m = load(cases[c].path);
         REQUIRE(m);
+        if (qmodel_case_skip(m, 0, cases[c].path)) {
+            qmodel_destroy(m);
+            continue;
+        }
         logits_match(m, cases[c].path, 1, 1e-5);
         logits_match(m, cases[c].path, 0, 3e-2);
         greedy_match(m, cases[c].path, 1);

@@ -21,8 +21,19 @@ static const model_case cases[] = {
     { "stories260K", "tests/fixtures/models/stories260K-hf" },
     { "tiny-llama3-random", "tests/fixtures/models/tiny-llama3-random" },
     { "tiny-qwen2-random", "tests/fixtures/models/tiny-qwen2-random" },
+    { "tiny-qwen3-random", "tests/fixtures/models/tiny-qwen3-random" },
+    { "tiny-qwen3-random", "tests/fixtures/models/tiny-qwen3-random.gguf" },
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
+
+/* A model whose features a backend without them (feats: QHP_*) does not
+ * compute: 1 after saying so (the case is skipped there), else 0. */
+static inline int qmodel_case_skip(const qmodel *m, unsigned feats, const char *path)
+{
+    const char *f = qhp_unsupported(&m->hp, feats);
+    if (f) printf("  %s: skipped here (%s is not computed by this backend yet)\n", path, f);
+    return f != NULL;
+}
 
 /* Loads a model by its path under QUIRE_ROOT; NULL (with the reason on
  * stderr) on failure. */

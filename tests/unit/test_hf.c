@@ -1067,9 +1067,11 @@ static void test_families(void)
             CHECK_EQ_INT(cpu_backend_create(&m->w, &o, &be, err, sizeof err), 0);
             qbackend_destroy(be);
             qweights w = m->w;
-            w.hp.qk_norm = 1;
-            CHECK_EQ_INT(cpu_backend_create(&w, &o, &be, err, sizeof err), QERR_UNSUPPORTED);
+            w.hp.qk_norm = 1; /* the CPU computes it, from weights this model lacks */
+            CHECK(cpu_backend_create(&w, &o, &be, err, sizeof err) != 0);
             CHECK_STR_CONTAINS(err, "QK-norm");
+            CHECK(!strcmp(qhp_unsupported(&w.hp, 0), "QK-norm")); /* a backend without it refuses by name */
+            CHECK(qhp_unsupported(&w.hp, QHP_QK_NORM) == NULL);
             w.hp = m->w.hp;
             w.hp.n_experts = 8;
             CHECK_EQ_INT(cpu_backend_create(&w, &o, &be, err, sizeof err), QERR_UNSUPPORTED);
@@ -1079,9 +1081,9 @@ static void test_families(void)
     }
     char list[128];
     qfamily_list(0, list, sizeof list);
-    CHECK(!strcmp(list, "llama, mistral, qwen2"));
+    CHECK(!strcmp(list, "llama, mistral, qwen2, qwen3"));
     qfamily_list(1, list, sizeof list);
-    CHECK(!strcmp(list, "llama, qwen2"));
+    CHECK(!strcmp(list, "llama, qwen2, qwen3"));
     CHECK(qfamily_by_gguf("mistral", 7) < 0); /* converted as "llama" */
     CHECK(qfamily_by_hf("qwen2", "LlamaForCausalLM") == qfamily_by_gguf("qwen2", 5));
     CHECK(qfamily_by_hf("gemma3", "Qwen2ForCausalLM") < 0); /* model_type decides */
