@@ -734,6 +734,7 @@ static int list_draws(qengine *e, int n_seqs)
         if (q->n_draft) continue; /* qe_spec_take: as far as the drafts are kept */
         q->n_computed += e->b_seqs[i].n_tokens;
         kv_seq_commit(e->pool, &q->kv, q->n_computed);
+        qe_window_drop(e, q);
         if (e->b_sample[i]) n_draws += 1 + q->n_forks;
     }
     if (n_draws > e->cap_draws) {
@@ -958,6 +959,7 @@ int qengine_create(const qmodel *m, const qtok *tok, const qengine_opts *o, qeng
         qerr_set(err, errlen, rc, "out of memory for the engine");
     if (!rc && e->o.preempt_mode == QPREEMPT_SWAP && !e->o.swap_space_mb) e->o.swap_space_mb = QENGINE_DEFAULT_SWAP_MB;
     if (!rc) rc = sched_init(&e->s, e->pool, e->be, &e->o, &e->st, sched_failed, e, err, errlen);
+    if (!rc) e->kv_window = e->drafter ? 0 : qhp_all_local_window(&m->hp);
     if (!rc && e->o.store && !e->o.no_prefix_cache && qtier_create(e->o.store, m, e->be, e->pool, &e->tier))
         rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory for the persistent tier");
     /* With the model on a GPU the host's cores are free while it runs:
@@ -1050,6 +1052,7 @@ void qengine_stats_get(qengine *e, qengine_stats *s)
     s->kv_free = ks.free_blocks;
     s->kv_used = ks.used_blocks;
     s->kv_cached = ks.cached_blocks;
+    s->kv_dropped = ks.dropped_blocks;
     s->kv_utilisation = ks.utilisation;
     s->prefix_hit_tokens = ks.hit_tokens;
     s->kv_util_avg = e->st.steps ? e->st.util_sum / (double)e->st.steps : 0;
@@ -1086,7 +1089,8 @@ static int check_tables(qengine *e, char *err, size_t errlen)
             for (int i = 0; i < q->kv.n_blocks; i++) {
                 int32_t b = q->kv.blocks[i];
                 if (b == KV_SWAPPED_OUT) holes++;
-                else if (b < 0 || b >= nb) rc = QERR_INTERNAL;
+                else if (b == KV_DROPPED && i < q->kv.n_dropped) continue;
+                else if (b < 0 || b >= nb || i < q->kv.n_dropped) rc = QERR_INTERNAL;
                 else refs[b]++;
             }
             if (rc) {

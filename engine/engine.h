@@ -217,6 +217,7 @@ void qevent_free(qevent *e);
 typedef struct {
     int running, waiting;
     int kv_blocks, kv_free, kv_used, kv_cached;
+    uint64_t kv_dropped;         /* blocks given back behind a sliding window (kv_seq_drop_before) */
     double kv_utilisation;  /* token slots holding real tokens / slots in used blocks */
     double kv_util_avg;     /* kv_utilisation averaged over the steps that ran */
     uint64_t prefix_hit_tokens, prompt_tokens_total;

@@ -131,7 +131,17 @@ struct qengine {
     float *dq;                    /* (cap_dq) the step's drafts' distributions */
     size_t cap_dq;
     qspec_probe sp;               /* whether drafts pay (spec/policy.h) */
+    /* A model whose every layer attends to its last kv_window positions
+     * only (0: none, or a draft model reads the blocks too): blocks
+     * behind every window go back to the pool as a sequence advances. */
+    int kv_window;
 };
+
+/* Gives back q's blocks that no later token attends to (kv_window). */
+static inline void qe_window_drop(qengine *e, req *q)
+{
+    if (e->kv_window) kv_seq_drop_before(e->pool, &q->kv, q->n_computed - e->kv_window + 1);
+}
 
 /* Resizes the array *pp to n elements; 0 or QERR_NOMEM (*pp unchanged). */
 static inline int qe_grow_array(void **pp, size_t n, size_t size)

@@ -171,6 +171,7 @@ qfinish qe_spec_take(qengine *e, req *r, int row0)
     qe_draft_cut(e, r, r->n_computed);
     kv_seq_truncate(e->pool, &r->kv, r->n_computed);
     kv_seq_commit(e->pool, &r->kv, r->n_computed);
+    qe_window_drop(e, r);
     r->n_draft = 0, r->dq = NULL;
     /* Acceptance, and the next k. */
     r->spec_drafted += d, r->spec_accepted += kept;

@@ -88,7 +88,9 @@
  *  8. For a sequence: n_blocks == ceil(n_tokens / bs), n_hashed <= n_tokens /
  *     bs, and s->hash is the hash of block n_hashed - 1 as computed from
  *     s->tokens.  n_swapped counts the KV_SWAPPED_OUT entries; a hole holds
- *     no reference (invariant 3 counts only real entries).  Because kv_seq_free releases blocks last first, a
+ *     no reference (invariant 3 counts only real entries).  The first
+ *     n_dropped entries, and only they, are KV_DROPPED (released out of a
+ *     sliding window, no reference either), and n_dropped < n_blocks.  Because kv_seq_free releases blocks last first, a
  *     sequence's deeper blocks are evicted before its first ones: a chain is
  *     found only from its head, so evicting the head first would strand the
  *     rest.
@@ -544,7 +546,7 @@ void kv_seq_free(kv_pool *p, kv_seq *s)
 {
     if (!s) return;
     for (int i = s->n_blocks - 1; i >= 0; i--)
-        if (s->blocks[i] != KV_SWAPPED_OUT) block_release(p, s->blocks[i]);
+        if (s->blocks[i] >= 0) block_release(p, s->blocks[i]); /* not a hole, not dropped */
     free(s->blocks);
     free(s->tokens);
     kv_seq_init(s);
@@ -591,7 +593,7 @@ static int seq_new_blocks(const kv_pool *p, const kv_seq *s, int n)
 {
     int64_t total = (int64_t)s->n_tokens + n;
     int64_t nb = ceil_div(total, p->block_size);
-    if (nb > p->num_blocks) return QERR_LIMIT;
+    if (nb - s->n_dropped > p->num_blocks) return QERR_LIMIT;
     return (int)(nb - s->n_blocks);
 }
 
@@ -671,7 +673,9 @@ int kv_seq_commit(kv_pool *p, kv_seq *s, int n_computed)
         block_hash(p, s->hash, tok, h);
         int32_t b = s->blocks[i];
         int32_t e = map_find(p, h);
-        if (e == KV_NONE && !p->blocks[b].hashed) {
+        if (b < 0) {
+            /* Dropped before it was hashed: the chain goes on past it. */
+        } else if (e == KV_NONE && !p->blocks[b].hashed) {
             map_insert(p, b, h, s->hash, i, tok);
             registered++;
         } else if (e != KV_NONE && e != b && !block_matches(p, e, s->hash, i, tok)) {
@@ -787,14 +791,15 @@ int kv_seq_import(kv_pool *p, kv_seq *s, const int32_t *tokens, const uint8_t wa
 int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst)
 {
     if (src == dst || dst->n_tokens || dst->n_blocks || src->n_swapped) return QERR_INVAL;
-    for (int i = 0; i < src->n_blocks; i++)
+    for (int i = src->n_dropped; i < src->n_blocks; i++)
         if (p->blocks[src->blocks[i]].ref == INT32_MAX) return QERR_LIMIT;
     int rc = seq_reserve(dst, src->n_blocks, src->n_tokens);
     if (rc) return rc;
     for (int i = 0; i < src->n_blocks; i++) {
         dst->blocks[i] = src->blocks[i];
-        p->blocks[src->blocks[i]].ref++;
+        if (i >= src->n_dropped) p->blocks[src->blocks[i]].ref++;
     }
+    dst->n_dropped = src->n_dropped;
     if (src->n_tokens) memcpy(dst->tokens, src->tokens, sizeof(int32_t) * (size_t)src->n_tokens);
     dst->n_blocks = src->n_blocks;
     dst->n_tokens = src->n_tokens;
@@ -807,7 +812,7 @@ int kv_seq_truncate(kv_pool *p, kv_seq *s, int n)
 {
     int bs = p->block_size;
     if (s->n_swapped) return QERR_INVAL;
-    if (n < 0 || n > s->n_tokens || n < s->n_hashed * bs) return QERR_RANGE;
+    if (n < 0 || n > s->n_tokens || n < s->n_hashed * bs || (s->n_dropped && n <= s->n_dropped * bs)) return QERR_RANGE;
     int keep = (int)ceil_div(n, bs);
     while (s->n_blocks > keep) block_release(p, s->blocks[--s->n_blocks]);
     if (keep > 0) {
@@ -823,13 +828,30 @@ int kv_seq_truncate(kv_pool *p, kv_seq *s, int n)
     return 0;
 }
 
+int kv_seq_drop_before(kv_pool *p, kv_seq *s, int pos)
+{
+    if (s->n_swapped) return QERR_INVAL;
+    /* Blocks wholly before pos, never the one holding the last token. */
+    int upto = pos > 0 ? pos / p->block_size : 0;
+    if (upto > s->n_blocks - 1) upto = s->n_blocks - 1;
+    int n = 0;
+    /* Deepest first, as kv_seq_free releases. */
+    for (int i = upto - 1; i >= s->n_dropped; i--, n++) {
+        block_release(p, s->blocks[i]);
+        s->blocks[i] = KV_DROPPED;
+    }
+    if (n > 0) s->n_dropped = upto;
+    p->st.dropped_blocks += (uint64_t)n;
+    return n;
+}
+
 /* ---- swapping ------------------------------------------------------------ */
 
 int kv_seq_exclusive_blocks(const kv_pool *p, const kv_seq *s, int32_t *idx)
 {
     int n = 0;
     if (s->n_swapped) return 0;
-    for (int i = 0; i < s->n_blocks; i++)
+    for (int i = s->n_dropped; i < s->n_blocks; i++)
         if (p->blocks[s->blocks[i]].ref == 1) idx[n++] = i;
     return n;
 }
@@ -838,7 +860,7 @@ int kv_seq_swap_out(kv_pool *p, kv_seq *s, const int32_t *idx, int n)
 {
     if (s->n_swapped || n < 1 || n > s->n_blocks) return QERR_INVAL;
     for (int k = 0; k < n; k++) {
-        if (idx[k] < 0 || idx[k] >= s->n_blocks || (k > 0 && idx[k] <= idx[k - 1])) return QERR_INVAL;
+        if (idx[k] < s->n_dropped || idx[k] >= s->n_blocks || (k > 0 && idx[k] <= idx[k - 1])) return QERR_INVAL;
         if (p->blocks[s->blocks[idx[k]]].ref != 1) return QERR_INVAL;
     }
     /* Deepest first, as kv_seq_free does: the LRU then evicts a chain from

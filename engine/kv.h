@@ -58,7 +58,10 @@ typedef struct kv_pool kv_pool;
  *   n_swapped  entries of blocks[] that are KV_SWAPPED_OUT: blocks the
  *              sequence held alone, released by kv_seq_swap_out while their
  *              bytes sit in host memory.  While it is > 0 the sequence is
- *              parked: only kv_seq_swap_in and kv_seq_free accept it. */
+ *              parked: only kv_seq_swap_in and kv_seq_free accept it.
+ *   n_dropped  leading entries of blocks[] that are KV_DROPPED: blocks
+ *              released by kv_seq_drop_before because no later token
+ *              attends to them (a sliding-window model). */
 typedef struct {
     int32_t *blocks;        /* (n_blocks) physical block ids */
     int n_blocks;
@@ -69,10 +72,13 @@ typedef struct {
     int n_hashed;
     uint8_t hash[KV_HASH_BYTES];
     int n_swapped;
+    int n_dropped;
 } kv_seq;
 
 /* A block table entry whose block was swapped out (kv_seq.n_swapped). */
 #define KV_SWAPPED_OUT (-1)
+/* A block table entry released as out of every layer's window (kv_seq.n_dropped). */
+#define KV_DROPPED (-2)
 
 /* Where a block is in its life (see kv.c). */
 typedef enum {
@@ -111,6 +117,7 @@ typedef struct {
     uint64_t evictions;     /* cached blocks taken for reuse */
     uint64_t cow_copies;    /* copy pairs reported by kv_seq_prepare_write */
     uint64_t hash_collisions;  /* equal hashes whose tokens or parent differed */
+    uint64_t dropped_blocks;   /* released by kv_seq_drop_before (out of the window) */
 } kv_stats;
 
 /* ---- the pool ----------------------------------------------------------- */
@@ -247,10 +254,23 @@ int kv_seq_fork(kv_pool *p, const kv_seq *src, kv_seq *dst);
 
 /* Drops the tokens of s beyond the first n (rejected draft tokens), freeing
  * blocks no longer needed, last first.  Returns 0, QERR_RANGE when n >
- * s->n_tokens or n would cut into a hashed block (n < n_hashed *
- * block_size), or QERR_INVAL when s is swapped out; s is unchanged on
- * error. */
+ * s->n_tokens or n would cut into a hashed or dropped block (n < n_hashed *
+ * block_size or n_dropped * block_size), or QERR_INVAL when s is swapped
+ * out; s is unchanged on error. */
 int kv_seq_truncate(kv_pool *p, kv_seq *s, int n);
+
+/* Sliding windows: releases the blocks of s that lie wholly before token
+ * position pos (block i with (i + 1) * block_size <= pos), leaving
+ * KV_DROPPED at their entries, so that a sequence on a model whose every
+ * layer attends only to its last W positions holds about W tokens' blocks
+ * however long it grows: the engine passes pos = (the next position to
+ * compute) - W + 1.  The block holding s's last token always stays.  A
+ * released hashed block is cached (LRU) like any other, so the prefix
+ * cache still finds it; an unhashed one is freed.  Backends never read a
+ * dropped block (the window excludes it).  Afterwards s cannot be
+ * truncated into the dropped blocks.  Returns how many blocks it released
+ * (>= 0), or QERR_INVAL when s is swapped out. */
+int kv_seq_drop_before(kv_pool *p, kv_seq *s, int pos);
 
 /* ---- the persistent tier ------------------------------------------------- */
 

@@ -96,21 +96,57 @@ typedef struct {
     int embed_scale;             /* embeddings times sqrt(dim) (Gemma) */
     int n_experts;               /* MoE: experts per layer; 0: a dense MLP */
     int n_experts_used;          /* MoE: experts each token is routed to */
+    /* RMSNorm scales by (1 + weight) rather than weight (Gemma's HF
+     * checkpoints; llama.cpp's converter adds the 1 into its GGUF files). */
+    int norm_add_one;
+    float attn_scale;            /* attention logits' scale; 0: 1 / sqrt(head_dim) (Gemma:
+                                  * query_pre_attn_scalar^-1/2) */
+    /* Sliding-window attention: a local layer's token at position i attends
+     * to positions j with i - window < j <= i (as transformers and
+     * llama.cpp mask it); 0: none.  Which layers are local: qhp_layer_local. */
+    int window;
+    int window_pattern;          /* 0: every layer local; n > 0: every n-th layer (l % n == n - 1)
+                                  * global, the others local (Gemma 2: 2, Gemma 3: 6) */
+    float rope_theta_local;      /* RoPE base of local layers, unscaled; 0: as the global ones */
 } qhparams;
+
+/* Whether layer l attends through the sliding window.  Cannot fail. */
+static inline int qhp_layer_local(const qhparams *hp, int l)
+{
+    if (hp->window <= 0) return 0;
+    return hp->window_pattern <= 0 || l % hp->window_pattern != hp->window_pattern - 1;
+}
+
+/* The window every layer attends within (the KV cache need hold no more of
+ * a sequence than that): the window when every layer is local, else 0. */
+static inline int qhp_all_local_window(const qhparams *hp)
+{
+    for (int l = 0; l < hp->n_layers; l++)
+        if (!qhp_layer_local(hp, l)) return 0;
+    return hp->window > 0 ? hp->window : 0;
+}
 
 /* Features beyond the Llama baseline that a backend computes (its caps for
  * qhp_unsupported). */
-enum { QHP_QK_NORM = 1 };
+enum {
+    QHP_QK_NORM = 1u, QHP_GELU = 2u, QHP_SANDWICH = 4u, QHP_SOFTCAP = 8u, QHP_EMBED_SCALE = 16u,
+    QHP_NORM_ADD_ONE = 32u, QHP_ATTN_SCALE = 64u, QHP_WINDOW = 128u, QHP_ROPE_LOCAL = 256u,
+    QHP_ALL = 511u
+};
 
 /* The first feature of hp beyond the Llama baseline and the backend's
  * feats (QHP_*), by name, or NULL when there is none.  Cannot fail. */
 static inline const char *qhp_unsupported(const qhparams *hp, unsigned feats)
 {
-    if (hp->act != QACT_SILU) return "a GELU MLP";
-    if (hp->norm_place != QNORM_PRE) return "sandwich norms";
+    if (hp->act != QACT_SILU && !(feats & QHP_GELU)) return "a GELU MLP";
+    if (hp->norm_place != QNORM_PRE && !(feats & QHP_SANDWICH)) return "sandwich norms";
     if (hp->qk_norm && !(feats & QHP_QK_NORM)) return "QK-norm";
-    if (hp->attn_softcap > 0 || hp->final_softcap > 0) return "logit soft-capping";
-    if (hp->embed_scale) return "scaled embeddings";
+    if ((hp->attn_softcap > 0 || hp->final_softcap > 0) && !(feats & QHP_SOFTCAP)) return "logit soft-capping";
+    if (hp->embed_scale && !(feats & QHP_EMBED_SCALE)) return "scaled embeddings";
+    if (hp->norm_add_one && !(feats & QHP_NORM_ADD_ONE)) return "(1 + weight) RMSNorm";
+    if (hp->attn_scale > 0 && !(feats & QHP_ATTN_SCALE)) return "a set attention scale";
+    if (hp->window > 0 && !(feats & QHP_WINDOW)) return "sliding-window attention";
+    if (hp->rope_theta_local > 0 && !(feats & QHP_ROPE_LOCAL)) return "a local layers' RoPE base";
     if (hp->n_experts) return "mixture-of-experts layers";
     return NULL;
 }
@@ -126,6 +162,8 @@ typedef struct {
     /* Added with the families that have them (absent: ndim 0); the tensors
      * above are the first QLAYER_BASE of the struct, the fingerprint's. */
     qtensor q_norm, k_norm;      /* QK-norm: (head_dim) RMSNorm weights, shared by every head */
+    qtensor post_attn_norm;      /* sandwich norms: (dim) after attention ... */
+    qtensor post_ffn_norm;       /* ... and after the MLP (ffn_norm is then the MLP's pre-norm) */
 } qlayer;
 #define QLAYER_BASE 12
 
@@ -143,7 +181,10 @@ typedef struct {
 /* One sequence's slice of a batch.  Its n_tokens new tokens are
  * batch->tokens[first .. first+n_tokens) at positions pos0 .. pos0+n_tokens-1;
  * positions 0 .. pos0-1 are already in the KV cache.  block_table holds at
- * least ceil((pos0+n_tokens) / block_size) physical block ids. */
+ * least ceil((pos0+n_tokens) / block_size) physical block ids; on a model
+ * whose every layer is local (qhp_all_local_window), the entries before
+ * qbatch_first_block may be negative: blocks no token of the pass attends
+ * to, given back to the pool. */
 typedef struct {
     int first;
     int n_tokens;
@@ -151,6 +192,13 @@ typedef struct {
     const int32_t *block_table;
     int n_blocks;
 } qbatch_seq;
+
+/* The first block_table entry a pass over s reads.  Cannot fail. */
+static inline int qbatch_first_block(const qhparams *hp, const qbatch_seq *s, int block_size)
+{
+    const int w = qhp_all_local_window(hp);
+    return w > 0 && s->pos0 - w + 1 > 0 ? (s->pos0 - w + 1) / block_size : 0;
+}
 
 /* A forward pass over several sequences at once.  logits_idx lists the
  * batch token indices whose logits are wanted, in increasing order; the
@@ -360,6 +408,9 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
  * checkpoint's dtype moves the logits by about 1%).  Every backend uses this
  * one definition.  Cannot fail. */
 void qrope_inv_freq(const qweights *w, float *inv_freq);
+/* Those of local layers (rope_theta_local, unscaled) when local is set and
+ * the model has a local base, else qrope_inv_freq's.  Cannot fail. */
+void qrope_inv_freq_layer(const qweights *w, int local, float *inv_freq);
 
 #ifdef QUIRE_HAVE_CUDA
 /* The CUDA backend (kernels/cuda): bf16/f16 weights (float32 with

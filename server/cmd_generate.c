@@ -363,6 +363,11 @@ int cmd_generate(int argc, char **argv)
     QLOGI("model %s: %s, %d layers, dim %d, %d heads (%d KV), vocab %d, %s weights, fingerprint %s",
           m->name, qfamily_get(hp->family)->name, hp->n_layers, hp->dim, hp->n_heads,
           hp->n_kv_heads, hp->n_vocab, qdt_name(m->w.tok_embd.dtype), m->fingerprint_hex);
+    if (hp->window > 0) {
+        int n_local = 0;
+        for (int l = 0; l < hp->n_layers; l++) n_local += qhp_layer_local(hp, l);
+        QLOGI("sliding window of %d positions on %d of %d layers", hp->window, n_local, hp->n_layers);
+    }
     if (m->random_fill) {
         QLOGI("random weights (seed %llu): no vocabulary, prompts and output are token ids",
               (unsigned long long)m->random_seed);

@@ -187,6 +187,9 @@ int qmetrics_render(qmetrics *m, const qengine_stats *st, const qstore_stats *ss
             st->kv_cached);
         put(&b, "quire_kv_blocks{state=\"free\"} %d\nquire_kv_blocks{state=\"total\"} %d\n", st->kv_free,
             st->kv_blocks);
+        head(&b, "quire_kv_window_dropped_blocks_total", "counter",
+             "KV blocks given back because no later token attends to them (sliding-window models).");
+        put(&b, "quire_kv_window_dropped_blocks_total %llu\n", (unsigned long long)st->kv_dropped);
         head(&b, "quire_kv_utilisation_ratio", "gauge", "Token slots holding real tokens / slots in used blocks.");
         put(&b, "quire_kv_utilisation_ratio %.6g\n", st->kv_utilisation);
         head(&b, "quire_prefix_cache_hit_ratio", "gauge", "Prompt tokens served from the prefix cache / prompt tokens.");

@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Llama's tensor names, which Mistral and Qwen2 share. */
+/* Llama's tensor names, which Mistral and the Qwens share (the per-head
+ * q/k norms bind only where the family's flags want them). */
 static const qtensor_names llama_hf = { {
     [QTN_EMBD] = "model.embed_tokens.weight",
     [QTN_NORM] = "model.norm.weight",
@@ -22,6 +23,8 @@ static const qtensor_names llama_hf = { {
     [QTN_GATE] = "model.layers.%d.mlp.gate_proj.weight",
     [QTN_UP] = "model.layers.%d.mlp.up_proj.weight",
     [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
+    [QTN_Q_NORM] = "model.layers.%d.self_attn.q_norm.weight",
+    [QTN_K_NORM] = "model.layers.%d.self_attn.k_norm.weight",
 } };
 
 static const qtensor_names llama_gguf = { {
@@ -41,41 +44,38 @@ static const qtensor_names llama_gguf = { {
     [QTN_GATE] = "blk.%d.ffn_gate.weight",
     [QTN_UP] = "blk.%d.ffn_up.weight",
     [QTN_DOWN] = "blk.%d.ffn_down.weight",
+    [QTN_Q_NORM] = "blk.%d.attn_q_norm.weight",
+    [QTN_K_NORM] = "blk.%d.attn_k_norm.weight",
 } };
 
-/* Qwen3's: Llama's and the per-head norms of q and k. */
-static const qtensor_names qwen3_hf = { {
+/* Gemma 2 and 3: a norm after attention and after the MLP as well as before
+ * each (HF's post_attention_layernorm is the one after attention here, not
+ * the MLP's pre-norm as in Llama), a tied head. */
+static const qtensor_names gemma_hf = { {
     [QTN_EMBD] = "model.embed_tokens.weight",
     [QTN_NORM] = "model.norm.weight",
-    [QTN_OUTPUT] = "lm_head.weight",
     [QTN_ATTN_NORM] = "model.layers.%d.input_layernorm.weight",
     [QTN_WQ] = "model.layers.%d.self_attn.q_proj.weight",
     [QTN_WK] = "model.layers.%d.self_attn.k_proj.weight",
     [QTN_WV] = "model.layers.%d.self_attn.v_proj.weight",
-    [QTN_BQ] = "model.layers.%d.self_attn.q_proj.bias",
-    [QTN_BK] = "model.layers.%d.self_attn.k_proj.bias",
-    [QTN_BV] = "model.layers.%d.self_attn.v_proj.bias",
     [QTN_WO] = "model.layers.%d.self_attn.o_proj.weight",
-    [QTN_FFN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
+    [QTN_FFN_NORM] = "model.layers.%d.pre_feedforward_layernorm.weight",
     [QTN_GATE] = "model.layers.%d.mlp.gate_proj.weight",
     [QTN_UP] = "model.layers.%d.mlp.up_proj.weight",
     [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
     [QTN_Q_NORM] = "model.layers.%d.self_attn.q_norm.weight",
     [QTN_K_NORM] = "model.layers.%d.self_attn.k_norm.weight",
+    [QTN_POST_ATTN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
+    [QTN_POST_FFN_NORM] = "model.layers.%d.post_feedforward_layernorm.weight",
 } };
 
-static const qtensor_names qwen3_gguf = { {
+static const qtensor_names gemma_gguf = { {
     [QTN_EMBD] = "token_embd.weight",
     [QTN_NORM] = "output_norm.weight",
-    [QTN_OUTPUT] = "output.weight",
-    [QTN_ROPE_FREQS] = "rope_freqs.weight",
     [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight",
     [QTN_WQ] = "blk.%d.attn_q.weight",
     [QTN_WK] = "blk.%d.attn_k.weight",
     [QTN_WV] = "blk.%d.attn_v.weight",
-    [QTN_BQ] = "blk.%d.attn_q.bias",
-    [QTN_BK] = "blk.%d.attn_k.bias",
-    [QTN_BV] = "blk.%d.attn_v.bias",
     [QTN_WO] = "blk.%d.attn_output.weight",
     [QTN_FFN_NORM] = "blk.%d.ffn_norm.weight",
     [QTN_GATE] = "blk.%d.ffn_gate.weight",
@@ -83,6 +83,8 @@ static const qtensor_names qwen3_gguf = { {
     [QTN_DOWN] = "blk.%d.ffn_down.weight",
     [QTN_Q_NORM] = "blk.%d.attn_q_norm.weight",
     [QTN_K_NORM] = "blk.%d.attn_k_norm.weight",
+    [QTN_POST_ATTN_NORM] = "blk.%d.post_attention_norm.weight",
+    [QTN_POST_FFN_NORM] = "blk.%d.post_ffw_norm.weight",
 } };
 
 /* fingerprint_id: Llama 0 and Qwen2 1 are the values hashed before this
@@ -109,7 +111,26 @@ static const qfamily families[] = {
          * q/k/v biases (unless attention_bias says so). */
         .name = "qwen3", .hf_model_type = "qwen3", .hf_class = "Qwen3ForCausalLM", .gguf_arch = "qwen3",
         .fingerprint_id = 2, .hf_max_ctx = 32768, .hf_sliding = QSLIDE_FLAG, .gguf_rope_neox = 1,
-        .qk_norm = 1, .hf_names = &qwen3_hf, .gguf_names = &qwen3_gguf,
+        .qk_norm = 1, .hf_names = &llama_hf, .gguf_names = &llama_gguf,
+    },
+    {
+        /* Gemma 2: GeGLU, sandwich norms, (1 + w) norms, scaled embeddings,
+         * soft-capped attention and output logits, query_pre_attn_scalar,
+         * local and global layers in turn. */
+        .name = "gemma2", .hf_model_type = "gemma2", .hf_class = "Gemma2ForCausalLM", .gguf_arch = "gemma2",
+        .fingerprint_id = 3, .hf_max_ctx = 8192, .hf_sliding = QSLIDE_WINDOW, .gguf_rope_neox = 1,
+        .tied_head = 1, .act = QACT_GELU_TANH, .norm_place = QNORM_SANDWICH, .attn_softcap = 50.0f,
+        .final_softcap = 30.0f, .embed_scale = 1, .hf_norm_add_one = 1, .window_pattern = 2,
+        .hf_query_scalar = 1, .gguf_wide_scale_layers = 46, .hf_names = &gemma_hf, .gguf_names = &gemma_gguf,
+    },
+    {
+        /* Gemma 3 (text): Gemma 2 with QK-norm for the soft-caps, five local
+         * layers to a global one, and the local layers' own RoPE base. */
+        .name = "gemma3", .hf_model_type = "gemma3_text", .hf_class = "Gemma3ForCausalLM", .gguf_arch = "gemma3",
+        .fingerprint_id = 4, .hf_max_ctx = 131072, .hf_sliding = QSLIDE_WINDOW, .gguf_rope_neox = 1,
+        .tied_head = 1, .act = QACT_GELU_TANH, .norm_place = QNORM_SANDWICH, .qk_norm = 1, .embed_scale = 1,
+        .hf_norm_add_one = 1, .window_pattern = 6, .rope_local_base = 10000.0f, .hf_query_scalar = 1,
+        .gguf_wide_scale_layers = 62, .hf_names = &gemma_hf, .gguf_names = &gemma_gguf,
     },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
@@ -163,6 +184,8 @@ void qfamily_apply(int family, qhparams *hp)
     hp->embed_scale = f->embed_scale;
     hp->n_experts = f->n_experts;
     hp->n_experts_used = f->n_experts_used;
+    hp->window_pattern = f->window_pattern;
+    hp->rope_theta_local = f->rope_local_base;
     if (f->attn_bias) hp->attn_bias = 1;
     if (f->tied_head) hp->tied_embeddings = 1;
 }

@@ -26,6 +26,7 @@ typedef enum {
     QTN_ATTN_NORM, QTN_WQ, QTN_WK, QTN_WV, QTN_BQ, QTN_BK, QTN_BV, QTN_WO,
     QTN_FFN_NORM, QTN_GATE, QTN_UP, QTN_DOWN,
     QTN_Q_NORM, QTN_K_NORM,
+    QTN_POST_ATTN_NORM, QTN_POST_FFN_NORM,
     QTN_COUNT
 } qtn;
 #define QTN_FIRST_LAYER QTN_ATTN_NORM
@@ -36,12 +37,13 @@ typedef struct {
     const char *name[QTN_COUNT];
 } qtensor_names;
 
-/* How an HF config turns the sliding attention window on (quire then limits
- * the context to the window). */
+/* How an HF config turns the sliding attention window on ("layer_types",
+ * where a config has it, then says which layers are local). */
 typedef enum {
     QSLIDE_NONE,     /* the family has none */
-    QSLIDE_WINDOW,   /* on whenever "sliding_window" is set (Mistral) */
-    QSLIDE_FLAG      /* on when "use_sliding_window" is true (Qwen2) */
+    QSLIDE_WINDOW,   /* on whenever "sliding_window" is set (Mistral, Gemma) */
+    QSLIDE_FLAG      /* on when "use_sliding_window" is true, for the layers from
+                      * "max_window_layers" on (Qwen2, Qwen3) */
 } qslide_rule;
 
 typedef struct qfamily {
@@ -62,6 +64,13 @@ typedef struct qfamily {
     float attn_softcap, final_softcap;
     int embed_scale;
     int n_experts, n_experts_used;
+    int hf_norm_add_one;         /* HF norms scale by (1 + w) (GGUF files hold w + 1) */
+    int window_pattern;          /* qhparams.window_pattern where no layer_types says otherwise */
+    float rope_local_base;       /* local layers' RoPE base where the config gives none; 0: none */
+    int hf_query_scalar;         /* config.json's query_pre_attn_scalar sets the attention scale */
+    /* llama.cpp scales attention by (dim / n_heads)^-1/2 rather than
+     * head_dim^-1/2 for a GGUF with this many layers (Gemma 27B); 0: never. */
+    int gguf_wide_scale_layers;
     const qtensor_names *hf_names, *gguf_names;
 } qfamily;
 

@@ -483,6 +483,30 @@ static int shown(size_t n)
     return n > 64 ? 64 : (int)n;
 }
 
+/* The sliding window and the rest that Gemma's files carry, as llama.cpp
+ * reads them: "<arch>.attention.sliding_window" with the family's pattern
+ * of local layers, the soft-caps "<arch>.attn_logit_softcapping" and
+ * "<arch>.final_logit_softcapping" (absent: none), and no attention scale
+ * key (head_dim^-1/2, or (dim / n_heads)^-1/2 at the family's 27B depth).
+ * The norms already hold (1 + w). */
+static int read_local_attention(const gmeta *md, const qfamily *f, qhparams *hp)
+{
+    char key[80];
+    int64_t v;
+    int rc;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", f->gguf_arch);
+    if ((rc = meta_int(md, key, 0, 0, INT_MAX, 0, &v))) return rc;
+    hp->window = (int)v;
+    snprintf(key, sizeof key, "%s.attn_logit_softcapping", f->gguf_arch);
+    if (meta_get(md, key) && (rc = meta_pos_float(md, key, 1e6, 0.0f, &hp->attn_softcap))) return rc;
+    snprintf(key, sizeof key, "%s.final_logit_softcapping", f->gguf_arch);
+    if (meta_get(md, key) && (rc = meta_pos_float(md, key, 1e6, 0.0f, &hp->final_softcap))) return rc;
+    if (f->hf_query_scalar)
+        hp->attn_scale = 1.0f / sqrtf((float)(hp->n_layers == f->gguf_wide_scale_layers ? hp->dim / hp->n_heads
+                                                                                       : hp->head_dim));
+    return 0;
+}
+
 static int read_hparams(const gmeta *md, qmodel *m)
 {
     gctx *g = md->g;
@@ -543,7 +567,7 @@ static int read_hparams(const gmeta *md, qmodel *m)
         snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
         if ((rc = meta_pos_float(md, key, 1e6, 1.0f, &hp->rope_factor))) return rc;
     }
-    return 0;
+    return read_local_attention(md, qfamily_get(fam), hp);
 }
 
 /* A token id: u32 0xFFFFFFFF (or any unsigned all-ones) and negative values

@@ -229,34 +229,15 @@ static int config_arch(json_t *c, int *which, char *err, size_t errlen)
                     mt ? "model_type" : "architecture", mt ? mt : cls, known);
 }
 
-static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
+/* The scaling an object of either RoPE layout names ("rope_type" or "type",
+ * factor, ...) into hp; none when src is NULL. */
+static int rope_scaling_of(json_t *src, const char *ctx, qhparams *hp, char *err, size_t errlen)
 {
-    double theta, x;
+    double x;
     long long v;
     int rc;
-    if ((rc = js_num(c, "config.json", "rope_theta", 0, 10000.0, 0, 1e12, &theta, err, errlen))) return rc;
-
-    /* src holds the type and the scaling fields in either layout. */
-    json_t *src;
-    const char *ctx;
-    json_t *params = json_object_get(c, "rope_parameters");
-    if (params && !json_is_null(params)) {
-        if (!json_is_object(params))
-            return qerr_set(err, errlen, QERR_FORMAT, "config.json: \"rope_parameters\" must be an object");
-        ctx = "config.json: rope_parameters";
-        src = params;
-        if ((rc = js_num(src, ctx, "rope_theta", 0, theta, 0, 1e12, &theta, err, errlen))) return rc;
-    } else {
-        ctx = "config.json: rope_scaling";
-        src = json_object_get(c, "rope_scaling");
-        if (src && json_is_null(src)) src = NULL;
-        if (src && !json_is_object(src))
-            return qerr_set(err, errlen, QERR_FORMAT, "config.json: \"rope_scaling\" must be an object or null");
-    }
-    hp->rope_theta = (float)theta;
     hp->rope_scaling = QROPE_SCALE_NONE;
     if (!src) return 0;
-
     const char *type;
     if ((rc = js_str(src, ctx, "rope_type", &type, err, errlen))) return rc;
     if (!type && (rc = js_str(src, ctx, "type", &type, err, errlen))) return rc;
@@ -288,6 +269,145 @@ static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
     return qerr_set(err, errlen, QERR_UNSUPPORTED,
                     "%s: rope type \"%.40s\" is not supported (default, llama3, linear)",
                     ctx, type);
+}
+
+/* An object-valued key, or NULL when absent or null. */
+static int js_obj(json_t *obj, const char *ctx, const char *key, json_t **out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be an object", ctx, key);
+    *out = v;
+    return 0;
+}
+
+/* RoPE in three layouts: the older top-level rope_theta + rope_scaling (and
+ * Gemma 3's rope_local_base_freq for its local layers), the newer
+ * rope_parameters {rope_theta, rope_type, ...}, and rope_parameters per
+ * layer type {"full_attention": {...}, "sliding_attention": {...}} (Gemma
+ * 3), where the local layers' RoPE must be unscaled. */
+static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
+{
+    double theta, local = hp->rope_theta_local;
+    int rc;
+    json_t *params, *src, *full = NULL, *slide = NULL;
+    if ((rc = js_num(c, "config.json", "rope_theta", 0, 10000.0, 0, 1e12, &theta, err, errlen)) ||
+        (rc = js_num(c, "config.json", "rope_local_base_freq", 0, local, -1, 1e12, &local, err, errlen)) ||
+        (rc = js_obj(c, "config.json", "rope_parameters", &params, err, errlen)))
+        return rc;
+    const char *ctx = "config.json: rope_parameters";
+    if (params && ((rc = js_obj(params, ctx, "full_attention", &full, err, errlen)) ||
+                   (rc = js_obj(params, ctx, "sliding_attention", &slide, err, errlen))))
+        return rc;
+    if (full || slide) {
+        if (slide) {
+            qhparams lp = *hp;
+            ctx = "config.json: rope_parameters.sliding_attention";
+            if ((rc = js_num(slide, ctx, "rope_theta", 0, local > 0 ? local : theta, 0, 1e12, &local, err, errlen)) ||
+                (rc = rope_scaling_of(slide, ctx, &lp, err, errlen)))
+                return rc;
+            if (lp.rope_scaling != QROPE_SCALE_NONE)
+                return qerr_set(err, errlen, QERR_UNSUPPORTED, "%s: scaled RoPE for local layers is not supported", ctx);
+        }
+        ctx = "config.json: rope_parameters.full_attention";
+        src = full;
+    } else if (params) {
+        src = params;
+    } else {
+        ctx = "config.json: rope_scaling";
+        if ((rc = js_obj(c, "config.json", "rope_scaling", &src, err, errlen))) return rc;
+    }
+    if (src && src != json_object_get(c, "rope_scaling") &&
+        (rc = js_num(src, ctx, "rope_theta", 0, theta, 0, 1e12, &theta, err, errlen)))
+        return rc;
+    hp->rope_theta = (float)theta;
+    hp->rope_theta_local = local > 0 ? (float)local : 0.0f;
+    return rope_scaling_of(src, ctx, hp, err, errlen);
+}
+
+/* Which layers attend through a window, and its size: "layer_types" where
+ * the config lists them ("sliding_attention" / "full_attention"), else the
+ * family's rule; an arrangement other than every n-th layer global is
+ * QERR_UNSUPPORTED. */
+static int config_window(json_t *c, const qfamily *fam, qhparams *hp, char *err, size_t errlen)
+{
+    static const char F[] = "config.json";
+    long long v = 0, first = 0;
+    int rc, on = fam->hf_sliding == QSLIDE_WINDOW;
+    hp->window = 0;
+    if (fam->hf_sliding == QSLIDE_FLAG &&
+        ((rc = js_bool(c, F, "use_sliding_window", 0, &on, err, errlen)) ||
+         (rc = js_int(c, F, "max_window_layers", 0, 0, 0, INT_MAX, &first, err, errlen))))
+        return rc;
+    if (!on || fam->hf_sliding == QSLIDE_NONE) return 0;
+    if ((rc = js_int(c, F, "sliding_window", 0, 0, 0, INT_MAX, &v, err, errlen))) return rc;
+    if (v <= 0) return 0;
+    /* local[l] for each layer, then the pattern that gives it. */
+    unsigned char *local = calloc((size_t)hp->n_layers, 1);
+    if (!local) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    json_t *types = json_object_get(c, "layer_types");
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || json_array_size(types) != (size_t)hp->n_layers) {
+            free(local);
+            return qerr_set(err, errlen, QERR_FORMAT, "config.json: \"layer_types\" must list %d strings", hp->n_layers);
+        }
+        for (int l = 0; l < hp->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)l));
+            if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention"))) {
+                free(local);
+                return qerr_set(err, errlen, QERR_UNSUPPORTED,
+                                "config.json: layer_types[%d] is not \"sliding_attention\" or \"full_attention\"", l);
+            }
+            local[l] = !strcmp(t, "sliding_attention");
+        }
+    } else if (fam->hf_sliding == QSLIDE_FLAG) {
+        for (int l = 0; l < hp->n_layers; l++) local[l] = l >= first;
+    } else {
+        hp->window = (int)v;
+        for (int l = 0; l < hp->n_layers; l++) local[l] = qhp_layer_local(hp, l);
+    }
+    int n_local = 0, first_global = -1;
+    for (int l = 0; l < hp->n_layers; l++) {
+        n_local += local[l];
+        if (!local[l] && first_global < 0) first_global = l;
+    }
+    hp->window = n_local ? (int)v : 0;
+    hp->window_pattern = n_local == hp->n_layers ? 0 : first_global + 1;
+    int fits = 1;
+    for (int l = 0; l < hp->n_layers; l++) fits &= local[l] == (unsigned char)qhp_layer_local(hp, l);
+    free(local);
+    if (!fits)
+        return qerr_set(err, errlen, QERR_UNSUPPORTED,
+                        "config.json: sliding-window layers other than every n-th layer global are not supported");
+    return 0;
+}
+
+/* A soft-cap: the family's default when absent, none when null. */
+static int js_softcap(json_t *c, const char *key, float def, float *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(c, key);
+    double x = 0;
+    int rc = 0;
+    if (!v) x = def;
+    else if (!json_is_null(v)) rc = js_num(c, "config.json", key, 1, 0, 0, 1e6, &x, err, errlen);
+    *out = (float)x;
+    return rc;
+}
+
+/* Gemma's: the attention scale from query_pre_attn_scalar (transformers'
+ * default 256), the soft-caps. */
+static int config_gemma(json_t *c, const qfamily *fam, qhparams *hp, char *err, size_t errlen)
+{
+    int rc;
+    double q = 256;
+    if (!fam->hf_query_scalar) return 0;
+    if ((rc = js_num(c, "config.json", "query_pre_attn_scalar", 0, 256, 0, 1e9, &q, err, errlen))) return rc;
+    hp->attn_scale = (float)(1.0 / sqrt(q));
+    if ((rc = js_softcap(c, "attn_logit_softcapping", fam->attn_softcap, &hp->attn_softcap, err, errlen)) ||
+        (rc = js_softcap(c, "final_logit_softcapping", fam->final_softcap, &hp->final_softcap, err, errlen)))
+        return rc;
+    return 0;
 }
 
 static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
@@ -342,29 +462,21 @@ static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
     if ((rc = js_bool(c, F, "tie_word_embeddings", 0, &hp->tied_embeddings, err, errlen))) return rc;
     if ((rc = js_bool(c, F, "attention_bias", 0, &hp->attn_bias, err, errlen))) return rc;
     qfamily_apply(a, hp);
+    hp->norm_add_one = fam->hf_norm_add_one;
     if ((rc = config_rope(c, hp, err, errlen))) return rc;
+    if ((rc = config_window(c, fam, hp, err, errlen))) return rc;
+    if ((rc = config_gemma(c, fam, hp, err, errlen))) return rc;
 
     /* Features that would make quire compute something else. */
-    const char *act;
+    const char *act, *key = "hidden_act";
     int mlp_bias;
-    if ((rc = js_str(c, F, "hidden_act", &act, err, errlen))) return rc;
+    if ((rc = js_str(c, F, key, &act, err, errlen))) return rc;
+    if (!act && (rc = js_str(c, F, key = "hidden_activation", &act, err, errlen))) return rc;
     if (act && strcmp(act, qact_hf_name(fam->act)))
         return qerr_set(err, errlen, QERR_UNSUPPORTED,
-                        "config.json: hidden_act \"%.40s\" is not supported (%s)", act, qact_hf_name(fam->act));
+                        "config.json: %s \"%.40s\" is not supported (%s)", key, act, qact_hf_name(fam->act));
     if ((rc = js_bool(c, F, "mlp_bias", 0, &mlp_bias, err, errlen))) return rc;
     if (mlp_bias) return qerr_set(err, errlen, QERR_UNSUPPORTED, "config.json: mlp_bias true is not supported");
-    int window_on = fam->hf_sliding == QSLIDE_WINDOW;
-    if (fam->hf_sliding == QSLIDE_FLAG &&
-        (rc = js_bool(c, F, "use_sliding_window", 0, &window_on, err, errlen)))
-        return rc;
-    if (window_on) {
-        if ((rc = js_int(c, F, "sliding_window", 0, 0, 0, LLONG_MAX, &v, err, errlen))) return rc;
-        if (v > 0 && v < hp->max_ctx) {
-            QLOGW("config.json: sliding_window %lld is shorter than the context %d; limiting the context to it",
-                  v, hp->max_ctx);
-            hp->max_ctx = (int)v;
-        }
-    }
 
     o->n_eos = 0;
     o->bos_id = o->unk_id = o->pad_id = -1;

@@ -281,6 +281,16 @@ static int check_hparams(qhparams *hp, char *err, size_t errlen)
          !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)))
         return qerr_set(err, errlen, QERR_RANGE, "llama3 rope scaling needs original context > 0 and high_freq_factor > low_freq_factor > 0");
     if (hp->max_ctx <= 0) hp->max_ctx = 2048;
+    if (hp->window < 0 || hp->window_pattern < 0 || hp->window_pattern > QMODEL_MAX_LAYERS)
+        return qerr_set(err, errlen, QERR_RANGE, "sliding window %d, every %d-th layer global", hp->window,
+                        hp->window_pattern);
+    if (!(hp->attn_scale >= 0 && hp->attn_scale < 1e6f) || !(hp->attn_softcap >= 0 && hp->attn_softcap < 1e6f) ||
+        !(hp->final_softcap >= 0 && hp->final_softcap < 1e6f) ||
+        !(hp->rope_theta_local >= 0 && hp->rope_theta_local < 1e12f))
+        return qerr_set(err, errlen, QERR_RANGE,
+                        "attention scale %g, soft-caps %g and %g, local RoPE base %g (each finite, >= 0)",
+                        (double)hp->attn_scale, (double)hp->attn_softcap, (double)hp->final_softcap,
+                        (double)hp->rope_theta_local);
     return 0;
 }
 
@@ -356,8 +366,11 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
             (rc = bind_one(m, nm[QTN_GATE], l, hp->ffn_dim, dim, 0, &L->w_gate, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_UP], l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_DOWN], l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_Q_NORM], l, hd, 0, !hp->qk_norm, &L->q_norm, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_K_NORM], l, hd, 0, !hp->qk_norm, &L->k_norm, err, errlen)))
+            (hp->qk_norm && (rc = bind_one(m, nm[QTN_Q_NORM], l, hd, 0, 0, &L->q_norm, err, errlen))) ||
+            (hp->qk_norm && (rc = bind_one(m, nm[QTN_K_NORM], l, hd, 0, 0, &L->k_norm, err, errlen))) ||
+            (hp->norm_place == QNORM_SANDWICH &&
+             ((rc = bind_one(m, nm[QTN_POST_ATTN_NORM], l, dim, 0, 0, &L->post_attn_norm, err, errlen)) ||
+              (rc = bind_one(m, nm[QTN_POST_FFN_NORM], l, dim, 0, 0, &L->post_ffn_norm, err, errlen)))))
             return rc;
         any_bias |= L->bq.ndim || L->bk.ndim || L->bv.ndim;
     }
@@ -381,6 +394,16 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof hv / sizeof hv[0]; i++) qhash_u64(&h, (uint64_t)hv[i]);
     float hf[] = { hp->norm_eps, hp->rope_theta, hp->rope_factor, hp->rope_low_freq_factor, hp->rope_high_freq_factor };
     qhash_update(&h, hf, sizeof hf);
+    /* The features beyond Llama's, where set (absent before they existed:
+     * the other fingerprints stay). */
+    if (hp->act || hp->norm_place || hp->qk_norm || hp->embed_scale || hp->norm_add_one || hp->window ||
+        hp->attn_softcap > 0 || hp->final_softcap > 0 || hp->attn_scale > 0 || hp->rope_theta_local > 0) {
+        int64_t fv[] = { hp->act, hp->norm_place, hp->qk_norm, hp->embed_scale, hp->norm_add_one, hp->window,
+                         hp->window_pattern };
+        for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++) qhash_u64(&h, (uint64_t)fv[i]);
+        float ff[] = { hp->attn_softcap, hp->final_softcap, hp->attn_scale, hp->rope_theta_local };
+        qhash_update(&h, ff, sizeof ff);
+    }
     /* A bf16 HF checkpoint's K once came from bf16-rounded RoPE frequencies
      * (until issue 26, hence the number): blocks a persistent tier holds from
      * then must not match. */

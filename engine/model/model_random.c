@@ -165,7 +165,7 @@ static int add(builder *b, const char *name, int64_t d0, int64_t d1, fill_kind k
         const float half = kind == FILL_MATRIX ? 0.035f
                            : kind == FILL_RESIDUAL ? 0.035f * (b->residual > 0 ? b->residual : 1.0f)
                                                    : 0.02f;
-        b->jobs[b->n_jobs++] = (fill_job){ data, numel, kind == FILL_NORM ? 1.0f : 0.0f, half };
+        b->jobs[b->n_jobs++] = (fill_job){ data, numel, kind == FILL_NORM && !b->m->hp.norm_add_one ? 1.0f : 0.0f, half };
     }
     return qmodel_add_tensor(b->m, name, strlen(name), QDT_BF16, ndim, shape, data, bytes, b->err, b->errlen);
 }
@@ -177,6 +177,7 @@ static int64_t count_params(const qhparams *hp)
     double layer = 2 * dim + q * dim + 2 * kv * dim + dim * q + 3 * (double)hp->ffn_dim * dim;
     if (hp->attn_bias) layer += q + 2 * kv;
     if (hp->qk_norm) layer += 2 * hd;
+    if (hp->norm_place == QNORM_SANDWICH) layer += 2 * dim;
     double n = (double)hp->n_vocab * dim * (hp->tied_embeddings ? 1 : 2) + dim + layer * hp->n_layers;
     return n > (double)QMODEL_RANDOM_MAX_PARAMS ? -1 : (int64_t)n;
 }
@@ -194,6 +195,7 @@ static const struct { int rows, cols; fill_kind kind; } shapes[QTN_COUNT] = {
     [QTN_FFN_NORM] = { 0, -1, FILL_NORM },    [QTN_GATE] = { 3, 0, FILL_MATRIX },
     [QTN_UP] = { 3, 0, FILL_MATRIX },         [QTN_DOWN] = { 0, 3, FILL_RESIDUAL },
     [QTN_Q_NORM] = { 5, -1, FILL_NORM },      [QTN_K_NORM] = { 5, -1, FILL_NORM },
+    [QTN_POST_ATTN_NORM] = { 0, -1, FILL_NORM }, [QTN_POST_FFN_NORM] = { 0, -1, FILL_NORM },
 };
 
 /* Whether the model has tensor i: the family names it, and the flags want it. */
@@ -203,6 +205,7 @@ static int wanted(const qhparams *hp, const char *const *names, int i)
     if (i == QTN_OUTPUT) return !hp->tied_embeddings;
     if (i == QTN_BQ || i == QTN_BK || i == QTN_BV) return hp->attn_bias;
     if (i == QTN_Q_NORM || i == QTN_K_NORM) return hp->qk_norm;
+    if (i == QTN_POST_ATTN_NORM || i == QTN_POST_FFN_NORM) return hp->norm_place == QNORM_SANDWICH;
     return 1;
 }
 

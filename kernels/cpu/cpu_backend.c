@@ -9,12 +9,20 @@
  *
  * One forward pass (T tokens from S sequences):
  *   x = embed(tokens)                                   (T, dim)
+ *   (Gemma: x *= sqrt(dim))
  *   per layer:  xn = rmsnorm(x);  q,k,v = xn W^T (+b);  (QK-norm: rmsnorm of
  *               each head of q and k);  rope(q, k) at each
- *               token's position;  k, v -> cache;  a = attention over the
- *               cache (causal: a token sees positions <= its own);
- *               x += a Wo^T;  xn = rmsnorm(x);  x += (silu(xn Wg^T) * xn Wu^T) Wd^T
+ *               token's position (local layers: their own base);  k, v -> cache;
+ *               a = attention over the cache (causal: a token sees positions
+ *               <= its own; local layers only the last `window` of them;
+ *               scores soft-capped where the model says);
+ *               x += a Wo^T;  xn = rmsnorm(x);  x += (act(xn Wg^T) * xn Wu^T) Wd^T
+ *               (sandwich norms: each block's output is normed before it is added)
  *   logits = rmsnorm(x[logits_idx]) Wout^T              (n_logits, n_vocab)
+ *            (soft-capped where the model says)
+ *
+ * Norm weights that scale by (1 + w) (Gemma's HF checkpoints) are turned
+ * into float32 (1 + w) once, at creation.
  *
  * Work is split over the pool by output rows (projections) and by
  * (sequence, head) pairs (attention); each output element is computed by the
@@ -41,9 +49,15 @@ typedef struct {
     size_t block_floats;    /* floats in one block of one layer's K (or V) */
     float *kc, *vc;         /* (n_layers, num_blocks, n_kv, block_size, head_dim) */
     float *inv_freq;        /* (rope_dim / 2) */
+    float *inv_freq_local;  /* local layers': (rope_dim / 2), or NULL when they use inv_freq */
+    /* The layers and output norm as the pass reads them (norms turned into
+     * (1 + w) where the model says; norm_f32 holds those). */
+    qlayer *layers;
+    qtensor out_norm;
+    float *norm_f32;
     /* Scratch for up to cap tokens. */
     int cap;
-    float *x, *xn, *q, *kx, *vx, *att, *g, *u, *cs;
+    float *x, *xn, *q, *kx, *vx, *att, *g, *u, *cs, *cs_local;
     int cap_ctx;
     float *scores;          /* (n_threads, cap_ctx) */
 } cpu_be;
@@ -74,6 +88,17 @@ void qrope_inv_freq(const qweights *w, float *inv_freq)
         if (w->rope_freqs.data) f /= ((const float *)w->rope_freqs.data)[i];
         inv_freq[i] = (float)f;
     }
+}
+
+void qrope_inv_freq_layer(const qweights *w, int local, float *inv_freq)
+{
+    const qhparams *hp = &w->hp;
+    if (!local || !(hp->rope_theta_local > 0)) {
+        qrope_inv_freq(w, inv_freq);
+        return;
+    }
+    for (int i = 0; i < hp->rope_dim / 2; i++)
+        inv_freq[i] = (float)(1.0 / pow((double)hp->rope_theta_local, (double)(2 * i) / hp->rope_dim));
 }
 
 /* cs = (cos, sin) pairs for position pos. */
@@ -158,6 +183,7 @@ typedef struct {
     cpu_be *be;
     const qbatch *b;
     int layer;
+    int window;      /* 0: every earlier position */
 } attn_job;
 
 static void attn_task(void *ctx, int task, int tid)
@@ -169,32 +195,37 @@ static void attn_task(void *ctx, int task, int tid)
     const int group = H / hp->n_kv_heads;
     const qbatch_seq *s = &j->b->seqs[task / H];
     const int h = task % H, g = h / group;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd), cap = hp->attn_softcap;
     float *sc = be->scores + (size_t)tid * be->cap_ctx;
     const size_t layer_off = (size_t)j->layer * be->base.opts.num_blocks * be->block_floats;
     const float *kc = be->kc + layer_off, *vc = be->vc + layer_off;
 
     for (int i = 0; i < s->n_tokens; i++) {
         const int t = s->first + i, n = s->pos0 + i + 1;
+        /* Positions lo .. n-1; blocks before lo's are never read (a windowed
+         * sequence's may have been given back). */
+        const int lo = j->window > 0 && n > j->window ? n - j->window : 0, p_first = lo - lo % bs;
         const float *q = be->q + ((size_t)t * H + h) * hd;
         /* Scores block by block: a block holds this KV head's keys for
          * block_size consecutive positions, contiguous. */
-        for (int p0 = 0; p0 < n; p0 += bs) {
+        for (int p0 = p_first; p0 < n; p0 += bs) {
             const int cnt = n - p0 < bs ? n - p0 : bs;
             const float *kb = kc + (size_t)s->block_table[p0 / bs] * be->block_floats + (size_t)g * bs * hd;
             be->k->attn_scores(sc + p0, q, kb, cnt, hd, scale);
         }
+        if (cap > 0)
+            for (int p = lo; p < n; p++) sc[p] = cap * tanhf(sc[p] / cap);
         float mx = -INFINITY;
-        for (int p = 0; p < n; p++)
+        for (int p = lo; p < n; p++)
             if (sc[p] > mx) mx = sc[p];
         float sum = 0;
-        for (int p = 0; p < n; p++) {
-            sc[p] = expf(sc[p] - mx);
+        for (int p = p_first; p < n; p++) {
+            sc[p] = p < lo ? 0.0f : expf(sc[p] - mx);
             sum += sc[p];
         }
         float *out = be->att + ((size_t)t * H + h) * hd;
         memset(out, 0, (size_t)hd * sizeof(float));
-        for (int p0 = 0; p0 < n; p0 += bs) {
+        for (int p0 = p_first; p0 < n; p0 += bs) {
             const int cnt = n - p0 < bs ? n - p0 : bs;
             const float *vb = vc + (size_t)s->block_table[p0 / bs] * be->block_floats + (size_t)g * bs * hd;
             be->k->attn_accum(out, sc + p0, vb, cnt, hd);
@@ -224,9 +255,15 @@ static int ensure_scratch(cpu_be *be, int T, int ctx)
             *bufs[i] = nb;
         }
         float *cs = q_mallocn((size_t)cap, (size_t)hp->rope_dim * sizeof(float));
-        if (!cs) return QERR_NOMEM;
+        float *csl = be->inv_freq_local ? q_mallocn((size_t)cap, (size_t)hp->rope_dim * sizeof(float)) : NULL;
+        if (!cs || (be->inv_freq_local && !csl)) {
+            free(cs);
+            return QERR_NOMEM;
+        }
         free(be->cs);
+        free(be->cs_local);
         be->cs = cs;
+        be->cs_local = csl;
         be->cap = cap;
     }
     if (ctx > be->cap_ctx) {
@@ -254,7 +291,7 @@ static int check_batch(const cpu_be *be, const qbatch *b)
         if (covered > b->n_tokens) return QERR_INVAL;
         long need = ((long)q->pos0 + q->n_tokens + bs - 1) / bs;
         if (need > q->n_blocks || !q->block_table) return QERR_RANGE;
-        for (long i = 0; i < need; i++)
+        for (long i = qbatch_first_block(hp, q, bs); i < need; i++)
             if (q->block_table[i] < 0 || q->block_table[i] >= nb) return QERR_RANGE;
     }
     if (covered != b->n_tokens) return QERR_INVAL;
@@ -276,13 +313,120 @@ static void add_bias(float *y, const qtensor *b, int T, int N, float *tmp)
         for (int i = 0; i < N; i++) y[(size_t)t * N + i] += tmp[i];
 }
 
+/* y = rmsnorm(x) row by row over T rows of D. */
+static void norm_rows(float *y, const float *x, const qtensor *w, int T, int D, float eps)
+{
+    for (int t = 0; t < T; t++) cpu_rmsnorm(y + (size_t)t * D, x + (size_t)t * D, w->data, w->dtype, D, eps);
+}
+
+/* x += f where f is a block's output (xn), normed first with sandwich norms;
+ * tensor parallelism sums the shards' partial f first. */
+static int add_block_out(cpu_be *be, int T, const qtensor *post_norm)
+{
+    const qbackend_opts *o = &be->base.opts;
+    const qhparams *hp = &be->base.w->hp;
+    const int D = hp->dim;
+    int rc;
+    if (o->allreduce && (rc = o->allreduce(o->allreduce_ctx, be->xn, (size_t)T * D, NULL, NULL, 0))) return rc;
+    if (hp->norm_place == QNORM_SANDWICH) norm_rows(be->xn, be->xn, post_norm, T, D, hp->norm_eps);
+    for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
+    return 0;
+}
+
+/* One layer's attention block: x += attn(norm(x)). */
+static int layer_attention(cpu_be *be, const qbatch *b, int l, int max_ctx)
+{
+    const qhparams *hp = &be->base.w->hp;
+    const qlayer *L = &be->layers[l];
+    const int T = b->n_tokens, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim;
+    const int qd = H * hd, kvd = KV * hd, bs = be->base.opts.block_size;
+    const int local = qhp_layer_local(hp, l);
+    norm_rows(be->xn, be->x, &L->attn_norm, T, D, hp->norm_eps);
+    const qtensor *Wqkv[3] = { &L->wq, &L->wk, &L->wv };
+    float *yqkv[3] = { be->q, be->kx, be->vx };
+    project(be, be->xn, T, D, 3, Wqkv, yqkv);
+    add_bias(be->q, &L->bq, T, qd, be->g);
+    add_bias(be->kx, &L->bk, T, kvd, be->g);
+    add_bias(be->vx, &L->bv, T, kvd, be->g);
+    if (hp->qk_norm) { /* QK-norm: each head's q and k RMS-normalised before RoPE (Qwen3, Gemma 3) */
+        norm_rows(be->q, be->q, &L->q_norm, T * H, hd, hp->norm_eps);
+        norm_rows(be->kx, be->kx, &L->k_norm, T * KV, hd, hp->norm_eps);
+    }
+
+    const size_t layer_off = (size_t)l * be->base.opts.num_blocks * be->block_floats;
+    const float *cs_all = local && be->cs_local ? be->cs_local : be->cs;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const qbatch_seq *sq = &b->seqs[s];
+        for (int i = 0; i < sq->n_tokens; i++) {
+            const int t = sq->first + i, pos = sq->pos0 + i;
+            const float *cs = cs_all + (size_t)t * hp->rope_dim;
+            rope_apply(be->q + (size_t)t * qd, H, hd, hp->rope_dim, hp->rope_neox, cs);
+            rope_apply(be->kx + (size_t)t * kvd, KV, hd, hp->rope_dim, hp->rope_neox, cs);
+            const size_t blk = (size_t)sq->block_table[pos / bs] * be->block_floats;
+            for (int g = 0; g < KV; g++) {
+                size_t off = layer_off + blk + ((size_t)g * bs + pos % bs) * hd;
+                memcpy(be->kc + off, be->kx + (size_t)t * kvd + (size_t)g * hd, (size_t)hd * sizeof(float));
+                memcpy(be->vc + off, be->vx + (size_t)t * kvd + (size_t)g * hd, (size_t)hd * sizeof(float));
+            }
+        }
+    }
+    attn_job aj = { be, b, l, local ? hp->window : 0 };
+    if ((double)T * max_ctx * qd < 262144.0)
+        for (int t = 0; t < b->n_seqs * H; t++) attn_task(&aj, t, 0);
+    else
+        qpool_run(be->pool, b->n_seqs * H, attn_task, &aj);
+
+    const qtensor *Wo[1] = { &L->wo };
+    float *yo[1] = { be->xn };
+    project(be, be->att, T, qd, 1, Wo, yo);
+    return add_block_out(be, T, &L->post_attn_norm);
+}
+
+/* One layer's MLP block: x += down(act(gate(norm(x))) * up(norm(x))). */
+static int layer_mlp(cpu_be *be, int T, int l)
+{
+    const qhparams *hp = &be->base.w->hp;
+    const qlayer *L = &be->layers[l];
+    norm_rows(be->xn, be->x, &L->ffn_norm, T, hp->dim, hp->norm_eps);
+    const qtensor *Wgu[2] = { &L->w_gate, &L->w_up };
+    float *ygu[2] = { be->g, be->u };
+    project(be, be->xn, T, hp->dim, 2, Wgu, ygu);
+    if (hp->act == QACT_GELU_TANH) cpu_geglu(be->g, be->g, be->u, T * hp->ffn_dim);
+    else cpu_swiglu(be->g, be->g, be->u, T * hp->ffn_dim);
+    const qtensor *Wd[1] = { &L->w_down };
+    float *yd[1] = { be->xn };
+    project(be, be->g, T, hp->ffn_dim, 1, Wd, yd);
+    return add_block_out(be, T, &L->post_ffn_norm);
+}
+
+/* Embeddings of the batch's tokens into x, and each token's RoPE cos/sin
+ * (shared by every layer and head; local layers' apart). */
+static void embed(cpu_be *be, const qbatch *b)
+{
+    const qweights *w = be->base.w;
+    const qhparams *hp = &w->hp;
+    const int D = hp->dim;
+    const float scale = (float)sqrt((double)D);
+    for (int t = 0; t < b->n_tokens; t++) {
+        float *x = be->x + (size_t)t * D;
+        cpu_to_f32(x, w->tok_embd.data, w->tok_embd.dtype, (int64_t)b->tokens[t] * D, D);
+        if (hp->embed_scale)
+            for (int i = 0; i < D; i++) x[i] *= scale;
+    }
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int i = 0; i < b->seqs[s].n_tokens; i++) {
+            const size_t at = (size_t)(b->seqs[s].first + i) * hp->rope_dim;
+            rope_cs(be->inv_freq, hp->rope_dim / 2, b->seqs[s].pos0 + i, be->cs + at);
+            if (be->cs_local) rope_cs(be->inv_freq_local, hp->rope_dim / 2, b->seqs[s].pos0 + i, be->cs_local + at);
+        }
+}
+
 static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
 {
     cpu_be *be = (cpu_be *)base;
     const qweights *w = base->w;
     const qhparams *hp = &w->hp;
-    const int T = b->n_tokens, D = hp->dim, H = hp->n_heads, KV = hp->n_kv_heads, hd = hp->head_dim;
-    const int qd = H * hd, kvd = KV * hd, bs = base->opts.block_size;
+    const int T = b->n_tokens, D = hp->dim;
     int rc = check_batch(be, b);
     if (rc) return rc;
     int max_ctx = 0;
@@ -290,89 +434,21 @@ static int cpu_forward(qbackend *base, const qbatch *b, float *logits)
         if (b->seqs[s].pos0 + b->seqs[s].n_tokens > max_ctx) max_ctx = b->seqs[s].pos0 + b->seqs[s].n_tokens;
     if ((rc = ensure_scratch(be, T > b->n_logits ? T : b->n_logits, max_ctx))) return rc;
 
-    for (int t = 0; t < T; t++)
-        cpu_to_f32(be->x + (size_t)t * D, w->tok_embd.data, w->tok_embd.dtype, (int64_t)b->tokens[t] * D, D);
-    /* cos/sin per token, shared by every layer and head. */
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int i = 0; i < b->seqs[s].n_tokens; i++)
-            rope_cs(be->inv_freq, hp->rope_dim / 2, b->seqs[s].pos0 + i,
-                    be->cs + (size_t)(b->seqs[s].first + i) * hp->rope_dim);
-
-    for (int l = 0; l < hp->n_layers; l++) {
-        const qlayer *L = &w->layers[l];
-        for (int t = 0; t < T; t++)
-            cpu_rmsnorm(be->xn + (size_t)t * D, be->x + (size_t)t * D, L->attn_norm.data, L->attn_norm.dtype, D, hp->norm_eps);
-        const qtensor *Wqkv[3] = { &L->wq, &L->wk, &L->wv };
-        float *yqkv[3] = { be->q, be->kx, be->vx };
-        project(be, be->xn, T, D, 3, Wqkv, yqkv);
-        add_bias(be->q, &L->bq, T, qd, be->g);
-        add_bias(be->kx, &L->bk, T, kvd, be->g);
-        add_bias(be->vx, &L->bv, T, kvd, be->g);
-        if (hp->qk_norm) /* QK-norm: each head's q and k RMS-normalised before RoPE (Qwen3) */
-            for (int t = 0; t < T; t++) {
-                for (int h = 0; h < H; h++) {
-                    float *v = be->q + (size_t)t * qd + (size_t)h * hd;
-                    cpu_rmsnorm(v, v, L->q_norm.data, L->q_norm.dtype, hd, hp->norm_eps);
-                }
-                for (int h = 0; h < KV; h++) {
-                    float *v = be->kx + (size_t)t * kvd + (size_t)h * hd;
-                    cpu_rmsnorm(v, v, L->k_norm.data, L->k_norm.dtype, hd, hp->norm_eps);
-                }
-            }
-
-        const size_t layer_off = (size_t)l * base->opts.num_blocks * be->block_floats;
-        for (int s = 0; s < b->n_seqs; s++) {
-            const qbatch_seq *sq = &b->seqs[s];
-            for (int i = 0; i < sq->n_tokens; i++) {
-                const int t = sq->first + i, pos = sq->pos0 + i;
-                const float *cs = be->cs + (size_t)t * hp->rope_dim;
-                rope_apply(be->q + (size_t)t * qd, H, hd, hp->rope_dim, hp->rope_neox, cs);
-                rope_apply(be->kx + (size_t)t * kvd, KV, hd, hp->rope_dim, hp->rope_neox, cs);
-                const size_t blk = (size_t)sq->block_table[pos / bs] * be->block_floats;
-                for (int g = 0; g < KV; g++) {
-                    size_t off = layer_off + blk + ((size_t)g * bs + pos % bs) * hd;
-                    memcpy(be->kc + off, be->kx + (size_t)t * kvd + (size_t)g * hd, (size_t)hd * sizeof(float));
-                    memcpy(be->vc + off, be->vx + (size_t)t * kvd + (size_t)g * hd, (size_t)hd * sizeof(float));
-                }
-            }
-        }
-        attn_job aj = { be, b, l };
-        if ((double)T * max_ctx * qd < 262144.0)
-            for (int t = 0; t < b->n_seqs * H; t++) attn_task(&aj, t, 0);
-        else
-            qpool_run(be->pool, b->n_seqs * H, attn_task, &aj);
-
-        const qtensor *Wo[1] = { &L->wo };
-        float *yo[1] = { be->xn };
-        project(be, be->att, T, qd, 1, Wo, yo);
-        if (base->opts.allreduce &&
-            (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL, NULL, 0)))
-            return rc;
-        for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
-
-        for (int t = 0; t < T; t++)
-            cpu_rmsnorm(be->xn + (size_t)t * D, be->x + (size_t)t * D, L->ffn_norm.data, L->ffn_norm.dtype, D, hp->norm_eps);
-        const qtensor *Wgu[2] = { &L->w_gate, &L->w_up };
-        float *ygu[2] = { be->g, be->u };
-        project(be, be->xn, T, D, 2, Wgu, ygu);
-        cpu_swiglu(be->g, be->g, be->u, T * hp->ffn_dim);
-        const qtensor *Wd[1] = { &L->w_down };
-        float *yd[1] = { be->xn };
-        project(be, be->g, T, hp->ffn_dim, 1, Wd, yd);
-        if (base->opts.allreduce &&
-            (rc = base->opts.allreduce(base->opts.allreduce_ctx, be->xn, (size_t)T * D, NULL, NULL, 0)))
-            return rc;
-        for (size_t i = 0; i < (size_t)T * D; i++) be->x[i] += be->xn[i];
-    }
+    embed(be, b);
+    for (int l = 0; l < hp->n_layers; l++)
+        if ((rc = layer_attention(be, b, l, max_ctx)) || (rc = layer_mlp(be, T, l))) return rc;
 
     /* A shard's pass other than rank 0's gives no logits (rank 0 gives them). */
     if (b->n_logits > 0 && !(base->opts.allreduce && base->opts.tp_rank > 0)) {
         for (int r = 0; r < b->n_logits; r++)
-            cpu_rmsnorm(be->xn + (size_t)r * D, be->x + (size_t)b->logits_idx[r] * D, w->out_norm.data,
-                        w->out_norm.dtype, D, hp->norm_eps);
+            cpu_rmsnorm(be->xn + (size_t)r * D, be->x + (size_t)b->logits_idx[r] * D, be->out_norm.data,
+                        be->out_norm.dtype, D, hp->norm_eps);
         const qtensor *Wout[1] = { &w->output };
         float *yl[1] = { logits };
         project(be, be->xn, b->n_logits, D, 1, Wout, yl);
+        const float cap = hp->final_softcap;
+        if (cap > 0)
+            for (size_t i = 0; i < (size_t)b->n_logits * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
         for (int r = 0; b->row_mode && r < b->n_logits; r++)
             if (b->row_mode[r] == QROW_ARGMAX)
                 b->row_token[r] = qrow_argmax(logits + (size_t)r * hp->n_vocab, hp->n_vocab);
@@ -431,6 +507,10 @@ static void cpu_destroy(qbackend *base)
     q_free_aligned(be->kc);
     q_free_aligned(be->vc);
     free(be->inv_freq);
+    free(be->inv_freq_local);
+    free(be->layers);
+    free(be->norm_f32);
+    free(be->cs_local);
     float *bufs[] = { be->x, be->xn, be->q, be->kx, be->vx, be->att, be->g, be->u };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) q_free_aligned(bufs[i]);
     free(be->cs);
@@ -453,7 +533,8 @@ static const qbackend_ops cpu_ops = {
 static int check_weights_present(const qweights *w, char *err, size_t errlen)
 {
     static const char *const layer_names[] = { "attn_norm", "wq", "wk", "wv", "bq", "bk", "bv",
-                                               "wo", "ffn_norm", "w_gate", "w_up", "w_down", "q_norm", "k_norm" };
+                                               "wo", "ffn_norm", "w_gate", "w_up", "w_down", "q_norm", "k_norm",
+                                               "post_attn_norm", "post_ffn_norm" };
     _Static_assert(sizeof layer_names / sizeof layer_names[0] == sizeof(qlayer) / sizeof(qtensor),
                    "one name per qlayer tensor");
     const char *missing = NULL;
@@ -467,6 +548,9 @@ static int check_weights_present(const qweights *w, char *err, size_t errlen)
             if (ts[i].ndim && !ts[i].data) missing = layer_names[i], layer = l;
         if (!missing && w->hp.qk_norm && (!w->layers[l].q_norm.data || !w->layers[l].k_norm.data))
             missing = "q_norm or k_norm (QK-norm)", layer = l;
+        if (!missing && w->hp.norm_place == QNORM_SANDWICH &&
+            (!w->layers[l].post_attn_norm.data || !w->layers[l].post_ffn_norm.data))
+            missing = "post_attn_norm or post_ffn_norm (sandwich norms)", layer = l;
     }
     if (!missing && !w->layers) missing = "layers";
     if (!missing) return 0;
@@ -479,13 +563,55 @@ static int check_weights_present(const qweights *w, char *err, size_t errlen)
                     "the CPU backend needs weights in host memory", missing);
 }
 
+/* Turns norm t, when present, into float32 (1 + w) at p (NULL: only counts);
+ * returns the floats it takes. */
+static size_t plus_one(qtensor *t, float *p)
+{
+    if (!t->data) return 0;
+    const int len = (int)qt_numel(t);
+    if (p) {
+        cpu_to_f32(p, t->data, t->dtype, 0, len);
+        for (int k = 0; k < len; k++) p[k] += 1.0f;
+        t->data = p;
+        t->dtype = QDT_F32;
+    }
+    return (size_t)len;
+}
+
+/* be->layers and be->out_norm: the model's, with every norm weight turned
+ * into float32 (1 + w) when the model's norms scale so.  QERR_NOMEM. */
+static int copy_norms(cpu_be *be)
+{
+    const qweights *w = be->base.w;
+    const qhparams *hp = &w->hp;
+    be->layers = q_callocn((size_t)hp->n_layers, sizeof *be->layers);
+    if (!be->layers) return QERR_NOMEM;
+    memcpy(be->layers, w->layers, sizeof *be->layers * (size_t)hp->n_layers);
+    be->out_norm = w->out_norm;
+    if (!hp->norm_add_one) return 0;
+    /* Two rounds: count, then convert. */
+    for (int round = 0; round < 2; round++) {
+        float *p = be->norm_f32;
+        size_t total = plus_one(&be->out_norm, p);
+        for (int l = 0; l < hp->n_layers; l++) {
+            qlayer *L = &be->layers[l];
+            qtensor *each[] = { &L->attn_norm, &L->ffn_norm, &L->q_norm, &L->k_norm, &L->post_attn_norm,
+                                &L->post_ffn_norm };
+            for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
+                total += plus_one(each[i], p ? p + total : NULL);
+        }
+        if (!round && !(be->norm_f32 = q_mallocn(total ? total : 1, sizeof(float)))) return QERR_NOMEM;
+    }
+    return 0;
+}
+
 int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **out, char *err, size_t errlen)
 {
     *out = NULL;
     const qhparams *hp = &w->hp;
     if (opts->num_blocks <= 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cpu backend: %d blocks of %d tokens", opts->num_blocks, opts->block_size);
-    const char *feature = qhp_unsupported(hp, QHP_QK_NORM);
+    const char *feature = qhp_unsupported(hp, QHP_ALL);
     if (feature) return qerr_set(err, errlen, QERR_UNSUPPORTED, "cpu backend: the model needs %s, which it does not compute yet", feature);
     int rc = check_weights_present(w, err, errlen);
     if (rc) return rc;
@@ -509,8 +635,11 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
     be->kc = q_malloc_aligned(total);
     be->vc = q_malloc_aligned(total);
     be->inv_freq = q_mallocn((size_t)hp->rope_dim / 2 + 1, sizeof(float));
+    if (hp->window > 0 && hp->rope_theta_local > 0)
+        be->inv_freq_local = q_mallocn((size_t)hp->rope_dim / 2 + 1, sizeof(float));
     be->pool = qpool_create(nt);
-    if (!be->kc || !be->vc || !be->inv_freq || !be->pool) {
+    if (!be->kc || !be->vc || !be->inv_freq || !be->pool || (hp->window > 0 && hp->rope_theta_local > 0 && !be->inv_freq_local) ||
+        copy_norms(be)) {
         cpu_destroy(&be->base);
         return qerr_set(err, errlen, QERR_NOMEM, "cpu backend: cannot allocate %.1f MiB of KV cache",
                         2.0 * (double)total / (1 << 20));
@@ -518,6 +647,7 @@ int cpu_backend_create(const qweights *w, const qbackend_opts *opts, qbackend **
     /* Not zeroed: a position is always written before any pass reads it,
      * and untouched pages of a large pool then cost no memory. */
     qrope_inv_freq(w, be->inv_freq);
+    if (be->inv_freq_local) qrope_inv_freq_layer(w, 1, be->inv_freq_local);
     *out = &be->base;
     return 0;
 }

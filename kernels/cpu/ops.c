@@ -70,6 +70,15 @@ void cpu_swiglu(float *out, const float *g, const float *u, int n)
     for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+void cpu_geglu(float *out, const float *g, const float *u, int n)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float x = g[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
+
 void cpu_attn_scores_ref(float *s, const float *q, const float *k, int n, int hd, float scale)
 {
     for (int j = 0; j < n; j++) s[j] = cpu_dot_ref(q, k + (size_t)j * hd, hd) * scale;

@@ -78,4 +78,8 @@ void cpu_rmsnorm(float *y, const float *x, const void *w, qdtype dt, int n, floa
 /* out = silu(g) * u over n elements. */
 void cpu_swiglu(float *out, const float *g, const float *u, int n);
 
+/* out = gelu_tanh(g) * u over n elements (GeGLU with the tanh-approximated
+ * GELU, transformers' gelu_pytorch_tanh). */
+void cpu_geglu(float *out, const float *g, const float *u, int n);
+
 #endif

@@ -140,22 +140,26 @@ static void test_greedy_matches_hf(void)
             json_decref(j);
             continue;
         }
-        json_t *pa = json_object_get(j, "prompt_ids"), *ga = json_object_get(j, "greedy_ids");
-        int np = (int)json_array_size(pa), ng = (int)json_array_size(ga);
-        int32_t *prompt = malloc(4 * (size_t)np), *got = malloc(4 * (size_t)ng);
-        for (int i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pa, (size_t)i));
         qbackend *be = make(m, 1, 1, 64 * 1);
         REQUIRE(be);
-        REQUIRE(np + ng <= 64 * 16);
-        CHECK(greedy_batch(be, 1, &prompt, &np, ng, m->hp.n_vocab, &got) == 0);
-        int mismatch = -1;
-        for (int i = 0; i < ng && mismatch < 0; i++)
-            if (got[i] != (int32_t)json_integer_value(json_array_get(ga, (size_t)i))) mismatch = i;
-        fprintf(stderr, "  %-42s greedy (f32 on the GPU): %s at %d of %d\n", cases[c].path,
-                mismatch < 0 ? "equal to HF" : "DIFFERS", mismatch, ng);
-        CHECK(mismatch < 0);
-        free(prompt);
-        free(got);
+        json_t *pa, *ga;
+        const int n_pairs = greedy_pair(j, 0, &pa, &ga);
+        for (int k = 0; k < n_pairs; k++) {
+            greedy_pair(j, k, &pa, &ga);
+            int np = (int)json_array_size(pa), ng = (int)json_array_size(ga);
+            int32_t *prompt = malloc(4 * (size_t)np), *got = malloc(4 * (size_t)ng);
+            for (int i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pa, (size_t)i));
+            REQUIRE(np + ng <= 64 * 16);
+            CHECK(greedy_batch(be, 1, &prompt, &np, ng, m->hp.n_vocab, &got) == 0);
+            int mismatch = -1;
+            for (int i = 0; i < ng && mismatch < 0; i++)
+                if (got[i] != (int32_t)json_integer_value(json_array_get(ga, (size_t)i))) mismatch = i;
+            fprintf(stderr, "  %-42s prompt %d: greedy (f32 on the GPU): %s at %d of %d\n", cases[c].path, k,
+                    mismatch < 0 ? "equal to HF" : "DIFFERS", mismatch, ng);
+            CHECK(mismatch < 0);
+            free(prompt);
+            free(got);
+        }
         qbackend_destroy(be);
         qmodel_destroy(m);
         json_decref(j);

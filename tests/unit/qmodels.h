@@ -4,6 +4,7 @@
 #ifndef QUIRE_QMODELS_H
 #define QUIRE_QMODELS_H
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,6 +24,12 @@ static const model_case cases[] = {
     { "tiny-qwen2-random", "tests/fixtures/models/tiny-qwen2-random" },
     { "tiny-qwen3-random", "tests/fixtures/models/tiny-qwen3-random" },
     { "tiny-qwen3-random", "tests/fixtures/models/tiny-qwen3-random.gguf" },
+    { "tiny-gemma2-random", "tests/fixtures/models/tiny-gemma2-random" },
+    { "tiny-gemma2-random", "tests/fixtures/models/tiny-gemma2-random.gguf" },
+    { "tiny-gemma3-random", "tests/fixtures/models/tiny-gemma3-random" },
+    { "tiny-gemma3-random", "tests/fixtures/models/tiny-gemma3-random.gguf" },
+    { "tiny-mistral-swa-random", "tests/fixtures/models/tiny-mistral-swa-random" },
+    { "tiny-mistral-swa-random", "tests/fixtures/models/tiny-mistral-swa-random.gguf" },
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
@@ -33,6 +40,17 @@ static inline int qmodel_case_skip(const qmodel *m, unsigned feats, const char *
     const char *f = qhp_unsupported(&m->hp, feats);
     if (f) printf("  %s: skipped here (%s is not computed by this backend yet)\n", path, f);
     return f != NULL;
+}
+
+/* The (prompt, continuation) pairs of a greedy fixture: {"prompts":
+ * [{"prompt_ids", "greedy_ids"}, ...]} (scripts/gen_tiny_families.py) or
+ * one pair at the top level.  Returns how many; pair i's arrays in *p, *g. */
+static inline int greedy_pair(json_t *j, int i, json_t **p, json_t **g)
+{
+    json_t *list = json_object_get(j, "prompts"), *e = list ? json_array_get(list, (size_t)i) : (i ? NULL : j);
+    *p = json_object_get(e, "prompt_ids");
+    *g = json_object_get(e, "greedy_ids");
+    return list ? (int)json_array_size(list) : 1;
 }
 
 /* Loads a model by its path under QUIRE_ROOT; NULL (with the reason on

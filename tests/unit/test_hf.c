@@ -408,19 +408,73 @@ static void test_config_variants(void)
     CHECK_EQ_INT(m->eos_ids[1], 7);
     free(s);
 
-    /* A Mistral sliding window shorter than the context caps the context;
-     * Qwen2's only when use_sliding_window is true. */
+    /* A Mistral sliding window makes every layer local, the context stays;
+     * Qwen2's only when use_sliding_window is true, from max_window_layers on. */
     s = cfg("model_type", "\"mistral\"", "sliding_window", "128", NULL);
     CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
-    CHECK_EQ_INT(m->hp.max_ctx, 128);
+    CHECK_EQ_INT(m->hp.max_ctx, 256);
+    CHECK_EQ_INT(m->hp.window, 128);
+    CHECK(qhp_layer_local(&m->hp, 0) && qhp_layer_local(&m->hp, 1));
+    CHECK_EQ_INT(qhp_all_local_window(&m->hp), 128);
     free(s);
     s = cfg("model_type", "\"qwen2\"", "sliding_window", "128", "use_sliding_window", "false", NULL);
     CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
-    CHECK_EQ_INT(m->hp.max_ctx, 256);
+    CHECK_EQ_INT(m->hp.window, 0);
     free(s);
     s = cfg("model_type", "\"qwen2\"", "sliding_window", "128", "use_sliding_window", "true", NULL);
     CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
-    CHECK_EQ_INT(m->hp.max_ctx, 128);
+    CHECK_EQ_INT(m->hp.window, 128);
+    CHECK_EQ_INT(qhp_all_local_window(&m->hp), 128);
+    free(s);
+    s = cfg("model_type", "\"qwen2\"", "sliding_window", "128", "use_sliding_window", "true", "max_window_layers", "1",
+            NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_UNSUPPORTED); /* global, then local: no pattern */
+    CHECK_STR_CONTAINS(err, "every n-th layer global");
+    free(s);
+
+    /* Gemma 2: local and global in turn, soft-caps by default, the scale from
+     * query_pre_attn_scalar, (1 + w) norms. */
+    s = cfg("model_type", "\"gemma2\"", "sliding_window", "16", "query_pre_attn_scalar", "64",
+            "hidden_activation", "\"gelu_pytorch_tanh\"", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
+    CHECK(m->hp.window == 16 && m->hp.window_pattern == 2 && qhp_layer_local(&m->hp, 0) && !qhp_layer_local(&m->hp, 1));
+    CHECK(m->hp.attn_softcap == 50.0f && m->hp.final_softcap == 30.0f && m->hp.attn_scale == 0.125f);
+    CHECK(m->hp.norm_add_one && m->hp.embed_scale && m->hp.act == QACT_GELU_TANH && m->hp.norm_place == QNORM_SANDWICH);
+    CHECK_EQ_INT(qhp_all_local_window(&m->hp), 0);
+    free(s);
+    s = cfg("model_type", "\"gemma2\"", "final_logit_softcapping", "null", "hidden_act", "\"silu\"", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "hidden_act \"silu\"");
+    free(s);
+    s = cfg("model_type", "\"gemma2\"", "final_logit_softcapping", "null", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
+    CHECK(m->hp.final_softcap == 0 && m->hp.attn_softcap == 50.0f);
+    free(s);
+    /* Gemma 3: layer_types, RoPE per layer type in either layout. */
+    s = cfg("model_type", "\"gemma3_text\"", "sliding_window", "32",
+            "layer_types", "[\"sliding_attention\", \"full_attention\"]",
+            "rope_parameters", "{\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0, \"rope_theta\": 1000000.0},"
+            " \"sliding_attention\": {\"rope_type\": \"default\", \"rope_theta\": 10000.0}}", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
+    CHECK(m->hp.window == 32 && m->hp.window_pattern == 2);
+    CHECK(m->hp.rope_theta == 1e6f && m->hp.rope_theta_local == 1e4f && m->hp.rope_scaling == QROPE_SCALE_LINEAR &&
+          m->hp.rope_factor == 8.0f && m->hp.qk_norm && m->hp.attn_softcap == 0);
+    free(s);
+    s = cfg("model_type", "\"gemma3_text\"", "sliding_window", "32", "rope_theta", "1000000.0", "num_hidden_layers", "7",
+            "rope_local_base_freq", "5000.0", "rope_scaling", "{\"rope_type\": \"linear\", \"factor\": 4.0}", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
+    CHECK(m->hp.window_pattern == 6 && m->hp.rope_theta_local == 5000.0f && m->hp.rope_factor == 4.0f);
+    CHECK(qhp_layer_local(&m->hp, 4) && !qhp_layer_local(&m->hp, 5) && qhp_layer_local(&m->hp, 6));
+    free(s);
+    s = cfg("model_type", "\"gemma3_text\"", "sliding_window", "32",
+            "rope_parameters", "{\"sliding_attention\": {\"rope_type\": \"linear\", \"factor\": 2.0}}", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "scaled RoPE for local layers");
+    free(s);
+    s = cfg("model_type", "\"gemma3_text\"", "sliding_window", "32", "layer_types", "[\"sliding_attention\", \"chunked\"]",
+            NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "layer_types[1]");
     free(s);
 
     qmodel_destroy(m);
@@ -1081,9 +1135,9 @@ static void test_families(void)
     }
     char list[128];
     qfamily_list(0, list, sizeof list);
-    CHECK(!strcmp(list, "llama, mistral, qwen2, qwen3"));
+    CHECK(!strcmp(list, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text"));
     qfamily_list(1, list, sizeof list);
-    CHECK(!strcmp(list, "llama, qwen2, qwen3"));
+    CHECK(!strcmp(list, "llama, qwen2, qwen3, gemma2, gemma3"));
     CHECK(qfamily_by_gguf("mistral", 7) < 0); /* converted as "llama" */
     CHECK(qfamily_by_hf("qwen2", "LlamaForCausalLM") == qfamily_by_gguf("qwen2", 5));
     CHECK(qfamily_by_hf("gemma3", "Qwen2ForCausalLM") < 0); /* model_type decides */

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Writes, for each family below, a tiny random checkpoint made by HF
+transformers' save_pretrained (tests/fixtures/models/tiny-<family>-random:
+config.json, model.safetensors, float32), the GGUF of the same weights
+(tests/fixtures/models/tiny-<family>-random.gguf, written with the gguf
+package the way llama.cpp's convert_hf_to_gguf.py lays the family out: its
+architecture, keys and tensor names, Llama's Q/K permuted for adjacent-pair
+RoPE, Gemma's norms stored as 1 + w; F32; no vocabulary) and its fixtures:
+
+  tests/fixtures/tiny-<family>-random.logits.json  64 ids and the float32
+      logits of every position;
+  tests/fixtures/tiny-<family>-random.greedy.json  8 prompts (5 to 40 ids)
+      and each one's 48-token greedy continuation (model.generate).
+
+The families: qwen3 (QK-norm, head_dim set apart from hidden / heads), gemma2
+(GeGLU, sandwich and (1 + w) norms, scaled embeddings, attention and final
+soft-caps, local and global layers in turn), gemma3 (Gemma 2's network with
+QK-norm and no soft-caps, five local layers to a global one, the local
+layers' own RoPE base, linear RoPE scaling on the global ones) and mistral
+with a sliding window on every layer.  The windows (12) are shorter than
+every sequence's end, so the windowed layers mask.  Every weight is random
+(torch seed 1234 + the family's index), every norm's included, so that a
+missing or misplaced one shows in the logits.  The tokenizer is
+tiny-qwen2-random's (512 ids).  Attention runs as "eager" (the soft-caps).
+
+    python3 -m venv build/tfvenv && build/tfvenv/bin/pip install torch transformers safetensors gguf
+    build/tfvenv/bin/python scripts/gen_tiny_families.py [family ...]
+"""
+import json
+import pathlib
+import shutil
+import sys
+
+import gguf
+import numpy as np
+import torch
+import transformers
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+MODELS = ROOT / "tests" / "fixtures" / "models"
+TOK = MODELS / "tiny-qwen2-random"
+FIX = ROOT / "tests" / "fixtures"
+
+COMMON = dict(vocab_size=512, hidden_size=48, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+              pad_token_id=0)
+WINDOW = 12
+
+FAMILIES = {
+    "qwen3": dict(cls="Qwen3ForCausalLM", cfg="Qwen3Config", arch="qwen3",
+                  kw=dict(num_hidden_layers=2, head_dim=24, rope_theta=1000000.0, tie_word_embeddings=False,
+                          attention_bias=False, use_sliding_window=False)),
+    "gemma2": dict(cls="Gemma2ForCausalLM", cfg="Gemma2Config", arch="gemma2",
+                   kw=dict(num_hidden_layers=4, sliding_window=WINDOW, query_pre_attn_scalar=16,
+                           attn_logit_softcapping=5.0, final_logit_softcapping=3.0, rope_theta=10000.0,
+                           hidden_activation="gelu_pytorch_tanh")),
+    "gemma3": dict(cls="Gemma3ForCausalLM", cfg="Gemma3TextConfig", arch="gemma3",
+                   kw=dict(num_hidden_layers=6, sliding_window=WINDOW, query_pre_attn_scalar=16,
+                           hidden_activation="gelu_pytorch_tanh",
+                           rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                               "rope_theta": 1000000.0},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})),
+    "mistral-swa": dict(cls="MistralForCausalLM", cfg="MistralConfig", arch="llama",
+                        kw=dict(num_hidden_layers=2, sliding_window=WINDOW, rope_theta=1000000.0,
+                                tie_word_embeddings=False)),
+}
+
+GGUF_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+GGUF_LAYER = {
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+}
+# Llama's post_attention_layernorm is the MLP's pre-norm; Gemma's comes after attention.
+LLAMA_NORMS = {"post_attention_layernorm": "ffn_norm"}
+GEMMA_NORMS = {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"}
+
+
+def permute(w, n_head):
+    """llama.cpp's convert_hf_to_gguf permute: rotate-half pairs to adjacent ones."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(name, fam, model, cfg):
+    arch = fam["arch"]
+    gemma = arch.startswith("gemma")
+    w = gguf.GGUFWriter(str(MODELS / f"tiny-{name}-random.gguf"), arch)
+    w.add_name(f"tiny-{name}-random")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    rp = cfg.rope_parameters
+    full = rp.get("full_attention", rp)
+    w.add_rope_freq_base(float(full["rope_theta"]))
+    if full.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(float(full["factor"]))
+    if getattr(cfg, "sliding_window", None):
+        w.add_sliding_window(cfg.sliding_window)
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    w.add_tokenizer_model("none")
+    norms = GEMMA_NORMS if gemma else LLAMA_NORMS
+    for key, p in model.state_dict().items():
+        t = p.detach().to(torch.float32)
+        if key in GGUF_NAMES:
+            if key == "lm_head.weight" and cfg.tie_word_embeddings:
+                continue
+            out = GGUF_NAMES[key]
+        else:
+            parts = key.split(".")  # model.layers.N.<module...>.weight
+            mod = ".".join(parts[3:-1])
+            out = f"blk.{parts[2]}.{GGUF_LAYER.get(mod) or norms[mod]}.{parts[-1]}"
+            if arch == "llama" and mod == "self_attn.q_proj":
+                t = permute(t, cfg.num_attention_heads)
+            if arch == "llama" and mod == "self_attn.k_proj":
+                t = permute(t, cfg.num_key_value_heads)
+        if gemma and key.endswith("norm.weight"):
+            t = t + 1  # the converter stores Gemma's (1 + w)
+        w.add_tensor(out, t.numpy().astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make(name, index):
+    fam = FAMILIES[name]
+    torch.manual_seed(1234 + index)
+    kw = dict(COMMON)
+    kw.update(fam["kw"])
+    cfg = getattr(transformers, fam["cfg"])(**kw)
+    cfg._attn_implementation = "eager"
+    model = getattr(transformers, fam["cls"])(cfg).to(torch.float32).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                # Gemma's norms scale by 1 + w: centre them at 0 there, at 1 elsewhere.
+                p.copy_((0.0 if name.startswith("gemma") else 1.0) + 0.3 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.08)
+    out = MODELS / f"tiny-{name}-random"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOK / f, out / f)
+    write_gguf(name, fam, model, cfg)
+
+    g = torch.Generator().manual_seed(99)
+    ids = torch.randint(3, 512, (1, 64), generator=g)
+    ids[0, 0] = 1
+    with torch.no_grad():
+        logits = model(ids).logits[0].to(torch.float32)
+    (FIX / f"tiny-{name}-random.logits.json").write_text(json.dumps(
+        {"model": f"tiny-{name}-random", "input_ids": ids[0].tolist(), "shape": list(logits.shape),
+         "logits": [[float(f"{x:.7g}") for x in row] for row in logits.tolist()]}))
+    prompts = []
+    for n in (5, 9, 12, 13, 17, 24, 31, 40):
+        prompt = torch.randint(3, 512, (1, n), generator=g)
+        prompt[0, 0] = 1
+        with torch.no_grad():
+            gen = model.generate(prompt, max_new_tokens=48, do_sample=False, eos_token_id=None, pad_token_id=0)
+        prompts.append({"prompt_ids": prompt[0].tolist(), "greedy_ids": gen[0, n:].tolist()})
+    (FIX / f"tiny-{name}-random.greedy.json").write_text(json.dumps({"prompts": prompts}))
+    print(name, "transformers", transformers.__version__, "torch", torch.__version__)
+
+
+def main():
+    names = sys.argv[1:] or list(FAMILIES)
+    for name in names:
+        make(name, list(FAMILIES).index(name))
+
+
+if __name__ == "__main__":
+    main()
