@@ -69,6 +69,7 @@ static const qopt serve_table[] = {
     { NULL, "--allow-origin", "LIST", OPT_STR, F_(allow_origin), "the same as --allowed-origins" },
     { NULL, "--chat-template", "FILE", OPT_STR, F_(chat_template_path), "a Jinja chat template to use instead of the model's" },
     { NULL, "--json-schema-mode", "MODE", OPT_STR, F_(schema_mode), "strict: properties a schema does not list are not generated unless additionalProperties allows them (as XGrammar and llama.cpp); full: JSON Schema's own meaning (default strict)" },
+    { NULL, "--reasoning-parser", "NAME", OPT_STR, F_(reasoning_parser), "how chat replies are split into reasoning_content and content: qwen3 or deepseek_r1 (<think>...</think>), none, or auto: qwen3 when the chat template writes </think>, else none (default auto)" },
     { NULL, "--tool-call-parser", "NAME", OPT_STR, F_(tool_parser), "the form tool calls are written and read in: hermes (<tool_call>), llama3_json ({\"name\", \"parameters\"}), mistral ([TOOL_CALLS]), or auto: the one the chat template shows, hermes when it shows none (default auto)" },
     { NULL, "--log-level", "LEVEL", OPT_STR, F_(log_level), "debug, info, warn, error or off (default info)" },
     { NULL, "--shutdown-grace", "S", OPT_FLOAT, F_(grace), "on SIGINT/SIGTERM, seconds running requests may finish before they are cancelled (default 5)" },
@@ -332,6 +333,10 @@ static int check_serve_opts(const serve_opts *o)
     }
     if (o->schema_mode && strcmp(o->schema_mode, "strict") && strcmp(o->schema_mode, "full")) {
         fprintf(stderr, "quire serve: --json-schema-mode must be strict or full\n");
+        return 2;
+    }
+    if (o->reasoning_parser && strcmp(o->reasoning_parser, "auto") && (int)qoai_reason_named(o->reasoning_parser) < 0) {
+        fprintf(stderr, "quire serve: --reasoning-parser must be auto, none, qwen3 or deepseek_r1\n");
         return 2;
     }
     if (o->tool_parser && strcmp(o->tool_parser, "auto") && gram_tools_form_named(o->tool_parser) < 0) {

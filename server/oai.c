@@ -623,6 +623,10 @@ int qoai_chat_ids(json_t *o, const qoai_limits *lim, const qmodel *m, const qtok
     if (!rc)
         rc = qchat_apply_tokens_ex(t, m, tok, ctx, cont ? QCHAT_CONTINUE_FINAL : 0, &text, &tl, &r->ids, n, err,
                                    sizeof err);
+    if (!rc && lim) {
+        r->reasoning = lim->reasoning;
+        r->in_think = qoai_prompt_in_think(text, tl);
+    }
     free(text);
     qchat_free(t);
     json_decref(ctx);

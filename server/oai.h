@@ -94,6 +94,9 @@ typedef struct {
     /* The form tool calls are written in (schema.h; serve's
      * --tool-call-parser, else the one the chat template shows). */
     gram_tools_form tool_form;
+    /* How chat replies are split into reasoning and content (serve's
+     * --reasoning-parser, else the one the chat template shows). */
+    int reasoning; /* qoai_reason_kind */
 } qoai_limits;
 
 /* A cache of structure requests that failed to compile: the SHA-256 of the
@@ -130,6 +133,8 @@ typedef struct {
     int truncate;         /* truncate_prompt_tokens: keep the prompt's last this many (-1: the context; 0: off) */
     int no_special;       /* completions' add_special_tokens false: no BOS */
     const char *request_id; /* the body's request_id (points into body), or NULL */
+    int reasoning;        /* chat: lim->reasoning (qoai_reason_kind): the reply is split */
+    int in_think;         /* chat: the rendered prompt ends inside <think> (qoai_prompt_in_think) */
 } qoai_req;
 
 /* How tool_choice shapes the output (QOAI_TOOLS_OFF: plain text). */
@@ -233,6 +238,39 @@ int qoai_calls_complete(const qoai_calls *p);
 /* 1 when memory ran out while reading (what it gives is then incomplete). */
 int qoai_calls_failed(const qoai_calls *p);
 
+/* ---- reasoning ---------------------------------------------------------------
+ *
+ * A reasoning model's output, <think>reasoning</think>content, read back as
+ * vLLM's reasoning parsers read it: the reply's message (or each streamed
+ * delta) carries the reasoning as "reasoning_content" (and "reasoning", the
+ * name vLLM moved to) and the rest as "content".  qwen3: the output is
+ * reasoning when it opens with <think> or the prompt ends inside one (the
+ * template opened it), else content throughout (enable_thinking false
+ * renders an empty think block into the prompt); deepseek_r1: reasoning
+ * from the start, whatever the prompt.  Either way reasoning ends at
+ * </think>, or with the output. */
+typedef enum { QOAI_REASON_NONE = 0, QOAI_REASON_QWEN3 = 1, QOAI_REASON_DEEPSEEK_R1 = 2 } qoai_reason_kind;
+/* The parser a --reasoning-parser name means ("none", "qwen3",
+ * "deepseek_r1"; NULL: none), or -1. */
+qoai_reason_kind qoai_reason_named(const char *name);
+/* The parser a chat template shows (NULL: none): qwen3 where it writes
+ * </think>, else none. */
+qoai_reason_kind qoai_reason_of(const char *tmpl);
+/* 1 when a rendered prompt (len bytes) ends with <think> and whitespace. */
+int qoai_prompt_in_think(const char *text, size_t len);
+typedef struct qoai_reason qoai_reason;
+/* NULL for QOAI_REASON_NONE or when out of memory. */
+qoai_reason *qoai_reason_new(qoai_reason_kind kind, int prompt_in_think);
+void qoai_reason_free(qoai_reason *p);
+/* n more bytes of output (last: it ends with them) split: afterwards
+ * qoai_reason_part gives this piece's reasoning and content (either may be
+ * empty; a tail that may be a tag is held until more comes).  0 or
+ * QERR_NOMEM. */
+int qoai_reason_feed(qoai_reason *p, const char *s, size_t n, int last);
+/* The last feed's reasoning (content 0) or content (1): valid until the
+ * next feed; "" with *len 0 when none. */
+const char *qoai_reason_part(const qoai_reason *p, int content, size_t *len);
+
 /* Fills *e: status, type, param (NULL: none), then the message.  Returns
  * QERR_INVAL for status 4xx (QERR_INTERNAL otherwise), for `return`. */
 int qoai_fail(qoai_error *e, int status, const char *type, const char *param, const char *fmt, ...)
@@ -295,6 +333,8 @@ typedef struct {
     const char *finish; /* qoai_finish_reason */
     json_t *logprobs;   /* stolen; NULL: null */
     json_t *message;    /* chat: the message instead of text (stolen; NULL: none) */
+    const char *reasoning; /* chat: the reasoning split from the text (rlen bytes), or NULL: no split */
+    size_t rlen;
 } qoai_choice;
 
 /* The whole reply (stream false): n choices in index order and the usage

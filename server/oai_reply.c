@@ -196,6 +196,14 @@ json_t *qoai_response(const qoai_reply *c, qoai_choice *ch, int n, json_t *usage
         ch[i].logprobs = NULL;
         json_t *msg = ch[i].message;
         ch[i].message = NULL;
+        if (c->kind == QOAI_CHAT && ch[i].reasoning && !msg) /* a split reply: content null when there is none */
+            msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                            ch[i].len ? json_stringn(ch[i].text, ch[i].len) : json_null());
+        if (c->kind == QOAI_CHAT && ch[i].reasoning && msg) {
+            json_t *rv = ch[i].rlen ? json_stringn(ch[i].reasoning, ch[i].rlen) : json_null();
+            json_object_set(msg, "reasoning_content", rv);
+            json_object_set_new(msg, "reasoning", rv);
+        }
         if (c->kind == QOAI_CHAT && msg)
             o = json_pack("{s:i, s:o, s:o, s:s}", "index", i, "message", msg, "logprobs", lpj, "finish_reason",
                           ch[i].finish);

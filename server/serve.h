@@ -43,6 +43,7 @@ typedef struct {
     const char *chat_template_path; /* --chat-template: a Jinja file instead of the model's template */
     const char *schema_mode; /* --json-schema-mode: strict (default) or full */
     const char *tool_parser; /* --tool-call-parser: auto (default), hermes, llama3_json or mistral */
+    const char *reasoning_parser; /* --reasoning-parser: auto (default), none, qwen3 or deepseek_r1 */
     float grace;
 } serve_opts;
 
@@ -56,6 +57,9 @@ typedef struct {
     int started; /* a streamed chat choice has sent its role */
     int echoed;  /* the request's echo text has gone out (or into text) */
     qoai_calls *calls; /* a request with tools: its output read back as tool calls */
+    qoai_reason *reason; /* a reasoning model's chat: its output split (oai.h) */
+    char *rtext;         /* whole replies: the reasoning so far */
+    size_t rlen, rcap;
 } acc;
 
 /* A connection as its requests and preparation jobs see it: it may close

@@ -90,6 +90,8 @@ void serve_sreq_free(sreq *r)
 {
     for (int i = 0; r->ch && i < r->n; i++) {
         free(r->ch[i].text);
+        free(r->ch[i].rtext);
+        qoai_reason_free(r->ch[i].reason);
         json_decref(r->ch[i].lp);
         qoai_calls_free(r->ch[i].calls);
     }
@@ -133,96 +135,10 @@ static void out_echo(sreq *r, acc *c, int index)
     }
 }
 
-/* An engine event into its request's output (srv->mu held). */
-static void dispatch(serve_state *srv, qevent *ev)
+/* The last choice of r finished: the usage, the WebSocket's "done" or the
+ * stream's end, or the whole reply (srv->mu held). */
+static void reply_done(serve_state *srv, sreq *r, const qevent *ev, double now)
 {
-    sreq *r = srv->reqs;
-    while (r && r->id != ev->id) r = r->next;
-    if (!r || ev->index < 0 || ev->index >= r->n) return;
-    acc *c = &r->ch[ev->index];
-    if (!c->echoed) out_echo(r, c, ev->index);
-    const double now = q_now();
-    if (ev->finish == QFINISH_NONE) {
-        if (r->t_last == 0) qmetrics_ttft(srv->metrics, now - r->t0);
-        else if (ev->index == 0) qmetrics_itl(srv->metrics, now - r->t_last);
-        if (ev->index == 0) r->t_last = now;
-    }
-    json_t *lp = NULL;
-    if (ev->finish == QFINISH_NONE && r->req.logprobs)
-        qoai_logprobs_add(r->req.stream || r->ws ? &lp : &c->lp, r->req.kind, srv->tok, ev, c->len);
-    /* Tools: the output read back as content and calls, as it comes when
-     * streamed, whole at the end otherwise. */
-    json_t *d = NULL;
-    if (r->req.tool_mode && !c->calls) {
-        char prefix[112];
-        snprintf(prefix, sizeof prefix, "call_%.40s_%d_", strchr(r->rid, '-') ? strchr(r->rid, '-') + 1 : r->rid,
-                 ev->index);
-        if (!(c->calls = qoai_calls_new(r->req.tool_mode, srv->lim.tool_form, r->req.tool_name, prefix))) r->failed = 1;
-    }
-    if (c->calls && (r->req.stream || r->ws))
-        d = qoai_calls_feed(c->calls, ev->text ? ev->text : "", ev->text_len, ev->finish != QFINISH_NONE);
-    if (r->ws) {
-        json_t *dc = d ? json_object_get(d, "content") : NULL, *dt = d ? json_object_get(d, "tool_calls") : NULL;
-        const char *txt = c->calls ? (dc ? json_string_value(dc) : "") : ev->text ? ev->text : "";
-        const size_t tl = c->calls ? (dc ? json_string_length(dc) : 0) : ev->text_len;
-        if (tl || dt || lp || (r->want_ids && ev->finish == QFINISH_NONE)) {
-            json_t *f = json_pack("{s:s, s:s, s:i, s:s%}", "type", "delta", "id", r->cid, "index", ev->index, "text",
-                                  txt, tl);
-            if (f && r->want_ids && ev->finish == QFINISH_NONE) json_object_set_new(f, "token", json_integer(ev->token));
-            if (f && dt) json_object_set(f, "tool_calls", dt);
-            if (f && lp) json_object_set_new(f, "logprobs", lp);
-            else json_decref(lp);
-            out_frame(r, f);
-        } else {
-            json_decref(lp);
-        }
-    } else if (r->req.stream && c->calls) {
-        const int first = !c->started && ev->finish == QFINISH_NONE;
-        if (d || lp || first) {
-            if (!d) d = json_object();
-            if (d && !c->started) json_object_set_new(d, "role", json_string("assistant"));
-            out_event(r, qoai_chunk_delta(&r->rep, ev->index, d, lp, NULL));
-            d = NULL;
-            c->started = 1;
-        }
-    } else if (r->req.stream) {
-        if (ev->text_len || lp || (r->req.kind == QOAI_CHAT && !c->started && ev->finish == QFINISH_NONE)) {
-            out_event(r, qoai_chunk(&r->rep, ev->index, ev->text, ev->text_len, lp,
-                                    NULL, r->req.kind == QOAI_CHAT && !c->started));
-            c->started = 1;
-        }
-    } else if (ev->text_len && q_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len)) {
-        r->failed = 1;
-    }
-    json_decref(d);
-    if (ev->finish != QFINISH_NONE) {
-        if (c->calls && !r->req.stream && !r->ws) json_decref(qoai_calls_feed(c->calls, c->text ? c->text : "", c->len, 1));
-        if (qoai_calls_failed(c->calls)) r->failed = 1;
-        /* A finished output whose calls are whole ends in "tool_calls". */
-        c->finish = ev->finish == QFINISH_STOP && qoai_calls_complete(c->calls) ? "tool_calls"
-                                                                                 : qoai_finish_reason(ev->finish);
-        if (r->req.stream && !r->ws && c->calls) {
-            json_t *fd = c->started ? NULL : json_pack("{s:s}", "role", "assistant");
-            out_event(r, qoai_chunk_delta(&r->rep, ev->index, fd, NULL, c->finish));
-            c->started = 1;
-        } else if (r->req.stream && !r->ws) {
-            out_event(r, qoai_chunk(&r->rep, ev->index, "", 0, NULL, c->finish, r->req.kind == QOAI_CHAT && !c->started));
-        }
-    }
-    /* A session's reply is kept whole, to be stored. */
-    if (r->session[0] && ev->index == 0 && ev->text_len &&
-        q_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len))
-        r->failed = 1;
-    else if ((r->req.stream || r->ws) && !(r->session[0] && ev->index == 0))
-        c->len += ev->text_len; /* the text offset of the next token's logprobs */
-    if (ev->finish == QFINISH_NONE) return;
-    c->fin = ev->finish;
-    r->prompt_tokens = ev->prompt_tokens;
-    r->cached_tokens = ev->cached_tokens;
-    r->cached_disk = ev->cached_disk_tokens;
-    r->completion_tokens += ev->completion_tokens;
-    r->spec[0] += ev->spec_drafted, r->spec[1] += ev->spec_accepted, r->spec[2] += ev->spec_passes;
-    if (++r->n_done < r->n) return;
     r->finished = !r->session[0]; /* a session's request once its reply is stored */
     srv->live--;
     qmetrics_tokens(srv->metrics, r->prompt_tokens, r->completion_tokens);
@@ -261,7 +177,8 @@ static void dispatch(serve_state *srv, qevent *ev)
         if (ch) {
             for (int i = 0; i < r->n; i++) {
                 ch[i] = (qoai_choice){ r->ch[i].text ? r->ch[i].text : "", r->ch[i].len, r->ch[i].finish, r->ch[i].lp,
-                                       r->ch[i].calls ? qoai_calls_message(r->ch[i].calls) : NULL };
+                                       r->ch[i].calls ? qoai_calls_message(r->ch[i].calls) : NULL,
+                                       r->ch[i].reason ? (r->ch[i].rtext ? r->ch[i].rtext : "") : NULL, r->ch[i].rlen };
                 r->ch[i].lp = NULL;
             }
             serve_out_json(r, qoai_response(&r->rep, ch, r->n, usage), "", "");
@@ -271,6 +188,117 @@ static void dispatch(serve_state *srv, qevent *ev)
             r->failed = 1;
         }
     }
+}
+
+/* An engine event into its request's output (srv->mu held). */
+static void dispatch(serve_state *srv, qevent *ev)
+{
+    sreq *r = srv->reqs;
+    while (r && r->id != ev->id) r = r->next;
+    if (!r || ev->index < 0 || ev->index >= r->n) return;
+    acc *c = &r->ch[ev->index];
+    if (!c->echoed) out_echo(r, c, ev->index);
+    const double now = q_now();
+    if (ev->finish == QFINISH_NONE) {
+        if (r->t_last == 0) qmetrics_ttft(srv->metrics, now - r->t0);
+        else if (ev->index == 0) qmetrics_itl(srv->metrics, now - r->t_last);
+        if (ev->index == 0) r->t_last = now;
+    }
+    json_t *lp = NULL;
+    if (ev->finish == QFINISH_NONE && r->req.logprobs)
+        qoai_logprobs_add(r->req.stream || r->ws ? &lp : &c->lp, r->req.kind, srv->tok, ev, c->len);
+    /* A reasoning model's output: its reasoning apart, the content on. */
+    const char *txt = ev->text ? ev->text : "", *rs = "";
+    size_t tlen = ev->text_len, rn = 0;
+    if (r->req.reasoning && !c->reason && !(c->reason = qoai_reason_new(r->req.reasoning, r->req.in_think)))
+        r->failed = 1;
+    if (c->reason) {
+        if (qoai_reason_feed(c->reason, txt, tlen, ev->finish != QFINISH_NONE)) r->failed = 1;
+        rs = qoai_reason_part(c->reason, 0, &rn);
+        txt = qoai_reason_part(c->reason, 1, &tlen);
+    }
+    /* Tools: the output read back as content and calls, as it comes when
+     * streamed, whole at the end otherwise. */
+    json_t *d = NULL;
+    if (r->req.tool_mode && !c->calls) {
+        char prefix[112];
+        snprintf(prefix, sizeof prefix, "call_%.40s_%d_", strchr(r->rid, '-') ? strchr(r->rid, '-') + 1 : r->rid,
+                 ev->index);
+        if (!(c->calls = qoai_calls_new(r->req.tool_mode, srv->lim.tool_form, r->req.tool_name, prefix))) r->failed = 1;
+    }
+    if (c->calls && (r->req.stream || r->ws)) d = qoai_calls_feed(c->calls, txt, tlen, ev->finish != QFINISH_NONE);
+    if (rn && r->req.stream && !r->ws) { /* streamed chat: the reasoning in the delta */
+        if (!d) d = json_object();
+        if (d) {
+            json_object_set_new(d, "reasoning_content", json_stringn(rs, rn));
+            json_object_set_new(d, "reasoning", json_stringn(rs, rn));
+        }
+    }
+    if (r->ws) {
+        json_t *dc = d ? json_object_get(d, "content") : NULL, *dt = d ? json_object_get(d, "tool_calls") : NULL;
+        const char *wt = c->calls ? (dc ? json_string_value(dc) : "") : txt;
+        const size_t wl = c->calls ? (dc ? json_string_length(dc) : 0) : tlen;
+        if (wl || rn || dt || lp || (r->want_ids && ev->finish == QFINISH_NONE)) {
+            json_t *f = json_pack("{s:s, s:s, s:i, s:s%}", "type", "delta", "id", r->cid, "index", ev->index, "text",
+                                  wt, wl);
+            if (f && rn) json_object_set_new(f, "reasoning", json_stringn(rs, rn));
+            if (f && r->want_ids && ev->finish == QFINISH_NONE) json_object_set_new(f, "token", json_integer(ev->token));
+            if (f && dt) json_object_set(f, "tool_calls", dt);
+            if (f && lp) json_object_set_new(f, "logprobs", lp);
+            else json_decref(lp);
+            out_frame(r, f);
+        } else {
+            json_decref(lp);
+        }
+    } else if (r->req.stream && (c->calls || rn)) {
+        const int first = !c->started && ev->finish == QFINISH_NONE;
+        if (!c->calls && tlen && d) json_object_set_new(d, "content", json_stringn(txt, tlen));
+        if (d || lp || first) {
+            if (!d) d = json_object();
+            if (d && !c->started) json_object_set_new(d, "role", json_string("assistant"));
+            out_event(r, qoai_chunk_delta(&r->rep, ev->index, d, lp, NULL));
+            d = NULL;
+            c->started = 1;
+        }
+    } else if (r->req.stream) {
+        if (tlen || lp || (r->req.kind == QOAI_CHAT && !c->started && ev->finish == QFINISH_NONE)) {
+            out_event(r, qoai_chunk(&r->rep, ev->index, txt, tlen, lp, NULL, r->req.kind == QOAI_CHAT && !c->started));
+            c->started = 1;
+        }
+    } else {
+        if (tlen && q_append(&c->text, &c->len, &c->cap, txt, tlen)) r->failed = 1;
+        if (rn && q_append(&c->rtext, &c->rlen, &c->rcap, rs, rn)) r->failed = 1;
+    }
+    json_decref(d);
+    if (ev->finish != QFINISH_NONE) {
+        if (c->calls && !r->req.stream && !r->ws) json_decref(qoai_calls_feed(c->calls, c->text ? c->text : "", c->len, 1));
+        if (qoai_calls_failed(c->calls)) r->failed = 1;
+        /* A finished output whose calls are whole ends in "tool_calls". */
+        c->finish = ev->finish == QFINISH_STOP && qoai_calls_complete(c->calls) ? "tool_calls"
+                                                                                 : qoai_finish_reason(ev->finish);
+        if (r->req.stream && !r->ws && c->calls) {
+            json_t *fd = c->started ? NULL : json_pack("{s:s}", "role", "assistant");
+            out_event(r, qoai_chunk_delta(&r->rep, ev->index, fd, NULL, c->finish));
+            c->started = 1;
+        } else if (r->req.stream && !r->ws) {
+            out_event(r, qoai_chunk(&r->rep, ev->index, "", 0, NULL, c->finish, r->req.kind == QOAI_CHAT && !c->started));
+        }
+    }
+    /* A session's reply is kept whole, to be stored. */
+    if (r->session[0] && ev->index == 0 && ev->text_len &&
+        q_append(&c->text, &c->len, &c->cap, ev->text, ev->text_len))
+        r->failed = 1;
+    else if ((r->req.stream || r->ws) && !(r->session[0] && ev->index == 0))
+        c->len += ev->text_len; /* the text offset of the next token's logprobs */
+    if (ev->finish == QFINISH_NONE) return;
+    c->fin = ev->finish;
+    r->prompt_tokens = ev->prompt_tokens;
+    r->cached_tokens = ev->cached_tokens;
+    r->cached_disk = ev->cached_disk_tokens;
+    r->completion_tokens += ev->completion_tokens;
+    r->spec[0] += ev->spec_drafted, r->spec[1] += ev->spec_accepted, r->spec[2] += ev->spec_passes;
+    if (++r->n_done < r->n) return;
+    reply_done(srv, r, ev, now);
 }
 
 /* 1 once the engine runs; else a 503 for the connection ("loading"). */
@@ -383,6 +411,10 @@ static int load(serve_state *srv)
     srv->gvocab_tools = gvt;
     srv->lim.gvocab_tools = srv->lim_ws.gvocab_tools = gvt;
     srv->lim.tool_form = srv->lim_ws.tool_form = form;
+    /* Reasoning split as --reasoning-parser names, else as the template shows. */
+    const int auto_reason = !srv->o.reasoning_parser || !strcmp(srv->o.reasoning_parser, "auto");
+    const qoai_reason_kind reason = auto_reason ? qoai_reason_of(tmpl) : qoai_reason_named(srv->o.reasoning_parser);
+    srv->lim.reasoning = srv->lim_ws.reasoning = reason;
     srv->model = m, srv->draft = dm, srv->tok = tok, srv->eng = e, srv->ready = 1;
     srv->gvocab = gv;
     srv->lim.gvocab = gv;
@@ -407,6 +439,10 @@ static int load(serve_state *srv)
     QLOGI("serve: tool calls in the %s form (%s)%s", gram_tools_form_get(form)->parser,
           named_form >= 0 ? "--tool-call-parser" : "the chat template's",
           n_markers ? ", its markers as the model's special tokens" : "");
+    if (reason != QOAI_REASON_NONE)
+        QLOGI("serve: chat replies split into reasoning_content and content (%s, %s)",
+              reason == QOAI_REASON_QWEN3 ? "qwen3" : "deepseek_r1",
+              auto_reason ? "the chat template writes </think>" : "--reasoning-parser");
     return 0;
 }
 

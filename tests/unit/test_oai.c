@@ -387,7 +387,7 @@ static void test_replies(void)
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(tops, 1), "token")), t1));
     CHECK(json_real_value(json_object_get(json_array_get(tops, 1), "logprob")) == -9999.0);
     /* The whole chat reply with that logprobs object. */
-    qoai_choice ch[2] = { { "Hi", 2, "stop", acc, NULL }, { "Yo", 2, "length", NULL, NULL } };
+    qoai_choice ch[2] = { { "Hi", 2, "stop", acc, NULL, NULL, 0 }, { "Yo", 2, "length", NULL, NULL, NULL, 0 } };
     json_t *resp = qoai_response(&chat, ch, 2, qoai_usage(4, 2, 0, 0, NULL));
     REQUIRE(resp);
     CHECK(!strcmp(json_string_value(json_object_get(resp, "object")), "chat.completion"));
@@ -409,7 +409,7 @@ static void test_replies(void)
     CHECK_EQ_INT(json_object_size(top1), strcmp(t0, t1) ? 2 : 1);
     CHECK(json_real_value(json_object_get(top1, t1)) == (strcmp(t0, t1) ? -9999.0 : -0.25));
     CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(acc, "text_offset"), 1)), l0);
-    qoai_choice c1 = { "x", 1, "stop", acc, NULL };
+    qoai_choice c1 = { "x", 1, "stop", acc, NULL, NULL, 0 };
     resp = qoai_response(&cmpl, &c1, 1, qoai_usage(1, 1, 0, 0, NULL));
     REQUIRE(resp);
     CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "text")), "x"));
