@@ -129,16 +129,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int i = blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
     const int t = tok_list[i], G = g.H / g.KV, hd = g.hd;
     const int pnew = g.pos[t], ctx = pnew + 1;
+    // The positions it attends to: lo .. pnew (a local layer's window).
+    const int lo = qk_window_lo(pnew, g.window);
     // This token's splits: the grid may have more (graphs are captured for
     // a bucketed count); the blocks past its context leave at once.
     // (With CL, the splits are the blocks of one cluster: every block takes
     // part in the cluster's two barriers, so those leave after them.)
-    const int n_eff = (ctx + split_len - 1) / split_len;
+    const int n_eff = (ctx - lo + split_len - 1) / split_len;
     if (sp >= n_eff) {
         if constexpr (CL) cluster_leave();
         return;
     }
-    const int p0 = sp * split_len, p1 = min(ctx, p0 + split_len);
+    const int p0 = lo + sp * split_len, p1 = min(ctx, p0 + split_len);
     const int32_t *tab = g.tables + g.seq_info[2 * g.seq[t]];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const size_t head_off = (size_t)kvh * g.bs * hd;
@@ -268,6 +270,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             float sv = s[gi];
             sv += __shfl_xor_sync(0xffffffffu, sv, 1);
             sv += __shfl_xor_sync(0xffffffffu, sv, 2);
+            if (g.softcap > 0) sv = g.softcap * tanhf(sv / g.softcap);
             sv = valid ? sv : -INFINITY;
             float mx = sv;
 #pragma unroll
@@ -606,10 +609,11 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__
     const size_t head_off = (size_t)kvh * g.bs * HD;
     const uint4 zero4 = make_uint4(0, 0, 0, 0);
 
+    const int klo = qk_window_lo(pos0, g.window); // keys before it are masked for every query here
     auto load_kv = [&](int kb, int stage) {
         for (int idx = threadIdx.x; idx < PF_BN * CH; idx += blockDim.x) {
             const int r = idx / CH, c = (idx % CH) * 8, p = kb + r;
-            if (p < n_keys) {
+            if (p < n_keys && p >= klo) {
                 const size_t off = (size_t)tab[p / g.bs] * g.block_elems + head_off + (size_t)(p % g.bs) * HD + c;
                 cp_async16(PF_K(stage) + r * LD + c, kc + off);
                 cp_async16(PF_V(stage) + r * LD + c, vc + off);
@@ -627,7 +631,7 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__
         else *(uint4 *)(Qs + r * LD + c) = zero4;
     }
     cp_async_commit();
-    load_kv(0, 0);
+    load_kv(klo / PF_BN * PF_BN, 0);
     cp_async_wait<1>();
     __syncthreads();
 
@@ -646,10 +650,14 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__
     const int row0 = warp * 16 + gq, qpos0 = pos0 + row0, qpos1 = qpos0 + 8;
     const bool live0 = row0 < nq, live1 = row0 + 8 < nq;
     const float sl2 = g.scale * 1.4426950408889634f; // exp(x) = exp2(x log2 e)
+    // A local layer's keys start at the first query's window (the tiles
+    // before it are never read: their blocks may have been given back).
+    const int k0 = klo / PF_BN * PF_BN;
+    const int lo0 = qk_window_lo(qpos0, g.window), lo1 = qk_window_lo(qpos1, g.window);
 
-    const int n_tiles = (n_keys + PF_BN - 1) / PF_BN;
+    const int n_tiles = (n_keys - k0 + PF_BN - 1) / PF_BN;
     for (int it = 0; it < n_tiles; it++) {
-        const int kb = it * PF_BN, st = it & 1;
+        const int kb = k0 + it * PF_BN, st = it & 1;
         if (it + 1 < n_tiles) {
             load_kv(kb + PF_BN, st ^ 1); // the next tile streams in while this one is used
             cp_async_wait<1>();
@@ -681,8 +689,10 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = kb + j * 8 + 2 * tq + (e & 1);
-                const bool ok = e < 2 ? (live0 && key <= qpos0) : (live1 && key <= qpos1);
-                const float v = ok ? s[j][e] * sl2 : -INFINITY;
+                const bool ok = e < 2 ? (live0 && key <= qpos0 && key >= lo0) : (live1 && key <= qpos1 && key >= lo1);
+                const float sc = g.softcap > 0 ? g.softcap * tanhf(s[j][e] * g.scale / g.softcap) * 1.4426950408889634f
+                                               : s[j][e] * sl2;
+                const float v = ok ? sc : -INFINITY;
                 s[j][e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }

@@ -37,6 +37,8 @@ typedef struct {
     void *wqkv, *wo, *wgu, *wdown; // T: (Q + 2 KVd, D), (D, Q), (2F, D), (D, F)
     float *bqkv;                   // (Q + 2 KVd) or NULL
     float *attn_norm, *ffn_norm;   // (D), already folded into wqkv / wgu (qk_scale_cols)
+    float *q_norm, *k_norm;        // QK-norm: (hd) each, or NULL
+    float *post_attn, *post_ffn;   // sandwich norms: (D) each, or NULL
 } dlayer;
 
 typedef struct {
@@ -57,12 +59,14 @@ typedef struct {
     dlayer *L;
     void *tok_embd, *output;       // T: (V, D)
     float *out_norm, *inv_freq;
+    float *inv_freq_local;         // local layers' RoPE (rope_theta_local), or NULL: inv_freq
     void *kc, *vc;                 // T: (n_layers, nb_alloc, block_elems)
     int nb_alloc;                  // num_blocks + 1: the last is scratch for padding tokens
     size_t block_elems;
     // scratch for cap_t tokens
     int cap_t;
     float *x, *qkv, *gu;
+    float *tmp;                    // (cap_t, D): a block's output before its sandwich norm
     void *xn, *qb, *att, *h;
     int cap_logits;
     float *logits;
@@ -221,6 +225,29 @@ static int dmalloc(void **p, size_t bytes)
     return 0;
 }
 
+// A layer's QK-norm and sandwich norms, as float on the device ((1 + w)
+// where the model's norms scale so).
+static int upload_norms(cuda_be *be, const qlayer *s, dlayer *d)
+{
+    const qhparams *hp = &be->base.w->hp;
+    const size_t D = hp->dim, hd = hp->head_dim;
+    const float n0 = hp->norm_add_one ? -0.1f : 0.9f, n1 = hp->norm_add_one ? 0.1f : 1.1f;
+    struct { float **dst; const qtensor *src; size_t n; bool want; } ns[] = {
+        { &d->q_norm, &s->q_norm, hd, hp->qk_norm != 0 },
+        { &d->k_norm, &s->k_norm, hd, hp->qk_norm != 0 },
+        { &d->post_attn, &s->post_attn_norm, D, hp->norm_place == QNORM_SANDWICH },
+        { &d->post_ffn, &s->post_ffn_norm, D, hp->norm_place == QNORM_SANDWICH },
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0] && !rc; i++) {
+        if (!ns[i].want) continue;
+        if (!(rc = dmalloc((void **)ns[i].dst, ns[i].n * 4)) && !(rc = upload<float>(be, *ns[i].dst, ns[i].src, n0, n1)) &&
+            hp->norm_add_one)
+            rc = qk_map(be->stream, *ns[i].dst, ns[i].n, QK_MAP_ADD, 1.0f);
+    }
+    return rc;
+}
+
 template <typename T> static int upload_weights(cuda_be *be)
 {
     const qweights *w = be->base.w;
@@ -243,13 +270,16 @@ template <typename T> static int upload_weights(cuda_be *be)
             (rc = dmalloc(&d->wgu, 2 * F * D * sizeof(T))) || (rc = dmalloc(&d->wdown, D * F * sizeof(T))) ||
             (rc = dmalloc((void **)&d->attn_norm, D * 4)) || (rc = dmalloc((void **)&d->ffn_norm, D * 4)))
             break;
+        const float n0 = hp->norm_add_one ? -0.1f : 0.9f, n1 = hp->norm_add_one ? 0.1f : 1.1f; // random norms' range
         T *qkv = (T *)d->wqkv, *gu = (T *)d->wgu;
         if ((rc = upload<T>(be, qkv, &s->wq, -a, a)) || (rc = upload<T>(be, qkv + Q * D, &s->wk, -a, a)) ||
             (rc = upload<T>(be, qkv + (Q + KVd) * D, &s->wv, -a, a)) || (rc = upload<T>(be, (T *)d->wo, &s->wo, -ar, ar)) ||
             (rc = upload<T>(be, gu, &s->w_gate, -a, a)) || (rc = upload<T>(be, gu + F * D, &s->w_up, -a, a)) ||
             (rc = upload<T>(be, (T *)d->wdown, &s->w_down, -ar, ar)) ||
-            (rc = upload<float>(be, d->attn_norm, &s->attn_norm, 0.9f, 1.1f)) ||
-            (rc = upload<float>(be, d->ffn_norm, &s->ffn_norm, 0.9f, 1.1f)))
+            (rc = upload<float>(be, d->attn_norm, &s->attn_norm, n0, n1)) ||
+            (rc = upload<float>(be, d->ffn_norm, &s->ffn_norm, n0, n1)) ||
+            (hp->norm_add_one && ((rc = qk_map(be->stream, d->attn_norm, D, QK_MAP_ADD, 1.0f)) ||
+                                  (rc = qk_map(be->stream, d->ffn_norm, D, QK_MAP_ADD, 1.0f)))))
             break;
         // The norms' weights go into the projections after them (rounded to
         // T once): the norm is then a scale, which the projection kernel
@@ -257,6 +287,7 @@ template <typename T> static int upload_weights(cuda_be *be)
         if ((rc = qk_scale_cols<T>(be->stream, qkv, d->attn_norm, (int)(Q + 2 * KVd), (int)D)) ||
             (rc = qk_scale_cols<T>(be->stream, gu, d->ffn_norm, (int)(2 * F), (int)D)))
             break;
+        if ((rc = upload_norms(be, s, d))) break;
         if (hp->attn_bias) {
             if ((rc = dmalloc((void **)&d->bqkv, (Q + 2 * KVd) * 4)) || (rc = upload<float>(be, d->bqkv, &s->bq, -a, a)) ||
                 (rc = upload<float>(be, d->bqkv + Q, &s->bk, -a, a)) ||
@@ -268,7 +299,9 @@ template <typename T> static int upload_weights(cuda_be *be)
     if (!rc) rc = dmalloc(&be->tok_embd, V * D * sizeof(T));
     if (!rc) rc = upload<T>(be, (T *)be->tok_embd, &w->tok_embd, -a, a);
     if (!rc) rc = dmalloc((void **)&be->out_norm, D * 4);
-    if (!rc) rc = upload<float>(be, be->out_norm, &w->out_norm, 0.9f, 1.1f);
+    if (!rc) rc = upload<float>(be, be->out_norm, &w->out_norm, hp->norm_add_one ? -0.1f : 0.9f,
+                                hp->norm_add_one ? 0.1f : 1.1f);
+    if (!rc && hp->norm_add_one) rc = qk_map(be->stream, be->out_norm, D, QK_MAP_ADD, 1.0f);
     if (!rc) {
         if (hp->tied_embeddings || (w->output.data && w->output.data == w->tok_embd.data)) {
             be->output = be->tok_embd;
@@ -289,9 +322,10 @@ static int ensure_tokens(cuda_be *be, int T)
     const qhparams *hp = &be->base.w->hp;
     const size_t cap = T < 64 ? 64 : (size_t)T, D = hp->dim, Q = (size_t)hp->n_heads * hp->head_dim,
                  KVd = (size_t)hp->n_kv_heads * hp->head_dim, F = hp->ffn_dim, e = be->esz;
-    void **bufs[] = { (void **)&be->x, (void **)&be->qkv, (void **)&be->gu, &be->xn, &be->qb, &be->att, &be->h };
+    void **bufs[] = { (void **)&be->x, (void **)&be->qkv, (void **)&be->gu, &be->xn, &be->qb, &be->att, &be->h,
+                      (void **)&be->tmp };
     const size_t sizes[] = { cap * D * 4, cap * (Q + 2 * KVd) * 4, cap * 2 * F * 4, cap * D * e, cap * Q * e,
-                             cap * Q * e, cap * F * e };
+                             cap * Q * e, cap * F * e, hp->norm_place == QNORM_SANDWICH ? cap * D * 4 : 4 };
     be->gen++;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         cudaFree(*bufs[i]);
@@ -509,14 +543,14 @@ static int plan_batch(cuda_be *be, const qbatch *b, bool graph, int pad, meta_pl
         if (covered > T) return QERR_RANGE;
         long need = ((long)q->pos0 + q->n_tokens + bs - 1) / bs;
         if (need > q->n_blocks) return QERR_RANGE;
-        for (long i = 0; i < need; i++)
+        for (long i = qbatch_first_block(hp, q, bs); i < need; i++)
             if (q->block_table[i] < 0 || q->block_table[i] >= nb) return QERR_RANGE;
         n_table += (size_t)need;
         if (q->n_tokens > 1 && tiles_ok) n_tiles += (q->n_tokens + 63) / 64;
         else n_dec += q->n_tokens;
     }
     if (covered != T) return QERR_INVAL;
-    mp->fuse_rope = be->fuse && b->n_seqs == T;
+    mp->fuse_rope = be->fuse && b->n_seqs == T && !hp->qk_norm; // (QK-norm: rope_store does it)
     for (int i = 0; i < T; i++)
         if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab) return QERR_RANGE;
     for (int r = 0; r < b->n_logits; r++)
@@ -652,6 +686,49 @@ static int residual_proj(cuda_be *be, const void *a, const void *W, int T_, int 
     return rc;
 }
 
+// A block's output projection (T_ tokens over K) normed and added to x, for
+// sandwich norms (Gemma): tmp = a W^T (summed over the shards), x +=
+// rmsnorm(tmp) * post.
+static int sandwich_proj(cuda_be *be, const void *a, const void *W, int T_, int K, const float *post)
+{
+    const qhparams *hp = &be->base.w->hp;
+    const qbackend_opts *o = &be->base.opts;
+    int rc = gemm(be, be->tmp, a, W, T_, hp->dim, K, 0.0f);
+    if (!rc && o->allreduce) rc = o->allreduce(o->allreduce_ctx, be->tmp, (size_t)T_ * hp->dim, be->stream, NULL, 0);
+    return rc ? rc : qk_rmsnorm_add(be->stream, be->x, be->tmp, post, T_, hp->dim, hp->norm_eps);
+}
+
+// One layer's attention: its geometry (a local layer's window), RoPE
+// (a local layer's base), QK-norm, the cache stores and both kernels.
+template <typename T>
+static int attention(cuda_be *be, const meta_plan *mp, const qattn_geom *g0, int l, const dlayer *L, T *kc, T *vc)
+{
+    const qhparams *hp = &be->base.w->hp;
+    const int T_ = mp->T, sk = be->skip;
+    const int32_t *dm = be->d_meta;
+    cudaStream_t st = be->stream;
+    T *qb = (T *)be->qb, *att = (T *)be->att;
+    qattn_geom g = *g0;
+    const int local = qhp_layer_local(hp, l);
+    g.window = local ? hp->window : 0;
+    const float *inv = local && be->inv_freq_local ? be->inv_freq_local : be->inv_freq;
+    const qk_rope_in rope = { be->qkv, L->bqkv, inv, hp->rope_dim, hp->rope_neox };
+    int rc = 0;
+    if (!mp->fuse_rope && !(sk & 4) &&
+        (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, inv, &g, T_, hp->rope_dim, hp->rope_neox, L->q_norm,
+                               L->k_norm, hp->norm_eps)))
+        return rc;
+    prof_mark(be, PF_ROPE, l);
+    if (!(sk & 4) && (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att)))
+        return rc;
+    prof_mark(be, PF_PREFILL, l);
+    if (!(sk & 4) && (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, mp->fuse_rope ? &rope : NULL, dm + mp->dec, mp->n_dec,
+                                             mp->n_split, mp->split_len, be->part_acc, be->part_ml, be->part_cnt, att)))
+        return rc;
+    prof_mark(be, PF_DECODE, l);
+    return 0;
+}
+
 template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const meta_plan *mp)
 {
     const qhparams *hp = &be->base.w->hp;
@@ -659,16 +736,22 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     const int qd = H * hd, kvd = KV * hd;
     cudaStream_t st = be->stream;
     const int32_t *dm = be->d_meta;
-    const qattn_geom g =
+    qattn_geom g =
         qk_geom(dm + mp->pos, dm + mp->seq, dm + mp->info, dm + mp->tables, H, KV, hd, be->base.opts.block_size);
+    if (hp->attn_scale > 0) g.scale = hp->attn_scale;
+    g.softcap = hp->attn_softcap;
     const size_t layer_elems = (size_t)be->nb_alloc * be->block_elems;
-    T *xn = (T *)be->xn, *qb = (T *)be->qb, *att = (T *)be->att, *h = (T *)be->h;
+    T *xn = (T *)be->xn, *att = (T *)be->att, *h = (T *)be->h;
+    const bool sandwich = hp->norm_place == QNORM_SANDWICH, gelu = hp->act != QACT_SILU;
     // Norms folded into the projections: xn then holds the residual stream
     // in T, written with it by the embedding and the residual projections.
-    // (Passes whose projections over D take the weight-streaming or the tensor-core kernel.)
-    const bool fold = T_ <= be->norm_fold && be->fuse && (use_gemv(be, T_, D) || use_mma(be, T_, D));
+    // (Passes whose projections over D take the weight-streaming or the
+    // tensor-core kernel; not Gemma's: scaled embeddings, sandwich norms.)
+    const bool fold = T_ <= be->norm_fold && be->fuse && (use_gemv(be, T_, D) || use_mma(be, T_, D)) && !sandwich &&
+                      !hp->embed_scale && !gelu;
     prof_mark(be, PF_START, 0);
     int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D, fold ? xn : NULL);
+    if (!rc && hp->embed_scale) rc = qk_map(st, be->x, (size_t)T_ * D, QK_MAP_SCALE, (float)sqrt((double)D));
     for (int l = 0; l < hp->n_layers && !rc; l++) {
         const dlayer *L = &be->L[l];
         T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
@@ -681,32 +764,28 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
                        : gemm(be, be->qkv, xn, L->wqkv, T_, qd + 2 * kvd, D, 0.0f)))
             break;
         prof_mark(be, PF_QKV, l);
-        const qk_rope_in rope = { be->qkv, L->bqkv, be->inv_freq, hp->rope_dim, hp->rope_neox };
-        if (!mp->fuse_rope && !(sk & 4) &&
-            (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, be->inv_freq, &g, T_, hp->rope_dim, hp->rope_neox)))
+        if ((rc = attention<T>(be, mp, &g, l, L, kc, vc))) break;
+        if (!(sk & 8) && (rc = sandwich ? sandwich_proj(be, att, L->wo, T_, qd, L->post_attn)
+                                        : residual_proj<T>(be, att, L->wo, T_, qd, xn, fold)))
             break;
-        prof_mark(be, PF_ROPE, l);
-        if (!(sk & 4) &&
-            (rc = qk_attn_prefill<T>(st, qb, kc, vc, &g, (const int4 *)(dm + mp->tiles), mp->n_tiles, att)))
-            break;
-        prof_mark(be, PF_PREFILL, l);
-        if (!(sk & 4) && (rc = qk_attn_decode<T>(st, qb, kc, vc, &g, mp->fuse_rope ? &rope : NULL, dm + mp->dec,
-                                                 mp->n_dec, mp->n_split, mp->split_len, be->part_acc, be->part_ml,
-                                                 be->part_cnt, att)))
-            break;
-        prof_mark(be, PF_DECODE, l);
-        if (!(sk & 8) && (rc = residual_proj<T>(be, att, L->wo, T_, qd, xn, fold))) break;
         prof_mark(be, PF_WO, l);
         if (!fold && !(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, NULL, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM2, l);
-        if (!(sk & 16) && (rc = gate_up<T>(be, h, xn, L, T_, l, fold))) break;
+        if (!(sk & 16) && (rc = gelu ? gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f) : gate_up<T>(be, h, xn, L, T_, l, fold)))
+            break;
+        if (gelu && !(sk & 16) && (rc = qk_geglu<T>(st, h, be->gu, T_, F))) break;
         prof_mark(be, PF_SWIGLU, l);
-        if (!(sk & 32) && (rc = residual_proj<T>(be, h, L->wdown, T_, F, xn, fold))) break;
+        if (!(sk & 32) && (rc = sandwich ? sandwich_proj(be, h, L->wdown, T_, F, L->post_ffn)
+                                         : residual_proj<T>(be, h, L->wdown, T_, F, xn, fold)))
+            break;
         prof_mark(be, PF_DOWN, l);
     }
     if (!rc && mp->n_logits > 0 && !(be->skip & 64) && !no_head(be)) {
         if ((rc = qk_rmsnorm<T>(st, xn, be->x, be->out_norm, mp->n_logits, D, hp->norm_eps, dm + mp->lidx)) ||
             (rc = gemm(be, be->logits, xn, be->output, mp->n_logits, hp->n_vocab, D, 0.0f)))
+            return rc;
+        if (hp->final_softcap > 0 &&
+            (rc = qk_map(st, be->logits, (size_t)mp->n_logits * hp->n_vocab, QK_MAP_SOFTCAP, hp->final_softcap)))
             return rc;
     }
     prof_mark(be, PF_END, 0);
@@ -970,13 +1049,15 @@ static void cuda_destroy(qbackend *base)
     if (be->L) {
         for (int l = 0; l < base->w->hp.n_layers; l++) {
             dlayer *d = &be->L[l];
-            void *ps[] = { d->wqkv, d->wo, d->wgu, d->wdown, d->bqkv, d->attn_norm, d->ffn_norm };
+            void *ps[] = { d->wqkv, d->wo, d->wgu, d->wdown, d->bqkv, d->attn_norm, d->ffn_norm, d->q_norm, d->k_norm,
+                           d->post_attn, d->post_ffn };
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cudaFree(ps[i]);
         }
         free(be->L);
     }
     if (be->output && be->output != be->tok_embd) cudaFree(be->output);
-    void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->kc, be->vc, be->x, be->qkv, be->gu, be->xn,
+    void *bufs[] = { be->tok_embd, be->out_norm, be->inv_freq, be->inv_freq_local, be->tmp, be->kc, be->vc, be->x,
+                     be->qkv, be->gu, be->xn,
                      be->qb, be->att, be->h, be->logits, be->d_rows, be->d_rowtok, be->d_rsample, be->d_lp,
                      be->part_acc, be->part_ml, be->part_cnt, be->d_meta };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cudaFree(bufs[i]);
@@ -1028,7 +1109,7 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     if ((ce = cudaSetDevice(opts->device)) != cudaSuccess)
         return qerr_set(err, errlen, QERR_DEVICE, "cuda backend: device %d: %s", opts->device, cudaGetErrorString(ce));
     const qhparams *hp = &w->hp;
-    const char *feature = qhp_unsupported(hp, 0);
+    const char *feature = qhp_unsupported(hp, QHP_ALL);
     if (feature) return qerr_set(err, errlen, QERR_UNSUPPORTED, "cuda backend: the model needs %s, which it does not compute yet", feature);
     if (opts->num_blocks < 0 || opts->block_size <= 0 || opts->block_size > 4096)
         return qerr_set(err, errlen, QERR_INVAL, "cuda backend: %d blocks of %d tokens", opts->num_blocks,
@@ -1040,7 +1121,7 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
         return qerr_set(err, errlen, QERR_UNSUPPORTED,
                         "cuda backend: head_dim %d with %d query heads per KV head (at most 256 and 16)", hp->head_dim,
                         hp->n_heads / (hp->n_kv_heads ? hp->n_kv_heads : 1));
-    if ((size_t)(hp->n_heads + 2 * hp->n_kv_heads) * hp->head_dim * 4 > 48 * 1024)
+    if ((size_t)(hp->n_heads + 2 * hp->n_kv_heads) * hp->head_dim * 4 > 44 * 1024)
         return qerr_set(err, errlen, QERR_UNSUPPORTED, "cuda backend: %d + 2 x %d heads of %d do not fit the RoPE kernel",
                         hp->n_heads, hp->n_kv_heads, hp->head_dim);
     cuda_be *be = (cuda_be *)calloc(1, sizeof *be);
@@ -1127,6 +1208,12 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
             if (dmalloc((void **)&be->inv_freq, sizeof(float) * (half + 1)) ||
                 cudaMemcpy(be->inv_freq, f, sizeof(float) * half, cudaMemcpyHostToDevice) != cudaSuccess)
                 rc = QERR_DEVICE;
+            if (!rc && hp->window > 0 && hp->rope_theta_local > 0) {
+                qrope_inv_freq_layer(w, 1, f);
+                if (dmalloc((void **)&be->inv_freq_local, sizeof(float) * (half + 1)) ||
+                    cudaMemcpy(be->inv_freq_local, f, sizeof(float) * half, cudaMemcpyHostToDevice) != cudaSuccess)
+                    rc = QERR_DEVICE;
+            }
             free(f);
         }
     }

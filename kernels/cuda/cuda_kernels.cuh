@@ -16,7 +16,9 @@ struct qattn_geom {
     const int32_t *pos, *seq, *seq_info, *tables;
     int H, KV, hd, bs;
     size_t block_elems;
-    float scale;             // 1/sqrt(hd)
+    float scale;             // 1/sqrt(hd), or the model's attention scale
+    int window;              // a local layer's: a token attends to its last window positions; 0: all
+    float softcap;           // scores -> softcap * tanh(score / softcap); 0: none
 };
 
 // The geometry of one pass: the metadata arrays on the device and the
@@ -35,8 +37,13 @@ static inline qattn_geom qk_geom(const int32_t *pos, const int32_t *seq, const i
     g.bs = bs;
     g.block_elems = (size_t)KV * bs * hd;
     g.scale = 1.0f / sqrtf((float)hd);
+    g.window = 0;
+    g.softcap = 0.0f;
     return g;
 }
+
+// The first position token position p attends to under window w (0: none).
+__host__ __device__ __forceinline__ int qk_window_lo(int p, int w) { return w > 0 && p + 1 > w ? p + 1 - w : 0; }
 
 // What rope_store reads for a token, for attention that does its work
 // itself (qk_attn_decode): the raw projections (float, n x (H+2KV)*hd), the
@@ -64,12 +71,23 @@ int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n,
 template <typename T>
 int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows);
 // From qkv (float, n x (H+2KV)*hd, bias added when given): RoPE on q and k,
-// q stored to q_out (n x H*hd), k and v stored to the layer's cache.
+// q stored to q_out (n x H*hd), k and v stored to the layer's cache.  With
+// qn and kn (QK-norm; both or neither): each query head RMS-normalised
+// with weights qn (hd), each key head with kn, before RoPE.
 template <typename T>
 int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out, T *kc, T *vc, const float *inv_freq,
-                  const qattn_geom *g, int n, int rope_dim, int neox);
+                  const qattn_geom *g, int n, int rope_dim, int neox, const float *qn = NULL, const float *kn = NULL,
+                  float eps = 0.0f);
 // h[i][j] = silu(gu[i][j]) * gu[i][F + j].
 template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F);
+// h[i][j] = gelu_tanh(gu[i][j]) * gu[i][F + j] (GeGLU).
+template <typename T> int qk_geglu(cudaStream_t st, T *h, const float *gu, int n, int F);
+// Elementwise on n floats: QK_MAP_SCALE x *= a, QK_MAP_SOFTCAP x = a tanh(x / a), QK_MAP_ADD x += a.
+enum { QK_MAP_SCALE = 0, QK_MAP_SOFTCAP = 1, QK_MAP_ADD = 2 };
+int qk_map(cudaStream_t st, float *x, size_t n, int op, float a);
+// x[i] += rmsnorm(y[i]) * w for n rows of D (a sandwich norm's output added
+// to the residual stream).
+int qk_rmsnorm_add(cudaStream_t st, float *x, const float *y, const float *w, int n, int D, float eps);
 // Attention of n single query tokens (tok_list) over their whole context,
 // split in ranges of split_len positions and reduced (one range: direct);
 // n_split (at most 64) * split_len must cover every token's context

@@ -71,15 +71,33 @@ int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int
 // inverse frequencies as the CPU; angles use the precise sincosf.
 template <typename T>
 __global__ void rope_store_kernel(const float *qkv, const float *bias, T *q_out, T *kc, T *vc, const float *inv_freq,
-                                  qattn_geom g, int rope_dim, int neox)
+                                  qattn_geom g, int rope_dim, int neox, const float *qn, const float *kn, float eps)
 {
     pdl_wait();
     extern __shared__ float row[]; // (H + 2 KV) * hd
+    __shared__ float hscale[512];  // QK-norm: each q and k head's 1 / rms
     const int t = blockIdx.x, p = g.pos[t], half = rope_dim / 2;
     const int W = (g.H + 2 * g.KV) * g.hd;
     const float *src = qkv + (size_t)t * W;
     for (int i = threadIdx.x; i < W; i += blockDim.x) row[i] = src[i] + (bias ? bias[i] : 0.0f);
     __syncthreads();
+    if (qn) {
+        // QK-norm as the CPU's rmsnorm: a warp per head, the squares summed in double.
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+        for (int h = warp; h < g.H + g.KV; h += nw) {
+            double s = 0;
+            for (int i = lane; i < g.hd; i += 32) s += (double)row[h * g.hd + i] * row[h * g.hd + i];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) hscale[h] = (float)(1.0 / sqrt(s / g.hd + eps));
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < (g.H + g.KV) * g.hd; i += blockDim.x) {
+            const int h = i / g.hd, d = i % g.hd;
+            row[i] = (row[i] * hscale[h]) * (h < g.H ? qn[d] : kn[d]);
+        }
+        __syncthreads();
+    }
     for (int idx = threadIdx.x; idx < (g.H + g.KV) * half; idx += blockDim.x) {
         const int h = idx / half, i = idx % half;
         float *base = row + (size_t)h * g.hd;
@@ -100,14 +118,15 @@ __global__ void rope_store_kernel(const float *qkv, const float *bias, T *q_out,
 
 template <typename T>
 int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out, T *kc, T *vc, const float *inv_freq,
-                  const qattn_geom *g, int n, int rope_dim, int neox)
+                  const qattn_geom *g, int n, int rope_dim, int neox, const float *qn, const float *kn, float eps)
 {
     if (n <= 0) return 0;
     size_t sh = sizeof(float) * (size_t)(g->H + 2 * g->KV) * g->hd;
-    if (sh > 48 * 1024) return QERR_UNSUPPORTED;
+    if (sh > 44 * 1024 || (qn && g->H + g->KV > 512)) return QERR_UNSUPPORTED;
     // Few tokens (decode): many threads per token, so each moves a few values.
     const int threads = n <= 16 ? 1024 : 256;
-    qk_launch(rope_store_kernel<T>, n, threads, sh, st, qkv, bias, q_out, kc, vc, inv_freq, *g, rope_dim, neox);
+    qk_launch(rope_store_kernel<T>, n, threads, sh, st, qkv, bias, q_out, kc, vc, inv_freq, *g, rope_dim, neox, qn, kn,
+              eps);
     CK_LAUNCH("rope_store");
     return 0;
 }
@@ -128,6 +147,78 @@ template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int 
     if (!total) return 0;
     qk_launch(swiglu_kernel<T>, (unsigned)((total + 255) / 256), 256, 0, st, h, gu, F, total);
     CK_LAUNCH("swiglu");
+    return 0;
+}
+
+// The CPU's cpu_geglu, operation for operation.
+template <typename T> __global__ void geglu_kernel(T *h, const float *gu, int F, size_t total)
+{
+    pdl_wait();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    size_t t = i / F, j = i % F;
+    const float x = gu[t * 2 * F + j], up = gu[t * 2 * F + F + j];
+    const float c = 0.7978845608028654f;
+    h[i] = fromf<T>(0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up);
+}
+
+template <typename T> int qk_geglu(cudaStream_t st, T *h, const float *gu, int n, int F)
+{
+    size_t total = (size_t)n * F;
+    if (!total) return 0;
+    qk_launch(geglu_kernel<T>, (unsigned)((total + 255) / 256), 256, 0, st, h, gu, F, total);
+    CK_LAUNCH("geglu");
+    return 0;
+}
+
+__global__ void map_kernel(float *x, size_t n, int op, float a)
+{
+    pdl_wait();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    x[i] = op == QK_MAP_SCALE ? v * a : op == QK_MAP_SOFTCAP ? a * tanhf(v / a) : v + a;
+}
+
+int qk_map(cudaStream_t st, float *x, size_t n, int op, float a)
+{
+    if (!n) return 0;
+    qk_launch(map_kernel, (unsigned)((n + 255) / 256), 256, 0, st, x, n, op, a);
+    CK_LAUNCH("map");
+    return 0;
+}
+
+// One block per row, as rmsnorm_kernel: x += y / rms(y) * w.
+__global__ void rmsnorm_add_kernel(float *x, const float *y, const float *w, int D, float eps)
+{
+    pdl_wait();
+    __shared__ double red[32];
+    const float *yr = y + (size_t)blockIdx.x * D;
+    double s = 0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) s += (double)yr[i] * yr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    const float scale = (float)(1.0 / sqrt(red[0] / D + eps));
+    float *xr = x + (size_t)blockIdx.x * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) xr[i] += (yr[i] * scale) * w[i];
+}
+
+int qk_rmsnorm_add(cudaStream_t st, float *x, const float *y, const float *w, int n, int D, float eps)
+{
+    if (n <= 0) return 0;
+    int threads = ((D / 4 + 31) / 32) * 32;
+    threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
+    qk_launch(rmsnorm_add_kernel, n, threads, 0, st, x, y, w, D, eps);
+    CK_LAUNCH("rmsnorm_add");
     return 0;
 }
 
@@ -188,8 +279,9 @@ template <typename T> int qk_scale_cols(cudaStream_t st, T *W, const float *g, i
     template int qk_embed<T>(cudaStream_t, float *, const T *, const int32_t *, int, int, T *);                        \
     template int qk_rmsnorm<T>(cudaStream_t, T *, const float *, const float *, int, int, float, const int32_t *);     \
     template int qk_rope_store<T>(cudaStream_t, const float *, const float *, T *, T *, T *, const float *,            \
-                                  const qattn_geom *, int, int, int);                                                  \
+                                  const qattn_geom *, int, int, int, const float *, const float *, float);             \
     template int qk_swiglu<T>(cudaStream_t, T *, const float *, int, int);                                             \
+    template int qk_geglu<T>(cudaStream_t, T *, const float *, int, int);                                              \
     template int qk_fill_uniform<T>(cudaStream_t, T *, size_t, uint64_t, float, float);                                \
     template int qk_scale_cols<T>(cudaStream_t, T *, const float *, int, int);                                         \
     template int qk_convert<T, float>(cudaStream_t, T *, const float *, size_t);                                       \

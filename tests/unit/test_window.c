@@ -8,7 +8,9 @@
  * fixtures, 48 tokens past prompts of 5 to 40, so 4x the window and more,
  * comes out equal to transformers' (which masks the window over a full
  * cache), alone and all together, with the blocks held bounded by the
- * window at every step and a pool smaller than one sequence's whole length. */
+ * window at every step and a pool smaller than one sequence's whole length.
+ * QUIRE_TEST_DEVICE=cuda runs the engine part on the CUDA backend (exact
+ * mode); without a CUDA build or device it says "skipped" (exit 77). */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,7 +21,11 @@
 #include "model.h"
 #include "qmodels.h"
 #include "qtest.h"
+#ifdef QUIRE_HAVE_CUDA
+#include "cuda_info.h"
+#endif
 
+static int g_device = QDEVICE_CPU;
 static const uint8_t FP[KV_HASH_BYTES] = { 7 };
 
 static void pool_ok(const kv_pool *p)
@@ -166,7 +172,8 @@ static void test_engine_window(void)
      * sequence's 53 to 88 tokens), prefill in chunks of 8. */
     qengine_opts o;
     qengine_opts_default(&o);
-    o.device = QDEVICE_CPU;
+    o.device = g_device;
+    o.exact = g_device == QDEVICE_CUDA;
     o.n_threads = 2;
     o.block_size = 4;
     o.num_blocks = 8;
@@ -205,6 +212,20 @@ static void test_engine_window(void)
 
 int main(void)
 {
+    const char *dev = getenv("QUIRE_TEST_DEVICE");
+    if (dev && *dev && !strcmp(dev, "cuda")) {
+#ifdef QUIRE_HAVE_CUDA
+        char err[256];
+        if (cuda_device_count(err, sizeof err) <= 0) {
+            printf("skipped: QUIRE_TEST_DEVICE=cuda but no CUDA device (%s)\n", err);
+            return QT_SKIP_CODE;
+        }
+        g_device = QDEVICE_CUDA;
+#else
+        printf("skipped: QUIRE_TEST_DEVICE=cuda but this build has no CUDA backend\n");
+        return QT_SKIP_CODE;
+#endif
+    }
     QT_RUN(test_kv_drop);
     QT_RUN(test_engine_window);
     QT_MAIN_END();
