@@ -52,7 +52,10 @@ static inline int64_t qt_numel(const qtensor *t)
 
 /* ---- model hyperparameters and weights -------------------------------- */
 
-typedef enum { QROPE_SCALE_NONE = 0, QROPE_SCALE_LLAMA3 = 1, QROPE_SCALE_LINEAR = 2 } qrope_scale;
+/* LongRoPE (Phi-3/4): the frequencies divided by a factor each, long or
+ * short (qweights.rope_freqs holds the set in use), and cos / sin times
+ * rope_mscale. */
+typedef enum { QROPE_SCALE_NONE = 0, QROPE_SCALE_LLAMA3 = 1, QROPE_SCALE_LINEAR = 2, QROPE_SCALE_LONGROPE = 3 } qrope_scale;
 /* The gated MLP's activation: act(x W_gate^T) * (x W_up^T). */
 typedef enum { QACT_SILU = 0, QACT_GELU_TANH = 1 } qact;
 /* Where the norms sit: before each block (x + f(norm(x))), or before and
@@ -82,7 +85,9 @@ typedef struct {
     float rope_factor;           /* llama3 / linear */
     float rope_low_freq_factor;  /* llama3 */
     float rope_high_freq_factor; /* llama3 */
-    int rope_orig_ctx;           /* llama3: original_max_position_embeddings */
+    int rope_orig_ctx;           /* llama3, longrope: original_max_position_embeddings */
+    float rope_mscale;           /* longrope: cos and sin times this (0: 1) */
+    int rope_long;               /* longrope: the long factors are in use (the context passes rope_orig_ctx) */
     int tied_embeddings;         /* output projection is tok_embd */
     int attn_bias;               /* q/k/v projections have biases (Qwen2) */
     /* Feature flags beyond the Llama baseline.  A backend that does not
@@ -172,7 +177,7 @@ typedef struct {
     qtensor tok_embd;            /* (n_vocab, dim) */
     qtensor out_norm;            /* (dim) */
     qtensor output;              /* (n_vocab, dim); same bytes as tok_embd when tied */
-    qtensor rope_freqs;          /* optional (rope_dim/2) frequency divisors (GGUF llama3) */
+    qtensor rope_freqs;          /* optional (rope_dim/2) frequency divisors (GGUF llama3; LongRoPE's factors) */
     qlayer *layers;              /* n_layers entries */
 } qweights;
 

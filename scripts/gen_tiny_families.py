@@ -17,8 +17,12 @@ The families: qwen3 (QK-norm, head_dim set apart from hidden / heads), gemma2
 soft-caps, local and global layers in turn), gemma3 (Gemma 2's network with
 QK-norm and no soft-caps, five local layers to a global one, the local
 layers' own RoPE base, linear RoPE scaling on the global ones) and mistral
-with a sliding window on every layer.  The windows (12) are shorter than
-every sequence's end, so the windowed layers mask.  Every weight is random
+with a sliding window on every layer, and phi3 (q/k/v and gate/up fused,
+Phi-4-mini's partial rotary factor 0.75, LongRoPE with an original context of
+32 in a context of 128: every prompt is longer than 32, so transformers uses
+the long factors throughout, as quire does in a context past the original
+one).  The windows (12) are shorter than every sequence's end, so the
+windowed layers mask.  Every weight is random
 (torch seed 1234 + the family's index), every norm's included, so that a
 missing or misplaced one shows in the logits.  The tokenizer is
 tiny-qwen2-random's (512 ids).  Attention runs as "eager" (the soft-caps).
@@ -27,6 +31,7 @@ tiny-qwen2-random's (512 ids).  Attention runs as "eager" (the soft-caps).
     build/tfvenv/bin/python scripts/gen_tiny_families.py [family ...]
 """
 import json
+import math
 import pathlib
 import shutil
 import sys
@@ -63,6 +68,13 @@ FAMILIES = {
     "mistral-swa": dict(cls="MistralForCausalLM", cfg="MistralConfig", arch="llama",
                         kw=dict(num_hidden_layers=2, sliding_window=WINDOW, rope_theta=1000000.0,
                                 tie_word_embeddings=False)),
+    "phi3": dict(cls="Phi3ForCausalLM", cfg="Phi3Config", arch="phi3", prompts=(33, 34, 35, 36, 37, 38, 39, 40),
+                 kw=dict(num_hidden_layers=2, hidden_size=64, head_dim=None, max_position_embeddings=128,
+                         original_max_position_embeddings=32, partial_rotary_factor=0.75, tie_word_embeddings=True,
+                         rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                          "original_max_position_embeddings": 32,
+                                          "long_factor": [1.0, 1.5, 2.5, 4.0, 7.0, 11.0],
+                                          "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5]})),
 }
 
 GGUF_NAMES = {
@@ -73,7 +85,7 @@ GGUF_LAYER = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
     "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-    "input_layernorm": "attn_norm",
+    "input_layernorm": "attn_norm", "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
 }
 # Llama's post_attention_layernorm is the MLP's pre-norm; Gemma's comes after attention.
 LLAMA_NORMS = {"post_attention_layernorm": "ffn_norm"}
@@ -97,8 +109,9 @@ def write_gguf(name, fam, model, cfg):
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     rp = cfg.rope_parameters
     full = rp.get("full_attention", rp)
@@ -111,6 +124,14 @@ def write_gguf(name, fam, model, cfg):
     if arch == "gemma2":
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    if arch == "phi3":  # as convert_hf_to_gguf's Phi3MiniModel writes a LongRoPE model
+        orig = full["original_max_position_embeddings"]
+        scale = cfg.max_position_embeddings / orig
+        w.add_rope_dimension_count(int(head_dim * cfg.partial_rotary_factor))
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+        w.add_tensor("rope_factors_long.weight", np.array(full["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(full["short_factor"], dtype=np.float32))
     w.add_tokenizer_model("none")
     norms = GEMMA_NORMS if gemma else LLAMA_NORMS
     for key, p in model.state_dict().items():
@@ -141,6 +162,7 @@ def make(name, index):
     torch.manual_seed(1234 + index)
     kw = dict(COMMON)
     kw.update(fam["kw"])
+    kw = {k: v for k, v in kw.items() if v is not None}
     cfg = getattr(transformers, fam["cfg"])(**kw)
     cfg._attn_implementation = "eager"
     model = getattr(transformers, fam["cls"])(cfg).to(torch.float32).eval()
@@ -169,7 +191,7 @@ def make(name, index):
         {"model": f"tiny-{name}-random", "input_ids": ids[0].tolist(), "shape": list(logits.shape),
          "logits": [[float(f"{x:.7g}") for x in row] for row in logits.tolist()]}))
     prompts = []
-    for n in (5, 9, 12, 13, 17, 24, 31, 40):
+    for n in fam.get("prompts", (5, 9, 12, 13, 17, 24, 31, 40)):
         prompt = torch.randint(3, 512, (1, n), generator=g)
         prompt[0, 0] = 1
         with torch.no_grad():

@@ -87,6 +87,37 @@ static const qtensor_names gemma_gguf = { {
     [QTN_POST_FFN_NORM] = "blk.%d.post_ffw_norm.weight",
 } };
 
+/* Phi-3 and Phi-4: Llama's network with q/k/v and gate/up fused (split at
+ * bind), LongRoPE's factors.  The HF loader adds the factors from
+ * config.json under the GGUF names. */
+static const qtensor_names phi3_hf = { {
+    [QTN_EMBD] = "model.embed_tokens.weight",
+    [QTN_NORM] = "model.norm.weight",
+    [QTN_OUTPUT] = "lm_head.weight",
+    [QTN_ATTN_NORM] = "model.layers.%d.input_layernorm.weight",
+    [QTN_WQKV] = "model.layers.%d.self_attn.qkv_proj.weight",
+    [QTN_WO] = "model.layers.%d.self_attn.o_proj.weight",
+    [QTN_FFN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
+    [QTN_GATE_UP] = "model.layers.%d.mlp.gate_up_proj.weight",
+    [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
+    [QTN_ROPE_LONG] = "rope_factors_long.weight",
+    [QTN_ROPE_SHORT] = "rope_factors_short.weight",
+} };
+
+static const qtensor_names phi3_gguf = { {
+    [QTN_EMBD] = "token_embd.weight",
+    [QTN_NORM] = "output_norm.weight",
+    [QTN_OUTPUT] = "output.weight",
+    [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight",
+    [QTN_WQKV] = "blk.%d.attn_qkv.weight",
+    [QTN_WO] = "blk.%d.attn_output.weight",
+    [QTN_FFN_NORM] = "blk.%d.ffn_norm.weight",
+    [QTN_GATE_UP] = "blk.%d.ffn_up.weight",
+    [QTN_DOWN] = "blk.%d.ffn_down.weight",
+    [QTN_ROPE_LONG] = "rope_factors_long.weight",
+    [QTN_ROPE_SHORT] = "rope_factors_short.weight",
+} };
+
 /* fingerprint_id: Llama 0 and Qwen2 1 are the values hashed before this
  * table existed (persistent tiers keep matching); Mistral is Llama's network. */
 static const qfamily families[] = {
@@ -131,6 +162,12 @@ static const qfamily families[] = {
         .tied_head = 1, .act = QACT_GELU_TANH, .norm_place = QNORM_SANDWICH, .qk_norm = 1, .embed_scale = 1,
         .hf_norm_add_one = 1, .window_pattern = 6, .rope_local_base = 10000.0f, .hf_query_scalar = 1,
         .gguf_wide_scale_layers = 62, .hf_names = &gemma_hf, .gguf_names = &gemma_gguf,
+    },
+    {
+        /* Phi-3 / Phi-4: fused projections, LongRoPE, partial rotary (Phi-4-mini). */
+        .name = "phi3", .hf_model_type = "phi3", .hf_class = "Phi3ForCausalLM", .gguf_arch = "phi3",
+        .fingerprint_id = 5, .hf_max_ctx = 4096, .hf_sliding = QSLIDE_WINDOW, .gguf_rope_neox = 1,
+        .hf_names = &phi3_hf, .gguf_names = &phi3_gguf,
     },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))

@@ -27,9 +27,13 @@ typedef enum {
     QTN_FFN_NORM, QTN_GATE, QTN_UP, QTN_DOWN,
     QTN_Q_NORM, QTN_K_NORM,
     QTN_POST_ATTN_NORM, QTN_POST_FFN_NORM,
+    QTN_WQKV, QTN_GATE_UP,          /* fused: q, k, v rows; gate, up rows (Phi-3) */
+    QTN_ROPE_LONG, QTN_ROPE_SHORT,  /* LongRoPE's factors (rope_dim / 2 each) */
     QTN_COUNT
 } qtn;
 #define QTN_FIRST_LAYER QTN_ATTN_NORM
+/* Not per layer although after QTN_FIRST_LAYER. */
+#define QTN_IS_GLOBAL(i) ((i) < QTN_FIRST_LAYER || (i) == QTN_ROPE_LONG || (i) == QTN_ROPE_SHORT)
 
 /* Names of one format: "%d" stands for the layer; NULL where the format has
  * no such tensor. */

@@ -504,6 +504,17 @@ static int read_local_attention(const gmeta *md, const qfamily *f, qhparams *hp)
     if (f->hf_query_scalar)
         hp->attn_scale = 1.0f / sqrtf((float)(hp->n_layers == f->gguf_wide_scale_layers ? hp->dim / hp->n_heads
                                                                                        : hp->head_dim));
+    /* LongRoPE (Phi-3): the converter writes the attention factor, the
+     * original context and the two factor tensors. */
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", f->gguf_arch);
+    if (f->gguf_names->name[QTN_ROPE_LONG] && meta_get(md, key)) {
+        if ((rc = meta_pos_float(md, key, 100, 1.0f, &hp->rope_mscale))) return rc;
+        snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", f->gguf_arch);
+        if ((rc = meta_int(md, key, 1, 1, INT_MAX, 0, &v))) return rc;
+        hp->rope_orig_ctx = (int)v;
+        hp->rope_scaling = QROPE_SCALE_LONGROPE;
+        hp->rope_factor = hp->max_ctx > 0 ? (float)hp->max_ctx / (float)v : 1.0f;
+    }
     return 0;
 }
 

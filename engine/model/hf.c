@@ -200,6 +200,7 @@ typedef struct {
     int bos_id, unk_id, pad_id;
     int n_eos;
     int eos_ids[8];
+    float *rope_long, *rope_short; /* LongRoPE's factors (rope_dim / 2 each), or NULL */
 } hf_config;
 
 static int config_arch(json_t *c, int *which, char *err, size_t errlen)
@@ -231,7 +232,58 @@ static int config_arch(json_t *c, int *which, char *err, size_t errlen)
 
 /* The scaling an object of either RoPE layout names ("rope_type" or "type",
  * factor, ...) into hp; none when src is NULL. */
-static int rope_scaling_of(json_t *src, const char *ctx, qhparams *hp, char *err, size_t errlen)
+/* A list of n positive numbers into a new float array. */
+static int js_floats(json_t *obj, const char *ctx, const char *key, int n, float **out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_array(v) || json_array_size(v) != (size_t)n)
+        return qerr_set(err, errlen, QERR_FORMAT, "%s: \"%s\" must be a list of %d numbers", ctx, key, n);
+    float *f = q_mallocn((size_t)n, sizeof *f);
+    if (!f) return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, (size_t)i);
+        const double x = json_number_value(e);
+        if (!json_is_number(e) || !(x > 0 && x < 1e6)) {
+            free(f);
+            return qerr_set(err, errlen, QERR_RANGE, "%s: \"%s\"[%d] must be a number in (0, 1e6)", ctx, key, i);
+        }
+        f[i] = (float)x;
+    }
+    *out = f;
+    return 0;
+}
+
+/* LongRoPE (Phi-3 and Phi-4): long_factor and short_factor (rope_dim / 2
+ * numbers each), original_max_position_embeddings (here or at the top
+ * level), and the attention factor: attention_factor, else as transformers
+ * derives it, sqrt(1 + ln f / ln original) with f = factor or the context
+ * over the original one (1 when f <= 1). */
+static int rope_longrope(json_t *src, json_t *c, const char *ctx, qhparams *hp, hf_config *o, char *err, size_t errlen)
+{
+    long long orig = 0;
+    double f, af;
+    int rc;
+    if (!o) return qerr_set(err, errlen, QERR_UNSUPPORTED, "%s: longrope is not supported here", ctx);
+    if ((rc = js_int(c, "config.json", "original_max_position_embeddings", 0, 0, 0, HF_MAX_CTX, &orig, err, errlen)) ||
+        (rc = js_int(src, ctx, "original_max_position_embeddings", orig == 0, orig, 1, HF_MAX_CTX, &orig, err, errlen)) ||
+        (rc = js_num(src, ctx, "factor", 0, (double)hp->max_ctx / (double)orig, 0, 1e6, &f, err, errlen)))
+        return rc;
+    const double def = f <= 1.0 ? 1.0 : sqrt(1.0 + log(f) / log((double)orig));
+    if ((rc = js_num(src, ctx, "attention_factor", 0, def, 0, 100, &af, err, errlen))) return rc;
+    free(o->rope_long), free(o->rope_short);
+    o->rope_long = o->rope_short = NULL;
+    if ((rc = js_floats(src, ctx, "long_factor", hp->rope_dim / 2, &o->rope_long, err, errlen)) ||
+        (rc = js_floats(src, ctx, "short_factor", hp->rope_dim / 2, &o->rope_short, err, errlen)))
+        return rc;
+    hp->rope_scaling = QROPE_SCALE_LONGROPE;
+    hp->rope_factor = (float)f;
+    hp->rope_orig_ctx = (int)orig;
+    hp->rope_mscale = (float)af;
+    return 0;
+}
+
+static int rope_scaling_of(json_t *src, json_t *c, const char *ctx, qhparams *hp, hf_config *o, char *err,
+                           size_t errlen)
 {
     double x;
     long long v;
@@ -242,6 +294,7 @@ static int rope_scaling_of(json_t *src, const char *ctx, qhparams *hp, char *err
     if ((rc = js_str(src, ctx, "rope_type", &type, err, errlen))) return rc;
     if (!type && (rc = js_str(src, ctx, "type", &type, err, errlen))) return rc;
     if (!type || !strcmp(type, "default")) return 0;
+    if (!strcmp(type, "longrope")) return rope_longrope(src, c, ctx, hp, o, err, errlen);
 
     if (!strcmp(type, "linear")) {
         if ((rc = js_num(src, ctx, "factor", 1, 0, 0, 1e6, &x, err, errlen))) return rc;
@@ -267,7 +320,7 @@ static int rope_scaling_of(json_t *src, const char *ctx, qhparams *hp, char *err
         return 0;
     }
     return qerr_set(err, errlen, QERR_UNSUPPORTED,
-                    "%s: rope type \"%.40s\" is not supported (default, llama3, linear)",
+                    "%s: rope type \"%.40s\" is not supported (default, llama3, linear, longrope)",
                     ctx, type);
 }
 
@@ -287,7 +340,7 @@ static int js_obj(json_t *obj, const char *ctx, const char *key, json_t **out, c
  * rope_parameters {rope_theta, rope_type, ...}, and rope_parameters per
  * layer type {"full_attention": {...}, "sliding_attention": {...}} (Gemma
  * 3), where the local layers' RoPE must be unscaled. */
-static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
+static int config_rope(json_t *c, qhparams *hp, hf_config *o, char *err, size_t errlen)
 {
     double theta, local = hp->rope_theta_local;
     int rc;
@@ -305,7 +358,7 @@ static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
             qhparams lp = *hp;
             ctx = "config.json: rope_parameters.sliding_attention";
             if ((rc = js_num(slide, ctx, "rope_theta", 0, local > 0 ? local : theta, 0, 1e12, &local, err, errlen)) ||
-                (rc = rope_scaling_of(slide, ctx, &lp, err, errlen)))
+                (rc = rope_scaling_of(slide, c, ctx, &lp, NULL, err, errlen)))
                 return rc;
             if (lp.rope_scaling != QROPE_SCALE_NONE)
                 return qerr_set(err, errlen, QERR_UNSUPPORTED, "%s: scaled RoPE for local layers is not supported", ctx);
@@ -323,7 +376,7 @@ static int config_rope(json_t *c, qhparams *hp, char *err, size_t errlen)
         return rc;
     hp->rope_theta = (float)theta;
     hp->rope_theta_local = local > 0 ? (float)local : 0.0f;
-    return rope_scaling_of(src, ctx, hp, err, errlen);
+    return rope_scaling_of(src, c, ctx, hp, o, err, errlen);
 }
 
 /* Which layers attend through a window, and its size: "layer_types" where
@@ -463,7 +516,12 @@ static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
     if ((rc = js_bool(c, F, "attention_bias", 0, &hp->attn_bias, err, errlen))) return rc;
     qfamily_apply(a, hp);
     hp->norm_add_one = fam->hf_norm_add_one;
-    if ((rc = config_rope(c, hp, err, errlen))) return rc;
+    if ((rc = js_num(c, F, "partial_rotary_factor", 0, 1.0, 0, 1.0, &d, err, errlen))) return rc;
+    hp->rope_dim = (int)(hp->head_dim * d);
+    if (hp->rope_dim < 2 || hp->rope_dim % 2)
+        return qerr_set(err, errlen, QERR_RANGE, "config.json: partial_rotary_factor %g leaves %d rotated dimensions (even, >= 2)",
+                        d, hp->rope_dim);
+    if ((rc = config_rope(c, hp, o, err, errlen))) return rc;
     if ((rc = config_window(c, fam, hp, err, errlen))) return rc;
     if ((rc = config_gemma(c, fam, hp, err, errlen))) return rc;
 
@@ -503,6 +561,23 @@ int hf_parse_config(qmodel *m, const char *json, size_t len, char *err, size_t e
     memset(&c, 0, sizeof c);
     int rc = config_parse(root, &c, err, errlen);
     json_decref(root);
+    if (!rc && c.rope_long) { /* LongRoPE's factors, as tensors under the GGUF converter's names */
+        float *lf = c.rope_long, *sf = c.rope_short;
+        const int64_t n = c.hp.rope_dim / 2;
+        const size_t bytes = (size_t)n * sizeof(float);
+        c.rope_long = c.rope_short = NULL;
+        if (qmodel_take_buffer(m, lf)) {
+            free(lf), free(sf);
+            rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        } else if (qmodel_take_buffer(m, sf)) {
+            free(sf);
+            rc = qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+        } else if (!(rc = qmodel_add_tensor(m, "rope_factors_long.weight", 24, QDT_F32, 1, &n, lf, bytes, err, errlen))) {
+            rc = qmodel_add_tensor(m, "rope_factors_short.weight", 25, QDT_F32, 1, &n, sf, bytes, err, errlen);
+        }
+    }
+    free(c.rope_long);
+    free(c.rope_short);
     if (rc) return rc;
     m->hp = c.hp;
     m->bos_id = c.bos_id;

@@ -276,6 +276,8 @@ static int check_hparams(qhparams *hp, char *err, size_t errlen)
         return qerr_set(err, errlen, QERR_RANGE, "rope_theta = %g", (double)hp->rope_theta);
     if (hp->rope_scaling != QROPE_SCALE_NONE && !(hp->rope_factor > 0 && hp->rope_factor < 1e6f))
         return qerr_set(err, errlen, QERR_RANGE, "rope scaling factor = %g", (double)hp->rope_factor);
+    if (hp->rope_scaling == QROPE_SCALE_LONGROPE && (hp->rope_orig_ctx <= 0 || !(hp->rope_mscale > 0 && hp->rope_mscale < 100)))
+        return qerr_set(err, errlen, QERR_RANGE, "LongRoPE needs the original context > 0 and an attention factor in (0, 100)");
     if (hp->rope_scaling == QROPE_SCALE_LLAMA3 &&
         (hp->rope_orig_ctx <= 0 || !(hp->rope_low_freq_factor > 0) ||
          !(hp->rope_high_freq_factor > hp->rope_low_freq_factor)))
@@ -310,6 +312,59 @@ static void fingerprint_tensor(qhash *h, const qtensor *t, int with_bytes)
     qhash_update(h, p, 4 * win);
     for (int i = 1; i <= 16; i++) qhash_update(h, p + (n / 17) * (size_t)i, win);
     qhash_update(h, p + n - 4 * win, 4 * win);
+}
+
+/* Rows [r0, r0 + n) of a bound 2-D tensor, as a tensor of its own (no copy). */
+static qtensor rows_of(const qtensor *t, int64_t r0, int64_t n)
+{
+    qtensor v = *t;
+    v.shape[0] = n;
+    if (t->data) v.data = (const char *)t->data + (size_t)r0 * (size_t)t->shape[1] * qdt_size(t->dtype);
+    return v;
+}
+
+/* A family with fused projections (Phi-3): q, k and v are rows of one
+ * tensor, gate and up of another; layer l's are bound as views. */
+static int bind_fused(qmodel *m, const char *const *nm, int l, char *err, size_t errlen)
+{
+    const qhparams *hp = &m->hp;
+    qlayer *L = &m->w.layers[l];
+    const int64_t dim = hp->dim, q = (int64_t)hp->n_heads * hp->head_dim, kv = (int64_t)hp->n_kv_heads * hp->head_dim;
+    qtensor t;
+    int rc;
+    if (nm[QTN_WQKV]) {
+        if ((rc = bind_one(m, nm[QTN_WQKV], l, q + 2 * kv, dim, 0, &t, err, errlen))) return rc;
+        L->wq = rows_of(&t, 0, q), L->wk = rows_of(&t, q, kv), L->wv = rows_of(&t, q + kv, kv);
+    }
+    if (nm[QTN_GATE_UP]) {
+        if ((rc = bind_one(m, nm[QTN_GATE_UP], l, 2 * (int64_t)hp->ffn_dim, dim, 0, &t, err, errlen))) return rc;
+        L->w_gate = rows_of(&t, 0, hp->ffn_dim), L->w_up = rows_of(&t, hp->ffn_dim, hp->ffn_dim);
+    }
+    return 0;
+}
+
+/* LongRoPE: the long factors when the model's context passes the original
+ * one (as llama.cpp picks by its context), else the short ones, into
+ * rope_freqs (the divisors of the frequencies).  Both must be there, F32. */
+static int bind_longrope(qmodel *m, const char *const *nm, char *err, size_t errlen)
+{
+    qhparams *hp = &m->hp;
+    qtensor lf, sf;
+    int rc;
+    if ((rc = bind_one(m, nm[QTN_ROPE_LONG], 0, hp->rope_dim / 2, 0, 0, &lf, err, errlen)) ||
+        (rc = bind_one(m, nm[QTN_ROPE_SHORT], 0, hp->rope_dim / 2, 0, 0, &sf, err, errlen)))
+        return rc;
+    if (lf.dtype != QDT_F32 || sf.dtype != QDT_F32)
+        return qerr_set(err, errlen, QERR_UNSUPPORTED, "LongRoPE factors '%s' and '%s' must be F32", nm[QTN_ROPE_LONG],
+                        nm[QTN_ROPE_SHORT]);
+    hp->rope_long = hp->max_ctx > hp->rope_orig_ctx;
+    m->w.rope_freqs = hp->rope_long ? lf : sf;
+    for (int i = 0; i < hp->rope_dim / 2; i++) {
+        const float f = ((const float *)m->w.rope_freqs.data)[i];
+        if (!(f > 0 && f < 1e6f))
+            return qerr_set(err, errlen, QERR_RANGE, "LongRoPE factor %d = %g (each must be in (0, 1e6))", i, (double)f);
+    }
+    return 0;
 }
 
 int qmodel_bind(qmodel *m, char *err, size_t errlen)
@@ -347,24 +402,29 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
     } else {
         hp->tied_embeddings = 0;
     }
-    if ((rc = bind_one(m, nm[QTN_ROPE_FREQS], 0, hp->rope_dim / 2, 0, 1, &w->rope_freqs, err, errlen))) return rc;
+    if (hp->rope_scaling != QROPE_SCALE_LONGROPE &&
+        (rc = bind_one(m, nm[QTN_ROPE_FREQS], 0, hp->rope_dim / 2, 0, 1, &w->rope_freqs, err, errlen)))
+        return rc;
     if (w->rope_freqs.data && w->rope_freqs.dtype != QDT_F32)
         return qerr_set(err, errlen, QERR_UNSUPPORTED, "tensor '%s' must be F32", nm[QTN_ROPE_FREQS]);
+
+    if (hp->rope_scaling == QROPE_SCALE_LONGROPE && (rc = bind_longrope(m, nm, err, errlen))) return rc;
 
     int any_bias = 0;
     for (int l = 0; l < hp->n_layers; l++) {
         qlayer *L = &w->layers[l];
         if ((rc = bind_one(m, nm[QTN_ATTN_NORM], l, dim, 0, 0, &L->attn_norm, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_WQ], l, q_out, dim, 0, &L->wq, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_WK], l, kv_out, dim, 0, &L->wk, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_WV], l, kv_out, dim, 0, &L->wv, err, errlen)) ||
+            (rc = bind_fused(m, nm, l, err, errlen)) ||
+            (!nm[QTN_WQKV] && ((rc = bind_one(m, nm[QTN_WQ], l, q_out, dim, 0, &L->wq, err, errlen)) ||
+                               (rc = bind_one(m, nm[QTN_WK], l, kv_out, dim, 0, &L->wk, err, errlen)) ||
+                               (rc = bind_one(m, nm[QTN_WV], l, kv_out, dim, 0, &L->wv, err, errlen)))) ||
             (rc = bind_one(m, nm[QTN_BQ], l, q_out, 0, !hp->attn_bias, &L->bq, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_BK], l, kv_out, 0, !hp->attn_bias, &L->bk, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_BV], l, kv_out, 0, !hp->attn_bias, &L->bv, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_WO], l, dim, q_out, 0, &L->wo, err, errlen)) ||
             (rc = bind_one(m, nm[QTN_FFN_NORM], l, dim, 0, 0, &L->ffn_norm, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_GATE], l, hp->ffn_dim, dim, 0, &L->w_gate, err, errlen)) ||
-            (rc = bind_one(m, nm[QTN_UP], l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)) ||
+            (!nm[QTN_GATE_UP] && ((rc = bind_one(m, nm[QTN_GATE], l, hp->ffn_dim, dim, 0, &L->w_gate, err, errlen)) ||
+                                  (rc = bind_one(m, nm[QTN_UP], l, hp->ffn_dim, dim, 0, &L->w_up, err, errlen)))) ||
             (rc = bind_one(m, nm[QTN_DOWN], l, dim, hp->ffn_dim, 0, &L->w_down, err, errlen)) ||
             (hp->qk_norm && (rc = bind_one(m, nm[QTN_Q_NORM], l, hd, 0, 0, &L->q_norm, err, errlen))) ||
             (hp->qk_norm && (rc = bind_one(m, nm[QTN_K_NORM], l, hd, 0, 0, &L->k_norm, err, errlen))) ||
@@ -403,6 +463,10 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
         for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++) qhash_u64(&h, (uint64_t)fv[i]);
         float ff[] = { hp->attn_softcap, hp->final_softcap, hp->attn_scale, hp->rope_theta_local };
         qhash_update(&h, ff, sizeof ff);
+    }
+    if (hp->rope_scaling == QROPE_SCALE_LONGROPE) {
+        qhash_u64(&h, (uint64_t)hp->rope_long);
+        qhash_update(&h, &hp->rope_mscale, sizeof hp->rope_mscale);
     }
     /* A bf16 HF checkpoint's K once came from bf16-rounded RoPE frequencies
      * (until issue 26, hence the number): blocks a persistent tier holds from

@@ -196,12 +196,14 @@ static const struct { int rows, cols; fill_kind kind; } shapes[QTN_COUNT] = {
     [QTN_UP] = { 3, 0, FILL_MATRIX },         [QTN_DOWN] = { 0, 3, FILL_RESIDUAL },
     [QTN_Q_NORM] = { 5, -1, FILL_NORM },      [QTN_K_NORM] = { 5, -1, FILL_NORM },
     [QTN_POST_ATTN_NORM] = { 0, -1, FILL_NORM }, [QTN_POST_FFN_NORM] = { 0, -1, FILL_NORM },
+    [QTN_WQKV] = { 6, 0, FILL_MATRIX },       [QTN_GATE_UP] = { 7, 0, FILL_MATRIX },
+    [QTN_ROPE_LONG] = { -1, -1, FILL_NORM },  [QTN_ROPE_SHORT] = { -1, -1, FILL_NORM },
 };
 
 /* Whether the model has tensor i: the family names it, and the flags want it. */
 static int wanted(const qhparams *hp, const char *const *names, int i)
 {
-    if (!names[i] || i == QTN_ROPE_FREQS) return 0;
+    if (!names[i] || i == QTN_ROPE_FREQS || i == QTN_ROPE_LONG || i == QTN_ROPE_SHORT) return 0; /* (config.json's) */
     if (i == QTN_OUTPUT) return !hp->tied_embeddings;
     if (i == QTN_BQ || i == QTN_BK || i == QTN_BV) return hp->attn_bias;
     if (i == QTN_Q_NORM || i == QTN_K_NORM) return hp->qk_norm;
@@ -216,14 +218,15 @@ static int build(builder *b, uint64_t seed)
     qmodel *m = b->m;
     const qhparams *hp = &m->hp;
     const char *const *names = qfamily_get(hp->family)->hf_names->name;
-    const int64_t sizes[6] = { hp->dim, (int64_t)hp->n_heads * hp->head_dim, (int64_t)hp->n_kv_heads * hp->head_dim,
-                               hp->ffn_dim, hp->n_vocab, hp->head_dim };
+    const int64_t sizes[8] = { hp->dim, (int64_t)hp->n_heads * hp->head_dim, (int64_t)hp->n_kv_heads * hp->head_dim,
+                               hp->ffn_dim, hp->n_vocab, hp->head_dim,
+                               (int64_t)(hp->n_heads + 2 * hp->n_kv_heads) * hp->head_dim, 2 * (int64_t)hp->ffn_dim };
     char name[QMODEL_MAX_NAME];
     int rc;
     for (int l = -1; l < hp->n_layers; l++) {
         const int lo = l < 0 ? 0 : QTN_FIRST_LAYER, hi = l < 0 ? QTN_FIRST_LAYER : QTN_COUNT;
         for (int i = lo; i < hi; i++) {
-            if (!wanted(hp, names, i)) continue;
+            if (!wanted(hp, names, i) || (l >= 0 && QTN_IS_GLOBAL(i))) continue;
             snprintf(name, sizeof name, names[i], l);
             const int64_t cols = shapes[i].cols < 0 ? 0 : sizes[shapes[i].cols];
             if ((rc = add(b, name, sizes[shapes[i].rows], cols, shapes[i].kind))) return rc;

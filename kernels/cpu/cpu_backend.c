@@ -101,13 +101,15 @@ void qrope_inv_freq_layer(const qweights *w, int local, float *inv_freq)
         inv_freq[i] = (float)(1.0 / pow((double)hp->rope_theta_local, (double)(2 * i) / hp->rope_dim));
 }
 
-/* cs = (cos, sin) pairs for position pos. */
-static void rope_cs(const float *inv_freq, int half, int pos, float *cs)
+/* cs = (cos, sin) pairs for position pos, times mscale (LongRoPE's
+ * attention factor) when it is not 0. */
+static void rope_cs(const float *inv_freq, int half, int pos, float mscale, float *cs)
 {
     for (int i = 0; i < half; i++) {
         float a = (float)pos * inv_freq[i];
         cs[2 * i] = cosf(a);
         cs[2 * i + 1] = sinf(a);
+        if (mscale > 0) cs[2 * i] *= mscale, cs[2 * i + 1] *= mscale;
     }
 }
 
@@ -416,8 +418,9 @@ static void embed(cpu_be *be, const qbatch *b)
     for (int s = 0; s < b->n_seqs; s++)
         for (int i = 0; i < b->seqs[s].n_tokens; i++) {
             const size_t at = (size_t)(b->seqs[s].first + i) * hp->rope_dim;
-            rope_cs(be->inv_freq, hp->rope_dim / 2, b->seqs[s].pos0 + i, be->cs + at);
-            if (be->cs_local) rope_cs(be->inv_freq_local, hp->rope_dim / 2, b->seqs[s].pos0 + i, be->cs_local + at);
+            rope_cs(be->inv_freq, hp->rope_dim / 2, b->seqs[s].pos0 + i, hp->rope_mscale, be->cs + at);
+            if (be->cs_local)
+                rope_cs(be->inv_freq_local, hp->rope_dim / 2, b->seqs[s].pos0 + i, 0.0f, be->cs_local + at);
         }
 }
 

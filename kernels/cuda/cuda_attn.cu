@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             const int a = rp.neox ? j : 2 * j, b = rp.neox ? j + half : 2 * j + 1;
             const int c = h < MAXG ? (kvh * G + h) * hd : (g.H + kvh) * hd;
             float x0 = src[c + a] + (bias ? bias[c + a] : 0.0f), x1 = src[c + b] + (bias ? bias[c + b] : 0.0f);
-            qk_rotate(&x0, &x1, pnew, rp.inv_freq[j]);
+            qk_rotate(&x0, &x1, pnew, rp.inv_freq[j], rp.mscale);
             const T r0 = fromf<T>(x0), r1 = fromf<T>(x1);
             if (h < MAXG) {
                 QS(h, a) = tof(r0) * g.scale;

@@ -712,7 +712,8 @@ static int attention(cuda_be *be, const meta_plan *mp, const qattn_geom *g0, int
     const int local = qhp_layer_local(hp, l);
     g.window = local ? hp->window : 0;
     const float *inv = local && be->inv_freq_local ? be->inv_freq_local : be->inv_freq;
-    const qk_rope_in rope = { be->qkv, L->bqkv, inv, hp->rope_dim, hp->rope_neox };
+    g.rope_mscale = local && be->inv_freq_local ? 0.0f : hp->rope_mscale;
+    const qk_rope_in rope = { be->qkv, L->bqkv, inv, hp->rope_dim, hp->rope_neox, g.rope_mscale };
     int rc = 0;
     if (!mp->fuse_rope && !(sk & 4) &&
         (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, inv, &g, T_, hp->rope_dim, hp->rope_neox, L->q_norm,

@@ -19,6 +19,7 @@ struct qattn_geom {
     float scale;             // 1/sqrt(hd), or the model's attention scale
     int window;              // a local layer's: a token attends to its last window positions; 0: all
     float softcap;           // scores -> softcap * tanh(score / softcap); 0: none
+    float rope_mscale;       // LongRoPE: cos and sin times this; 0: 1
 };
 
 // The geometry of one pass: the metadata arrays on the device and the
@@ -39,6 +40,7 @@ static inline qattn_geom qk_geom(const int32_t *pos, const int32_t *seq, const i
     g.scale = 1.0f / sqrtf((float)hd);
     g.window = 0;
     g.softcap = 0.0f;
+    g.rope_mscale = 0.0f;
     return g;
 }
 
@@ -51,14 +53,19 @@ __host__ __device__ __forceinline__ int qk_window_lo(int p, int w) { return w > 
 struct qk_rope_in {
     const float *qkv, *bias, *inv_freq;
     int rope_dim, neox;
+    float mscale;            // LongRoPE: cos and sin times this; 0: 1
 };
 
 // RoPE on one pair at position p, the same operations wherever it is done
 // (explicit roundings: no contraction may differ between two kernels).
-__device__ __forceinline__ void qk_rotate(float *x0, float *x1, int p, float inv_freq)
+__device__ __forceinline__ void qk_rotate(float *x0, float *x1, int p, float inv_freq, float mscale = 0.0f)
 {
     float s, c;
     sincosf((float)p * inv_freq, &s, &c);
+    if (mscale > 0) { // LongRoPE's attention factor, as the CPU's rope_cs applies it
+        c = __fmul_rn(c, mscale);
+        s = __fmul_rn(s, mscale);
+    }
     const float a = *x0, b = *x1;
     *x0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
     *x1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));

@@ -101,7 +101,7 @@ __global__ void rope_store_kernel(const float *qkv, const float *bias, T *q_out,
     for (int idx = threadIdx.x; idx < (g.H + g.KV) * half; idx += blockDim.x) {
         const int h = idx / half, i = idx % half;
         float *base = row + (size_t)h * g.hd;
-        qk_rotate(base + (neox ? i : 2 * i), base + (neox ? i + half : 2 * i + 1), p, inv_freq[i]);
+        qk_rotate(base + (neox ? i : 2 * i), base + (neox ? i + half : 2 * i + 1), p, inv_freq[i], g.rope_mscale);
     }
     __syncthreads();
     const int qd = g.H * g.hd, kvd = g.KV * g.hd;

@@ -194,7 +194,7 @@ static int attn_rope_t(const cuda_rope_case *c, const float *kc0, const float *v
                 cudaMalloc(&pc, slots * 4) != cudaSuccess || cudaMemset(pc, 0, slots * 4) != cudaSuccess))
         rc = QERR_DEVICE;
     if (!rc) {
-        const qk_rope_in rope = { d.qkv, d.bias, d.freq, c->rope_dim, c->neox };
+        const qk_rope_in rope = { d.qkv, d.bias, d.freq, c->rope_dim, c->neox, 0.0f };
         rc = sync_rc(qk_rope_store<T>(0, d.qkv, d.bias, dq, kr, vr, d.freq, &d.g, c->n_tok, c->rope_dim, c->neox));
         if (!rc)
             rc = sync_rc(qk_attn_decode<T>(0, dq, kr, vr, &d.g, NULL, d.list, c->n_tok, n_split, split_len, pa, pm, pc,

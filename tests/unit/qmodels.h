@@ -30,6 +30,8 @@ static const model_case cases[] = {
     { "tiny-gemma3-random", "tests/fixtures/models/tiny-gemma3-random.gguf" },
     { "tiny-mistral-swa-random", "tests/fixtures/models/tiny-mistral-swa-random" },
     { "tiny-mistral-swa-random", "tests/fixtures/models/tiny-mistral-swa-random.gguf" },
+    { "tiny-phi3-random", "tests/fixtures/models/tiny-phi3-random" },
+    { "tiny-phi3-random", "tests/fixtures/models/tiny-phi3-random.gguf" },
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 

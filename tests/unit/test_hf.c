@@ -533,7 +533,15 @@ static void test_config_errors(void)
         { "rope_scaling",
           "{\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1, \"high_freq_factor\": 4,"
           " \"original_max_position_embeddings\": -64}", QERR_RANGE, "original_max_position_embeddings" },
-        { "rope_parameters", "{\"rope_type\": \"longrope\"}", QERR_UNSUPPORTED, "longrope" },
+        { "rope_parameters", "{\"rope_type\": \"yarn\"}", QERR_UNSUPPORTED, "yarn" },
+        { "rope_parameters", "{\"rope_type\": \"longrope\"}", QERR_FORMAT, "\"original_max_position_embeddings\" is missing" },
+        { "rope_parameters", "{\"rope_type\": \"longrope\", \"original_max_position_embeddings\": 64,"
+                             " \"long_factor\": [1, 2], \"short_factor\": [1, 1, 1, 1]}", QERR_FORMAT,
+          "\"long_factor\" must be a list of 4 numbers" },
+        { "rope_parameters", "{\"rope_type\": \"longrope\", \"original_max_position_embeddings\": 64,"
+                             " \"long_factor\": [1, 2, 3, 0], \"short_factor\": [1, 1, 1, 1]}", QERR_RANGE,
+          "\"long_factor\"[3] must be a number in (0, 1e6)" },
+        { "partial_rotary_factor", "0.1", QERR_RANGE, "leaves 0 rotated dimensions" },
         { "rope_parameters", "[1]", QERR_FORMAT, "rope_parameters" },
         { "rope_parameters", "{\"rope_theta\": 0}", QERR_RANGE, "rope_theta" },
         { "eos_token_id", "[1, 2, 3, 4, 5, 6, 7, 8, 9]", QERR_LIMIT, "eos_token_id" },
@@ -1135,9 +1143,9 @@ static void test_families(void)
     }
     char list[128];
     qfamily_list(0, list, sizeof list);
-    CHECK(!strcmp(list, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text"));
+    CHECK(!strcmp(list, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3"));
     qfamily_list(1, list, sizeof list);
-    CHECK(!strcmp(list, "llama, qwen2, qwen3, gemma2, gemma3"));
+    CHECK(!strcmp(list, "llama, qwen2, qwen3, gemma2, gemma3, phi3"));
     CHECK(qfamily_by_gguf("mistral", 7) < 0); /* converted as "llama" */
     CHECK(qfamily_by_hf("qwen2", "LlamaForCausalLM") == qfamily_by_gguf("qwen2", 5));
     CHECK(qfamily_by_hf("gemma3", "Qwen2ForCausalLM") < 0); /* model_type decides */
