@@ -28,13 +28,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                  hp->n_layers >= 1 && hp->n_layers <= QMODEL_MAX_LAYERS && hp->n_heads >= 1 &&
                  hp->n_kv_heads >= 1 && hp->n_heads % hp->n_kv_heads == 0 && hp->head_dim >= 2 &&
                  hp->head_dim % 2 == 0 && (int64_t)hp->n_heads * hp->head_dim <= QMODEL_MAX_DIM &&
-                 hp->rope_dim == hp->head_dim && hp->n_vocab >= 1 && hp->n_vocab <= QMODEL_MAX_VOCAB &&
+                 hp->rope_dim >= 2 && hp->rope_dim % 2 == 0 && hp->rope_dim <= hp->head_dim && hp->n_vocab >= 1 && hp->n_vocab <= QMODEL_MAX_VOCAB &&
                  hp->max_ctx >= 1 && hp->norm_eps > 0 && hp->rope_theta > 0 && m->bos_id < hp->n_vocab &&
                  m->n_eos >= 0 && m->n_eos <= 8;
         for (int i = 0; ok && i < m->n_eos; i++) ok = m->eos_ids[i] >= 0 && m->eos_ids[i] < hp->n_vocab;
         if (hp->rope_scaling != QROPE_SCALE_NONE) ok = ok && hp->rope_factor > 0;
         if (hp->rope_scaling == QROPE_SCALE_LLAMA3)
             ok = ok && hp->rope_orig_ctx > 0 && hp->rope_high_freq_factor > hp->rope_low_freq_factor;
+        if (hp->rope_scaling == QROPE_SCALE_LONGROPE)
+            ok = ok && hp->rope_orig_ctx > 0 && hp->rope_mscale > 0 && qmodel_find(m, "rope_factors_long.weight") &&
+                 qmodel_find(m, "rope_factors_short.weight");
+        ok = ok && hp->window >= 0 && hp->window_pattern >= 0 && (!hp->window || hp->window_pattern <= hp->n_layers) &&
+             hp->attn_scale >= 0 && hp->attn_softcap >= 0 && hp->final_softcap >= 0 && hp->rope_theta_local >= 0;
         if (!ok) __builtin_trap();
     }
     qmodel_destroy(m);
