@@ -241,6 +241,20 @@ static void test_cpu_forward(void)
     check_shapes(m, 1);
     forward_finite(m);
     qmodel_destroy(m);
+    /* The newer families from their fixtures' configs: Qwen3 (QK-norm),
+     * Gemma 2/3 (sandwich norms, soft-caps, windows) and Phi-3 (fused
+     * tensors, LongRoPE factors from config.json). */
+    static const char *const fam[] = { "qwen3", "gemma2", "gemma3", "phi3" };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tests/fixtures/models/tiny-%s-random/config.json", qt_root(), fam[i]);
+        int rc = qmodel_random(path, 1, 3, &m, err, sizeof err);
+        if (rc) fprintf(stderr, "  %s: %s\n", fam[i], err);
+        REQUIRE(rc == 0);
+        CHECK(!strcmp(qfamily_get(m->hp.family)->name, fam[i]));
+        forward_finite(m);
+        qmodel_destroy(m);
+    }
 }
 
 static void test_cpu_refuses_null_weights(void)
