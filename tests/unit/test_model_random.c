@@ -69,7 +69,9 @@ static void check_shapes(const qmodel *m, int host)
     CHECK(shape_is(&w->tok_embd, hp->n_vocab, D));
     CHECK(shape_is(&w->output, hp->n_vocab, D));
     CHECK(shape_is(&w->out_norm, D, 0));
-    CHECK(w->rope_freqs.ndim == 0 && !w->rope_freqs.data);
+    /* (LongRoPE's factors come from config.json: always in host memory.) */
+    CHECK(hp->rope_scaling == QROPE_SCALE_LONGROPE ? w->rope_freqs.data && w->rope_freqs.dtype == QDT_F32
+                                                   : w->rope_freqs.ndim == 0 && !w->rope_freqs.data);
     CHECK(hp->tied_embeddings ? w->output.data == w->tok_embd.data : !host || w->output.data != w->tok_embd.data);
     CHECK(!w->tok_embd.data == !host);
     CHECK(!w->output.data == !host);
@@ -98,6 +100,10 @@ static void test_bench_config_shapes(void)
         { "llama-3.2-1b.json", "llama", 16, 2048, 128256, 1, 0 },
         { "llama-3.1-8b.json", "llama", 32, 4096, 128256, 0, 0 },
         { "qwen2.5-7b-instruct.json", "qwen2", 28, 3584, 152064, 0, 1 },
+        { "qwen3-8b.json", "qwen3", 36, 4096, 151936, 0, 0 },
+        { "gemma-3-12b-text.json", "gemma3", 48, 3840, 262208, 1, 0 },
+        { "mistral-7b-instruct-v0.3.json", "mistral", 32, 4096, 32768, 0, 0 },
+        { "phi-4-mini-instruct.json", "phi3", 32, 3072, 200064, 1, 0 },
     };
     char err[512];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -121,6 +127,18 @@ static void test_bench_config_shapes(void)
         check_shapes(m, 0);
         qmodel_destroy(m);
     }
+    /* The families' own shapes: Gemma 3's window and pattern, Phi-4-mini's
+     * partial rotary and LongRoPE (long factors: its context passes 4,096). */
+    qmodel *m = NULL;
+    REQUIRE(qmodel_random(bench_config("gemma-3-12b-text.json"), 0, 7, &m, err, sizeof err) == 0);
+    CHECK(m->hp.window == 1024 && m->hp.window_pattern == 6 && m->hp.rope_theta_local == 10000.0f &&
+          m->hp.head_dim == 256 && m->hp.attn_scale == 0.0625f);
+    qmodel_destroy(m);
+    REQUIRE(qmodel_random(bench_config("phi-4-mini-instruct.json"), 0, 7, &m, err, sizeof err) == 0);
+    CHECK(m->hp.rope_dim == 96 && m->hp.rope_scaling == QROPE_SCALE_LONGROPE && m->hp.rope_long &&
+          m->hp.rope_orig_ctx == 4096 && fabsf(m->hp.rope_mscale - 1.1902381f) < 1e-5f);
+    CHECK(((const float *)m->w.rope_freqs.data)[47] == 47.77f);
+    qmodel_destroy(m);
 }
 
 static void test_param_counts(void)
