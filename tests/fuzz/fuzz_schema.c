@@ -12,6 +12,8 @@
  *
  * max_len: 1024 (scripts/test.sh passes it: three times the largest seed;
  * longer schemas only repeat keywords and properties)
+ * max_time: 480 (its speed swings with the corpus it grows: 1M executions
+ * took 142 s in one CI run and 300 s were short of them in others)
  *
  *   CC=clang cmake -B build-fuzz -DQUIRE_FUZZ=ON -DBUILD_TESTING=OFF
  *   cmake --build build-fuzz --target fuzz_schema

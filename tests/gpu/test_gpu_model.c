@@ -48,7 +48,7 @@ static void compare_with_cpu(int exact, double tolerance)
     for (int c = 0; c < N_CASES; c++) {
         qmodel *m = load(cases[c].path);
         REQUIRE(m);
-        if (qmodel_case_skip(m, 0, cases[c].path)) {
+        if (qmodel_case_skip(m, QHP_ALL, cases[c].path)) {
             qmodel_destroy(m);
             continue;
         }
@@ -135,7 +135,7 @@ static void test_greedy_matches_hf(void)
         json_t *j = json_load_file(path, 0, &je);
         qmodel *m = load(cases[c].path);
         REQUIRE(j && m);
-        if (qmodel_case_skip(m, 0, cases[c].path)) {
+        if (qmodel_case_skip(m, QHP_ALL, cases[c].path)) {
             qmodel_destroy(m);
             json_decref(j);
             continue;
@@ -172,7 +172,7 @@ static void batch_invariance(int exact)
     for (int c = 0; c < N_CASES; c++) {
         qmodel *m = load(cases[c].path);
         REQUIRE(m);
-        if (qmodel_case_skip(m, 0, cases[c].path)) {
+        if (qmodel_case_skip(m, QHP_ALL, cases[c].path)) {
             qmodel_destroy(m);
             continue;
         }
