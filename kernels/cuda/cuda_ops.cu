@@ -28,14 +28,11 @@ template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, cons
     return 0;
 }
 
-// One block per row; the sum of squares in double, as the CPU backend does.
-template <typename T>
-__global__ void rmsnorm_kernel(T *y, const float *x, const float *w, int D, float eps, const int32_t *rows)
+// 1 / rms of a row of D floats, for one block: the sum of squares in
+// double, as the CPU backend does (every thread gets the same value).
+__device__ float row_rms_scale(const float *xr, int D, float eps)
 {
-    pdl_wait();
     __shared__ double red[32];
-    const int r = rows ? rows[blockIdx.x] : blockIdx.x;
-    const float *xr = x + (size_t)r * D;
     double s = 0;
     for (int i = threadIdx.x; i < D; i += blockDim.x) s += (double)xr[i] * xr[i];
 #pragma unroll
@@ -49,7 +46,17 @@ __global__ void rmsnorm_kernel(T *y, const float *x, const float *w, int D, floa
         if (threadIdx.x == 0) red[0] = v;
     }
     __syncthreads();
-    const float scale = (float)(1.0 / sqrt(red[0] / D + eps));
+    return (float)(1.0 / sqrt(red[0] / D + eps));
+}
+
+// One block per row.
+template <typename T>
+__global__ void rmsnorm_kernel(T *y, const float *x, const float *w, int D, float eps, const int32_t *rows)
+{
+    pdl_wait();
+    const int r = rows ? rows[blockIdx.x] : blockIdx.x;
+    const float *xr = x + (size_t)r * D;
+    const float scale = row_rms_scale(xr, D, eps);
     T *yr = y + (size_t)blockIdx.x * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = fromf<T>(w ? (xr[i] * scale) * w[i] : xr[i] * scale);
 }
@@ -192,22 +199,8 @@ int qk_map(cudaStream_t st, float *x, size_t n, int op, float a)
 __global__ void rmsnorm_add_kernel(float *x, const float *y, const float *w, int D, float eps)
 {
     pdl_wait();
-    __shared__ double red[32];
     const float *yr = y + (size_t)blockIdx.x * D;
-    double s = 0;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) s += (double)yr[i] * yr[i];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        double v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (threadIdx.x == 0) red[0] = v;
-    }
-    __syncthreads();
-    const float scale = (float)(1.0 / sqrt(red[0] / D + eps));
+    const float scale = row_rms_scale(yr, D, eps);
     float *xr = x + (size_t)blockIdx.x * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x) xr[i] += (yr[i] * scale) * w[i];
 }
