@@ -4,85 +4,64 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Llama's tensor names, which Mistral and the Qwens share (the per-head
- * q/k norms bind only where the family's flags want them). */
+/* The names most families share, by format: the embedding, the final and
+ * first norms, the output and down projections (BASE), and q, k, v, gate and
+ * up apart, with the per-head q/k norms (SPLIT; they bind only where the
+ * family's flags want them). */
+#define HF_L "model.layers.%d."
+#define HF_BASE                                                                                    \
+    [QTN_EMBD] = "model.embed_tokens.weight", [QTN_NORM] = "model.norm.weight",                    \
+    [QTN_ATTN_NORM] = HF_L "input_layernorm.weight", [QTN_WO] = HF_L "self_attn.o_proj.weight",    \
+    [QTN_DOWN] = HF_L "mlp.down_proj.weight"
+#define HF_SPLIT                                                                                   \
+    [QTN_WQ] = HF_L "self_attn.q_proj.weight", [QTN_WK] = HF_L "self_attn.k_proj.weight",          \
+    [QTN_WV] = HF_L "self_attn.v_proj.weight", [QTN_GATE] = HF_L "mlp.gate_proj.weight",           \
+    [QTN_UP] = HF_L "mlp.up_proj.weight", [QTN_Q_NORM] = HF_L "self_attn.q_norm.weight",           \
+    [QTN_K_NORM] = HF_L "self_attn.k_norm.weight"
+#define GG_BASE                                                                                    \
+    [QTN_EMBD] = "token_embd.weight", [QTN_NORM] = "output_norm.weight",                           \
+    [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight", [QTN_WO] = "blk.%d.attn_output.weight",           \
+    [QTN_DOWN] = "blk.%d.ffn_down.weight"
+#define GG_SPLIT                                                                                   \
+    [QTN_WQ] = "blk.%d.attn_q.weight", [QTN_WK] = "blk.%d.attn_k.weight",                          \
+    [QTN_WV] = "blk.%d.attn_v.weight", [QTN_GATE] = "blk.%d.ffn_gate.weight",                      \
+    [QTN_UP] = "blk.%d.ffn_up.weight", [QTN_Q_NORM] = "blk.%d.attn_q_norm.weight",                 \
+    [QTN_K_NORM] = "blk.%d.attn_k_norm.weight"
+
+/* Llama's, which Mistral and the Qwens share: q/k/v biases where a file has
+ * them, and post_attention_layernorm is the MLP's pre-norm. */
 static const qtensor_names llama_hf = { {
-    [QTN_EMBD] = "model.embed_tokens.weight",
-    [QTN_NORM] = "model.norm.weight",
+    HF_BASE, HF_SPLIT,
     [QTN_OUTPUT] = "lm_head.weight",
-    [QTN_ROPE_FREQS] = NULL,
-    [QTN_ATTN_NORM] = "model.layers.%d.input_layernorm.weight",
-    [QTN_WQ] = "model.layers.%d.self_attn.q_proj.weight",
-    [QTN_WK] = "model.layers.%d.self_attn.k_proj.weight",
-    [QTN_WV] = "model.layers.%d.self_attn.v_proj.weight",
-    [QTN_BQ] = "model.layers.%d.self_attn.q_proj.bias",
-    [QTN_BK] = "model.layers.%d.self_attn.k_proj.bias",
-    [QTN_BV] = "model.layers.%d.self_attn.v_proj.bias",
-    [QTN_WO] = "model.layers.%d.self_attn.o_proj.weight",
-    [QTN_FFN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
-    [QTN_GATE] = "model.layers.%d.mlp.gate_proj.weight",
-    [QTN_UP] = "model.layers.%d.mlp.up_proj.weight",
-    [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
-    [QTN_Q_NORM] = "model.layers.%d.self_attn.q_norm.weight",
-    [QTN_K_NORM] = "model.layers.%d.self_attn.k_norm.weight",
+    [QTN_BQ] = HF_L "self_attn.q_proj.bias",
+    [QTN_BK] = HF_L "self_attn.k_proj.bias",
+    [QTN_BV] = HF_L "self_attn.v_proj.bias",
+    [QTN_FFN_NORM] = HF_L "post_attention_layernorm.weight",
 } };
 
 static const qtensor_names llama_gguf = { {
-    [QTN_EMBD] = "token_embd.weight",
-    [QTN_NORM] = "output_norm.weight",
+    GG_BASE, GG_SPLIT,
     [QTN_OUTPUT] = "output.weight",
     [QTN_ROPE_FREQS] = "rope_freqs.weight",
-    [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight",
-    [QTN_WQ] = "blk.%d.attn_q.weight",
-    [QTN_WK] = "blk.%d.attn_k.weight",
-    [QTN_WV] = "blk.%d.attn_v.weight",
     [QTN_BQ] = "blk.%d.attn_q.bias",
     [QTN_BK] = "blk.%d.attn_k.bias",
     [QTN_BV] = "blk.%d.attn_v.bias",
-    [QTN_WO] = "blk.%d.attn_output.weight",
     [QTN_FFN_NORM] = "blk.%d.ffn_norm.weight",
-    [QTN_GATE] = "blk.%d.ffn_gate.weight",
-    [QTN_UP] = "blk.%d.ffn_up.weight",
-    [QTN_DOWN] = "blk.%d.ffn_down.weight",
-    [QTN_Q_NORM] = "blk.%d.attn_q_norm.weight",
-    [QTN_K_NORM] = "blk.%d.attn_k_norm.weight",
 } };
 
 /* Gemma 2 and 3: a norm after attention and after the MLP as well as before
  * each (HF's post_attention_layernorm is the one after attention here, not
  * the MLP's pre-norm as in Llama), a tied head. */
 static const qtensor_names gemma_hf = { {
-    [QTN_EMBD] = "model.embed_tokens.weight",
-    [QTN_NORM] = "model.norm.weight",
-    [QTN_ATTN_NORM] = "model.layers.%d.input_layernorm.weight",
-    [QTN_WQ] = "model.layers.%d.self_attn.q_proj.weight",
-    [QTN_WK] = "model.layers.%d.self_attn.k_proj.weight",
-    [QTN_WV] = "model.layers.%d.self_attn.v_proj.weight",
-    [QTN_WO] = "model.layers.%d.self_attn.o_proj.weight",
-    [QTN_FFN_NORM] = "model.layers.%d.pre_feedforward_layernorm.weight",
-    [QTN_GATE] = "model.layers.%d.mlp.gate_proj.weight",
-    [QTN_UP] = "model.layers.%d.mlp.up_proj.weight",
-    [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
-    [QTN_Q_NORM] = "model.layers.%d.self_attn.q_norm.weight",
-    [QTN_K_NORM] = "model.layers.%d.self_attn.k_norm.weight",
-    [QTN_POST_ATTN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
-    [QTN_POST_FFN_NORM] = "model.layers.%d.post_feedforward_layernorm.weight",
+    HF_BASE, HF_SPLIT,
+    [QTN_FFN_NORM] = HF_L "pre_feedforward_layernorm.weight",
+    [QTN_POST_ATTN_NORM] = HF_L "post_attention_layernorm.weight",
+    [QTN_POST_FFN_NORM] = HF_L "post_feedforward_layernorm.weight",
 } };
 
 static const qtensor_names gemma_gguf = { {
-    [QTN_EMBD] = "token_embd.weight",
-    [QTN_NORM] = "output_norm.weight",
-    [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight",
-    [QTN_WQ] = "blk.%d.attn_q.weight",
-    [QTN_WK] = "blk.%d.attn_k.weight",
-    [QTN_WV] = "blk.%d.attn_v.weight",
-    [QTN_WO] = "blk.%d.attn_output.weight",
+    GG_BASE, GG_SPLIT,
     [QTN_FFN_NORM] = "blk.%d.ffn_norm.weight",
-    [QTN_GATE] = "blk.%d.ffn_gate.weight",
-    [QTN_UP] = "blk.%d.ffn_up.weight",
-    [QTN_DOWN] = "blk.%d.ffn_down.weight",
-    [QTN_Q_NORM] = "blk.%d.attn_q_norm.weight",
-    [QTN_K_NORM] = "blk.%d.attn_k_norm.weight",
     [QTN_POST_ATTN_NORM] = "blk.%d.post_attention_norm.weight",
     [QTN_POST_FFN_NORM] = "blk.%d.post_ffw_norm.weight",
 } };
@@ -91,29 +70,21 @@ static const qtensor_names gemma_gguf = { {
  * bind), LongRoPE's factors.  The HF loader adds the factors from
  * config.json under the GGUF names. */
 static const qtensor_names phi3_hf = { {
-    [QTN_EMBD] = "model.embed_tokens.weight",
-    [QTN_NORM] = "model.norm.weight",
+    HF_BASE,
     [QTN_OUTPUT] = "lm_head.weight",
-    [QTN_ATTN_NORM] = "model.layers.%d.input_layernorm.weight",
-    [QTN_WQKV] = "model.layers.%d.self_attn.qkv_proj.weight",
-    [QTN_WO] = "model.layers.%d.self_attn.o_proj.weight",
-    [QTN_FFN_NORM] = "model.layers.%d.post_attention_layernorm.weight",
-    [QTN_GATE_UP] = "model.layers.%d.mlp.gate_up_proj.weight",
-    [QTN_DOWN] = "model.layers.%d.mlp.down_proj.weight",
+    [QTN_WQKV] = HF_L "self_attn.qkv_proj.weight",
+    [QTN_FFN_NORM] = HF_L "post_attention_layernorm.weight",
+    [QTN_GATE_UP] = HF_L "mlp.gate_up_proj.weight",
     [QTN_ROPE_LONG] = "rope_factors_long.weight",
     [QTN_ROPE_SHORT] = "rope_factors_short.weight",
 } };
 
 static const qtensor_names phi3_gguf = { {
-    [QTN_EMBD] = "token_embd.weight",
-    [QTN_NORM] = "output_norm.weight",
+    GG_BASE,
     [QTN_OUTPUT] = "output.weight",
-    [QTN_ATTN_NORM] = "blk.%d.attn_norm.weight",
     [QTN_WQKV] = "blk.%d.attn_qkv.weight",
-    [QTN_WO] = "blk.%d.attn_output.weight",
     [QTN_FFN_NORM] = "blk.%d.ffn_norm.weight",
     [QTN_GATE_UP] = "blk.%d.ffn_up.weight",
-    [QTN_DOWN] = "blk.%d.ffn_down.weight",
     [QTN_ROPE_LONG] = "rope_factors_long.weight",
     [QTN_ROPE_SHORT] = "rope_factors_short.weight",
 } };

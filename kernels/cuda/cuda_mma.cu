@@ -43,7 +43,7 @@ __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
 // adds them up in a fixed order, and the sums are scaled by 1 / sqrt(mean +
 // eps).  SWI (with NORM, MT 2): W holds the N gate rows, then the N up
 // rows; tile 0 takes gate rows, tile 1 the up rows of the same outputs, and
-// h[t][j] = silu(gate) * up is written as T (swiglu_kernel's expression).
+// h[t][j] = silu(gate) * up is written as T (glu_kernel's SiLU expression).
 template <typename T, int MT, int J, int D, bool NORM, bool SWI>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
     gemv_mma_kernel(float *__restrict__ y, T *__restrict__ h, const T *__restrict__ x, const T *__restrict__ W, int n,

@@ -138,45 +138,35 @@ int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out
     return 0;
 }
 
-template <typename T> __global__ void swiglu_kernel(T *h, const float *gu, int F, size_t total)
-{
-    pdl_wait();
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    size_t t = i / F, j = i % F;
-    const float gt = gu[t * 2 * F + j], up = gu[t * 2 * F + F + j];
-    h[i] = fromf<T>(gt / (1.0f + expf(-gt)) * up);
-}
-
-template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F)
-{
-    size_t total = (size_t)n * F;
-    if (!total) return 0;
-    qk_launch(swiglu_kernel<T>, (unsigned)((total + 255) / 256), 256, 0, st, h, gu, F, total);
-    CK_LAUNCH("swiglu");
-    return 0;
-}
-
-// The CPU's cpu_geglu, operation for operation.
-template <typename T> __global__ void geglu_kernel(T *h, const float *gu, int F, size_t total)
+// h = act(gate) * up, the gate and up halves of each token's gu row: SiLU
+// (SwiGLU) or the tanh-approximated GELU (GeGLU), operation for operation
+// as the CPU's cpu_swiglu and cpu_geglu.
+template <typename T, bool GELU> __global__ void glu_kernel(T *h, const float *gu, int F, size_t total)
 {
     pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     size_t t = i / F, j = i % F;
     const float x = gu[t * 2 * F + j], up = gu[t * 2 * F + F + j];
-    const float c = 0.7978845608028654f;
-    h[i] = fromf<T>(0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up);
+    if (GELU) {
+        const float c = 0.7978845608028654f; // sqrt(2 / pi)
+        h[i] = fromf<T>(0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up);
+    } else {
+        h[i] = fromf<T>(x / (1.0f + expf(-x)) * up);
+    }
 }
 
-template <typename T> int qk_geglu(cudaStream_t st, T *h, const float *gu, int n, int F)
+template <typename T, bool GELU> static int glu(cudaStream_t st, T *h, const float *gu, int n, int F)
 {
     size_t total = (size_t)n * F;
     if (!total) return 0;
-    qk_launch(geglu_kernel<T>, (unsigned)((total + 255) / 256), 256, 0, st, h, gu, F, total);
-    CK_LAUNCH("geglu");
+    qk_launch(glu_kernel<T, GELU>, (unsigned)((total + 255) / 256), 256, 0, st, h, gu, F, total);
+    CK_LAUNCH(GELU ? "geglu" : "swiglu");
     return 0;
 }
+
+template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F) { return glu<T, false>(st, h, gu, n, F); }
+template <typename T> int qk_geglu(cudaStream_t st, T *h, const float *gu, int n, int F) { return glu<T, true>(st, h, gu, n, F); }
 
 __global__ void map_kernel(float *x, size_t n, int op, float a)
 {
@@ -298,7 +288,7 @@ INST(__half)
 // SWI: the gate/up projection with SwiGLU applied on the way out.  W holds
 // the N gate rows, then the N up rows; a warp takes gate row j and up row j
 // (R = 2) and writes h[t][j] = silu(gate) * up as T - the sums formed as the
-// plain kernel forms them, the same expression as swiglu_kernel after it.
+// plain kernel forms them, the same expression as glu_kernel's SiLU after it.
 // Otherwise h, when given, receives a copy of y in T.
 //
 // NORM: the RMSNorm before the projection folded in (its weights already in
