@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_model.py - write a random-weight Llama GGUF file for benchmarks.
+"""make_model.py - write a random-weight GGUF file for benchmarks.
 
 The file has the shape of a real llama.cpp conversion (GGUF v3, alignment
 32, architecture "llama", an SPM-style vocabulary with 256 byte tokens) but
@@ -12,12 +12,23 @@ stays at a few tens of MB whatever the model size.
 
     python bench/make_model.py --preset 24m --dtype f16 --out bench/models/24m-f16.gguf
     python bench/make_model.py --dim 512 --layers 8 --heads 8 --kv-heads 4 --ffn 1376 --out m.gguf
+    python bench/make_model.py --config bench/configs/qwen3-8b.json --dtype f16 --fill tile --out q.gguf
+
+--config reads a Hugging Face config.json and writes that family's GGUF as
+llama.cpp's convert_hf_to_gguf lays it out: llama (Llama, Mistral), qwen2,
+qwen3 (QK-norm), gemma2 / gemma3 (sandwich norms, QK-norm for Gemma 3, the
+sliding window, tied embeddings) and phi3 (fused q/k/v and gate/up,
+partial rotary, LongRoPE factors).  --fill tile repeats one 8 MB block of
+normal draws through every matrix, so that a 24 GB file is written at the
+disk's speed (for speed runs, where the values do not matter).
 
 Presets (vocabulary 32000, output head untied):
     24m   dim 288, 6 layers, 6 heads, ffn 768     (the llama2.c "stories15M" shape)
     134m  dim 768, 12 layers, 12 heads, ffn 2048  (the llama2.c "stories110M" shape)
 """
 import argparse
+import json
+import math
 import os
 import struct
 import sys
@@ -58,10 +69,21 @@ def parse_args(argv):
                    help="type of the 2-D weights; norm weights are always f32 (default f32)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--std", type=float, default=0.02, help="weight standard deviation (default 0.02)")
+    p.add_argument("--config", help="a Hugging Face config.json: the family and shape (flags above override it)")
+    p.add_argument("--fill", choices=["normal", "tile"], default="normal",
+                   help="normal: fresh draws everywhere; tile: one 8 MB block of draws repeated (default normal)")
     p.add_argument("--out", required=True, help="output path")
     a = p.parse_args(argv)
 
+    if a.preset and a.config:
+        p.error("give --preset or --config, not both")
     shape = dict(PRESETS[a.preset]) if a.preset else {}
+    shape["arch"] = "llama"
+    if a.config:
+        try:
+            shape.update(from_config(a.config))
+        except (OSError, ValueError, KeyError) as e:
+            p.error("--config %s: %s" % (a.config, e))
     for k in ("dim", "layers", "heads", "kv_heads", "ffn", "vocab"):
         v = getattr(a, k)
         if v is not None:
@@ -74,9 +96,9 @@ def parse_args(argv):
         p.error("give --preset or all of --dim --layers --heads --ffn (missing: %s)"
                 % ", ".join("--" + k.replace("_", "-") for k in missing))
     for k, v in shape.items():
-        if v <= 0:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
             p.error("--%s must be positive" % k.replace("_", "-"))
-    if shape["dim"] % shape["heads"]:
+    if "head_dim" not in shape and shape["dim"] % shape["heads"]:
         p.error("--dim %d is not a multiple of --heads %d" % (shape["dim"], shape["heads"]))
     if shape["heads"] % shape["kv_heads"]:
         p.error("--heads %d is not a multiple of --kv-heads %d" % (shape["heads"], shape["kv_heads"]))
@@ -84,6 +106,52 @@ def parse_args(argv):
         p.error("--vocab must be at least 259 (3 control tokens and 256 byte tokens)")
     a.shape = shape
     return a
+
+
+# ---- Hugging Face configs ----------------------------------------------------
+
+ARCHS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+         "gemma3": "gemma3", "gemma3_text": "gemma3", "phi3": "phi3"}
+
+
+def from_config(path):
+    """The shape and family of a config.json, as convert_hf_to_gguf reads them."""
+    with open(path) as f:
+        c = json.load(f)
+    c = c.get("text_config", c)
+    mt = c.get("model_type")
+    if mt not in ARCHS:
+        raise ValueError("model_type %r is not one of %s" % (mt, ", ".join(sorted(ARCHS))))
+    sh = dict(arch=ARCHS[mt], dim=c["hidden_size"], layers=c["num_hidden_layers"], heads=c["num_attention_heads"],
+              kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"], ffn=c["intermediate_size"],
+              vocab=c["vocab_size"], eps=float(c.get("rms_norm_eps", 1e-5)),
+              rope_theta=float(c.get("rope_theta", 10000.0)),
+              tied=bool(c.get("tie_word_embeddings", sh_tied_default(mt))))
+    if c.get("head_dim"):
+        sh["head_dim"] = c["head_dim"]
+    hd = sh.get("head_dim") or sh["dim"] // sh["heads"]
+    sh["rope_dim"] = int(hd * float(c.get("partial_rotary_factor", 1.0)))
+    if sh["arch"] in ("gemma2", "gemma3") and c.get("sliding_window"):
+        sh["window"] = c["sliding_window"]
+    if mt == "mistral" and c.get("sliding_window"):
+        sh["window"] = c["sliding_window"]
+    rs = c.get("rope_scaling") or {}
+    kind = rs.get("rope_type") or rs.get("type")
+    if kind == "linear":
+        sh["rope_linear"] = float(rs["factor"])
+    if sh["arch"] == "gemma2":
+        sh["softcaps"] = (float(c.get("attn_logit_softcapping") or 0), float(c.get("final_logit_softcapping") or 0))
+    if kind == "longrope":
+        orig = c["original_max_position_embeddings"]
+        scale = c["max_position_embeddings"] / orig
+        sh["longrope"] = dict(orig=orig, long=rs["long_factor"], short=rs["short_factor"],
+                              attn=math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0)
+    sh["ctx"] = c.get("max_position_embeddings", 2048)
+    return sh
+
+
+def sh_tied_default(model_type):
+    return model_type.startswith("gemma")
 
 
 # ---- metadata encoding -------------------------------------------------------
@@ -122,19 +190,37 @@ def vocabulary(n):
 
 def metadata(shape, ctx, name):
     tokens, scores, types = vocabulary(shape["vocab"])
+    arch = shape["arch"]
+    hd = shape.get("head_dim") or shape["dim"] // shape["heads"]
+    A = arch + "."
     kv = [
-        enc_kv_str("general.architecture", "llama"),
+        enc_kv_str("general.architecture", arch),
         enc_kv_str("general.name", name),
         enc_kv_u32("general.alignment", ALIGNMENT),
-        enc_kv_u32("llama.context_length", ctx),
-        enc_kv_u32("llama.embedding_length", shape["dim"]),
-        enc_kv_u32("llama.block_count", shape["layers"]),
-        enc_kv_u32("llama.feed_forward_length", shape["ffn"]),
-        enc_kv_u32("llama.attention.head_count", shape["heads"]),
-        enc_kv_u32("llama.attention.head_count_kv", shape["kv_heads"]),
-        enc_kv_u32("llama.rope.dimension_count", shape["dim"] // shape["heads"]),
-        enc_kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5),
-        enc_kv_f32("llama.rope.freq_base", 10000.0),
+        enc_kv_u32(A + "context_length", ctx),
+        enc_kv_u32(A + "embedding_length", shape["dim"]),
+        enc_kv_u32(A + "block_count", shape["layers"]),
+        enc_kv_u32(A + "feed_forward_length", shape["ffn"]),
+        enc_kv_u32(A + "attention.head_count", shape["heads"]),
+        enc_kv_u32(A + "attention.head_count_kv", shape["kv_heads"]),
+        enc_kv_u32(A + "attention.key_length", hd),
+        enc_kv_u32(A + "attention.value_length", hd),
+        enc_kv_u32(A + "rope.dimension_count", shape.get("rope_dim", hd)),
+        enc_kv_f32(A + "attention.layer_norm_rms_epsilon", shape.get("eps", 1e-5)),
+        enc_kv_f32(A + "rope.freq_base", shape.get("rope_theta", 10000.0)),
+    ]
+    if "window" in shape:
+        kv.append(enc_kv_u32(A + "attention.sliding_window", shape["window"]))
+    if "rope_linear" in shape:
+        kv += [enc_kv_str(A + "rope.scaling.type", "linear"), enc_kv_f32(A + "rope.scaling.factor", shape["rope_linear"])]
+    if "softcaps" in shape:
+        kv += [enc_kv_f32(A + "attn_logit_softcapping", shape["softcaps"][0]),
+               enc_kv_f32(A + "final_logit_softcapping", shape["softcaps"][1])]
+    if "longrope" in shape:
+        lr = shape["longrope"]
+        kv += [enc_kv_u32(A + "rope.scaling.original_context_length", lr["orig"]),
+               enc_kv_f32(A + "rope.scaling.attn_factor", lr["attn"])]
+    kv += [
         enc_kv_str("tokenizer.ggml.model", "llama"),
         enc_kv_arr("tokenizer.ggml.tokens", GT_STRING, b"".join(enc_str(t) for t in tokens), len(tokens)),
         enc_kv_arr("tokenizer.ggml.scores", GT_F32, scores.tobytes(), len(tokens)),
@@ -149,28 +235,46 @@ def metadata(shape, ctx, name):
 # ---- tensors -------------------------------------------------------------------
 
 def tensor_list(shape, wtype):
-    """(name, PyTorch shape, ggml type, init) in file order."""
+    """(name, PyTorch shape, ggml type, init) in file order, named as llama.cpp's converter names them."""
+    arch = shape["arch"]
     d, f, v = shape["dim"], shape["ffn"], shape["vocab"]
-    hd = d // shape["heads"]
-    kvd = shape["kv_heads"] * hd
+    hd = shape.get("head_dim") or d // shape["heads"]
+    qd, kvd = shape["heads"] * hd, shape["kv_heads"] * hd
+    gemma = arch.startswith("gemma")
     ts = [("token_embd.weight", (v, d), wtype, "normal")]
+    if "longrope" in shape:
+        lr = shape["longrope"]
+        ts += [("rope_factors_long.weight", (len(lr["long"]),), GGML_F32, lr["long"]),
+               ("rope_factors_short.weight", (len(lr["short"]),), GGML_F32, lr["short"])]
     for i in range(shape["layers"]):
         b = "blk.%d." % i
-        ts += [
-            (b + "attn_norm.weight", (d,), GGML_F32, "ones"),
-            (b + "attn_q.weight", (d, d), wtype, "normal"),
-            (b + "attn_k.weight", (kvd, d), wtype, "normal"),
-            (b + "attn_v.weight", (kvd, d), wtype, "normal"),
-            (b + "attn_output.weight", (d, d), wtype, "normal"),
-            (b + "ffn_norm.weight", (d,), GGML_F32, "ones"),
-            (b + "ffn_gate.weight", (f, d), wtype, "normal"),
-            (b + "ffn_up.weight", (f, d), wtype, "normal"),
-            (b + "ffn_down.weight", (d, f), wtype, "normal"),
-        ]
-    ts += [
-        ("output_norm.weight", (d,), GGML_F32, "ones"),
-        ("output.weight", (v, d), wtype, "normal"),
-    ]
+        ts.append((b + "attn_norm.weight", (d,), GGML_F32, "ones"))
+        if arch == "phi3":
+            ts.append((b + "attn_qkv.weight", (qd + 2 * kvd, d), wtype, "normal"))
+        else:
+            ts += [(b + "attn_q.weight", (qd, d), wtype, "normal"),
+                   (b + "attn_k.weight", (kvd, d), wtype, "normal"),
+                   (b + "attn_v.weight", (kvd, d), wtype, "normal")]
+            if arch == "qwen2":
+                ts += [(b + "attn_%s.bias" % x, (n,), GGML_F32, "zeros") for x, n in (("q", qd), ("k", kvd), ("v", kvd))]
+        if arch in ("qwen3", "gemma3"):
+            ts += [(b + "attn_q_norm.weight", (hd,), GGML_F32, "ones"),
+                   (b + "attn_k_norm.weight", (hd,), GGML_F32, "ones")]
+        ts.append((b + "attn_output.weight", (d, qd), wtype, "normal"))
+        if gemma:
+            ts.append((b + "post_attention_norm.weight", (d,), GGML_F32, "ones"))
+        ts.append((b + "ffn_norm.weight", (d,), GGML_F32, "ones"))
+        if arch == "phi3":
+            ts.append((b + "ffn_up.weight", (2 * f, d), wtype, "normal"))
+        else:
+            ts += [(b + "ffn_gate.weight", (f, d), wtype, "normal"),
+                   (b + "ffn_up.weight", (f, d), wtype, "normal")]
+        ts.append((b + "ffn_down.weight", (d, f), wtype, "normal"))
+        if gemma:
+            ts.append((b + "post_ffw_norm.weight", (d,), GGML_F32, "ones"))
+    ts.append(("output_norm.weight", (d,), GGML_F32, "ones"))
+    if not shape.get("tied", False):
+        ts.append(("output.weight", (v, d), wtype, "normal"))
     return ts
 
 
@@ -189,10 +293,20 @@ def pad_to(n, a=ALIGNMENT):
     return (n + a - 1) // a * a
 
 
-def write_tensor(f, rng, shp, t, init, std):
+def write_tensor(f, rng, shp, t, init, std, tile=None):
     np_t = np.dtype("<f4") if t == GGML_F32 else np.dtype("<f2")
-    if init == "ones":
-        f.write(np.ones(shp, dtype=np_t).tobytes())
+    if isinstance(init, list):
+        f.write(np.asarray(init, dtype=np_t).tobytes())
+        return
+    if init in ("ones", "zeros"):
+        f.write((np.ones if init == "ones" else np.zeros)(shp, dtype=np_t).tobytes())
+        return
+    if tile is not None:  # the same block of draws, over and over
+        left = nbytes(shp, t)
+        while left:
+            n = min(left, len(tile))
+            f.write(tile[:n])
+            left -= n
         return
     rows = shp[0]
     row_elems = 1
@@ -211,9 +325,9 @@ def main(argv=None):
     shape = a.shape
     wtype = GGML_F32 if a.dtype == "f32" else GGML_F16
     ts = tensor_list(shape, wtype)
-    name = "random-llama-d%d-l%d-%s" % (shape["dim"], shape["layers"], a.dtype)
+    name = "random-%s-d%d-l%d-%s" % (shape["arch"], shape["dim"], shape["layers"], a.dtype)
 
-    kvs = metadata(shape, a.ctx, name)
+    kvs = metadata(shape, shape.get("ctx", a.ctx) if a.config else a.ctx, name)
     infos = []
     off = 0
     for tname, shp, t, _ in ts:
@@ -225,6 +339,10 @@ def main(argv=None):
     data_start = pad_to(len(header))
 
     rng = np.random.default_rng(a.seed)
+    tile = None
+    if a.fill == "tile":
+        x = rng.standard_normal(ROW_BLOCK_BYTES // 2, dtype=np.float32) * a.std
+        tile = x.astype("<f4" if wtype == GGML_F32 else "<f2").tobytes()[:ROW_BLOCK_BYTES]
     tmp = a.out + ".tmp"
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(tmp, "wb") as f:
@@ -233,15 +351,15 @@ def main(argv=None):
         for tname, shp, t, init in ts:
             pos = f.tell() - data_start
             assert pos % ALIGNMENT == 0
-            write_tensor(f, rng, shp, t, init, a.std)
+            write_tensor(f, rng, shp, t, init, a.std, tile if t == wtype else None)
             end = f.tell() - data_start
             f.write(b"\0" * (pad_to(end) - end))
         total = f.tell()
     os.replace(tmp, a.out)
 
     n_params = sum(int(np.prod(shp)) for _, shp, _, _ in ts)
-    print("%s: %s, %d params (%.1fM), %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, %.1f MB"
-          % (a.out, a.dtype, n_params, n_params / 1e6, shape["layers"], shape["dim"], shape["heads"],
+    print("%s: %s %s, %d params (%.1fM), %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, %.1f MB"
+          % (a.out, shape["arch"], a.dtype, n_params, n_params / 1e6, shape["layers"], shape["dim"], shape["heads"],
              shape["kv_heads"], shape["ffn"], shape["vocab"], total / 1e6), file=sys.stderr)
     return 0
 

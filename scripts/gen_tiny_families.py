@@ -27,8 +27,17 @@ windowed layers mask.  Every weight is random
 missing or misplaced one shows in the logits.  The tokenizer is
 tiny-qwen2-random's (512 ids).  Attention runs as "eager" (the soft-caps).
 
+"gemma3-mm" writes the layout of Gemma 3's image-text checkpoints (4B, 12B,
+27B: Gemma3ForConditionalGeneration) around tiny-gemma3-random's language
+model (read back from its folder) and a tiny SigLIP vision tower, and checks
+that transformers gives it the same logits as the text model; it commits no
+weights, only tests/fixtures/models/tiny-gemma3-mm/config.json (as
+save_pretrained writes it) and tensors.json (each saved tensor's name and
+shape, and the tiny-gemma3-random tensor of equal value it holds, or null
+for the vision tower's), from which the tests build the folder.
+
     python3 -m venv build/tfvenv && build/tfvenv/bin/pip install torch transformers safetensors gguf
-    build/tfvenv/bin/python scripts/gen_tiny_families.py [family ...]
+    build/tfvenv/bin/python scripts/gen_tiny_families.py [family ... | gemma3-mm]
 """
 import json
 import math
@@ -201,10 +210,57 @@ def make(name, index):
     print(name, "transformers", transformers.__version__, "torch", torch.__version__)
 
 
+def make_gemma3_mm():
+    import safetensors.torch
+    text = transformers.Gemma3ForCausalLM.from_pretrained(MODELS / "tiny-gemma3-random", dtype=torch.float32,
+                                                         attn_implementation="eager").eval()
+    tc = text.config.to_dict()
+    vc = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+              patch_size=14)
+    cfg = transformers.Gemma3Config(text_config=tc, vision_config=vc, mm_tokens_per_image=4,
+                                    bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(1234 + 100)
+    mm = transformers.Gemma3ForConditionalGeneration(cfg).to(torch.float32).eval()
+    mm.model.language_model.load_state_dict(text.model.state_dict())
+    ids = torch.tensor([json.loads((FIX / "tiny-gemma3-random.logits.json").read_text())["input_ids"]])
+    with torch.no_grad():
+        a, b = text(ids).logits, mm(input_ids=ids).logits
+    diff = float((a - b).abs().max())
+    assert diff == 0.0, diff
+    out = MODELS / "tiny-gemma3-mm"
+    tmp = pathlib.Path("/tmp/tiny-gemma3-mm-save")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    mm.save_pretrained(tmp, safe_serialization=True)
+    saved = safetensors.torch.load_file(tmp / "model.safetensors")
+    textw = dict(text.state_dict())
+    rows = []
+    for name, t in saved.items():
+        src = [k for k, v in textw.items() if v.shape == t.shape and torch.equal(v, t) and not k.startswith("lm_head")]
+        src = [k for k in src if k.split(".")[-2:] == name.split(".")[-2:]] or src
+        assert len(src) <= 1 or name.startswith("model.vision_tower"), (name, src)
+        rows.append({"name": name, "shape": list(t.shape), "from": src[0] if src and "vision" not in name
+                     and "multi_modal" not in name else None})
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    saved_cfg = json.loads((tmp / "config.json").read_text())
+    saved_cfg["text_config"]["_name_or_path"] = "tiny-gemma3-random"
+    (out / "config.json").write_text(json.dumps(saved_cfg, indent=2, sort_keys=True) + "\n")
+    (out / "tensors.json").write_text(json.dumps({"tensors": rows}, indent=0))
+    n_text = sum(r["from"] is not None for r in rows)
+    print("gemma3-mm: %d tensors (%d of the language model), max |logits diff| %g, transformers %s, torch %s"
+          % (len(rows), n_text, diff, transformers.__version__, torch.__version__))
+
+
 def main():
-    names = sys.argv[1:] or list(FAMILIES)
+    names = sys.argv[1:] or list(FAMILIES) + ["gemma3-mm"]
     for name in names:
-        make(name, list(FAMILIES).index(name))
+        if name == "gemma3-mm":
+            make_gemma3_mm()
+        else:
+            make(name, list(FAMILIES).index(name))
 
 
 if __name__ == "__main__":

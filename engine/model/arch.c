@@ -133,6 +133,17 @@ static const qfamily families[] = {
         .tied_head = 1, .act = QACT_GELU_TANH, .norm_place = QNORM_SANDWICH, .qk_norm = 1, .embed_scale = 1,
         .hf_norm_add_one = 1, .window_pattern = 6, .rope_local_base = 10000.0f, .hf_query_scalar = 1,
         .gguf_wide_scale_layers = 62, .hf_names = &gemma_hf, .gguf_names = &gemma_gguf,
+        /* Gemma 3 4B, 12B and 27B ship as Gemma3ForConditionalGeneration;
+         * their text_config leaves out what Gemma3TextConfig defaults
+         * (transformers 5.25). */
+        .hf_mm_type = "gemma3", .hf_mm_class = "Gemma3ForConditionalGeneration",
+        .hf_text_defaults = "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216,"
+                            " \"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4,"
+                            " \"head_dim\": 256, \"hidden_activation\": \"gelu_pytorch_tanh\","
+                            " \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-6, \"pad_token_id\": 0,"
+                            " \"eos_token_id\": 1, \"bos_token_id\": 2, \"tie_word_embeddings\": true,"
+                            " \"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0,"
+                            " \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096}",
     },
     {
         /* Phi-3 / Phi-4: fused projections, LongRoPE, partial rotary (Phi-4-mini). */
@@ -146,6 +157,17 @@ static const qfamily families[] = {
 const qfamily *qfamily_get(int family)
 {
     return family >= 0 && family < N_FAMILIES ? &families[family] : NULL;
+}
+
+int qfamily_by_hf_mm(const char *model_type, const char *class_name)
+{
+    for (int i = 0; i < N_FAMILIES; i++) {
+        const qfamily *f = &families[i];
+        if (!f->hf_mm_type) continue;
+        if (model_type ? !strcmp(model_type, f->hf_mm_type) : class_name && !strcmp(class_name, f->hf_mm_class))
+            return i;
+    }
+    return -1;
 }
 
 int qfamily_by_hf(const char *model_type, const char *class_name)

@@ -76,6 +76,13 @@ typedef struct qfamily {
      * head_dim^-1/2 for a GGUF with this many layers (Gemma 27B); 0: never. */
     int gguf_wide_scale_layers;
     const qtensor_names *hf_names, *gguf_names;
+    /* An image-text checkpoint whose language model is this family (config.json
+     * model_type and class; NULL: none): its "text_config" over hf_text_defaults
+     * (the text config class's defaults, a JSON object) describes the language
+     * model, whose weights lie under "model.language_model." (or, as older
+     * checkpoints save them, "language_model.model."); the vision tower is not
+     * loaded. */
+    const char *hf_mm_type, *hf_mm_class, *hf_text_defaults;
 } qfamily;
 
 /* The row of a family index (hp->family); NULL when out of range. */
@@ -83,6 +90,9 @@ const qfamily *qfamily_get(int family);
 /* The index of the family an HF config names by model_type (preferred) or
  * class name, either may be NULL; -1 when none. */
 int qfamily_by_hf(const char *model_type, const char *class_name);
+/* The index of the family whose image-text checkpoints an HF config names
+ * (hf_mm_type, or hf_mm_class when model_type is NULL); -1 when none. */
+int qfamily_by_hf_mm(const char *model_type, const char *class_name);
 /* The index of the family a GGUF general.architecture names; -1 when none. */
 int qfamily_by_gguf(const char *arch, size_t len);
 /* Writes the names a list of families goes by ("llama, mistral, qwen2"),

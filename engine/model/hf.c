@@ -17,8 +17,12 @@
  * hf_load_dir() reads them in that order into a qmodel; qmodel_bind()
  * (model.c) then finds the tensors under the HF names.
  *
- * config.json.  model_type names the family (arch.c's rows: llama, mistral,
- * qwen2); without model_type, architectures[0] does.
+ * config.json.  model_type names the family (arch.c's rows); without
+ * model_type, architectures[0] does.  An image-text checkpoint whose language
+ * model is a family here (Gemma 3's) is read as that model: its text_config
+ * over the family's text defaults, its weights renamed from under
+ * "language_model.model." or "model.language_model." (config_unwrap,
+ * hf_unwrap_names); the vision tower is never bound.
  * Every size is a JSON integer in a stated range, every float a finite
  * number; a wrong JSON type is QERR_FORMAT naming the key, a value out of
  * range QERR_RANGE.  Defaults follow transformers: num_key_value_heads =
@@ -550,17 +554,81 @@ static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
     return 0;
 }
 
-int hf_parse_config(qmodel *m, const char *json, size_t len, char *err, size_t errlen)
+/* An image-text checkpoint whose language model is a family here (Gemma 3's
+ * Gemma3ForConditionalGeneration, arch.h's hf_mm_type): *text becomes a new
+ * object, the family's text defaults overlaid with the top level's token
+ * ids and then with "text_config", and *wrapped 1.  Else *text is root
+ * (a new reference) and *wrapped 0. */
+static int config_unwrap(json_t *root, json_t **text, int *wrapped, char *err, size_t errlen)
+{
+    *text = NULL;
+    *wrapped = 0;
+    if (!json_is_object(root)) return qerr_set(err, errlen, QERR_FORMAT, "config.json: not a JSON object");
+    const char *mt = json_string_value(json_object_get(root, "model_type")), *cls = NULL;
+    json_t *a = json_object_get(root, "architectures");
+    if (!json_object_get(root, "model_type") && json_is_array(a)) cls = json_string_value(json_array_get(a, 0));
+    const int f = qfamily_by_hf_mm(mt, cls);
+    if (f < 0) {
+        *text = json_incref(root);
+        return 0;
+    }
+    const qfamily *fam = qfamily_get(f);
+    json_t *tc = json_object_get(root, "text_config");
+    if (!json_is_object(tc))
+        return qerr_set(err, errlen, QERR_FORMAT, "config.json: model_type \"%s\" needs a \"text_config\" object",
+                        fam->hf_mm_type);
+    const char *tmt = json_string_value(json_object_get(tc, "model_type"));
+    if (tmt && strcmp(tmt, fam->hf_model_type))
+        return qerr_set(err, errlen, QERR_UNSUPPORTED, "config.json: text_config.model_type \"%.64s\" is not \"%s\"",
+                        tmt, fam->hf_model_type);
+    json_t *t = json_loads(fam->hf_text_defaults, 0, NULL);
+    static const char *const ids[] = { "bos_token_id", "eos_token_id", "pad_token_id" };
+    int bad = !t || json_object_set_new(t, "model_type", json_string(fam->hf_model_type));
+    for (size_t i = 0; !bad && i < sizeof ids / sizeof ids[0]; i++) {
+        json_t *v = json_object_get(root, ids[i]);
+        if (v) bad = json_object_set(t, ids[i], v);
+    }
+    if (bad || json_object_update(t, tc)) {
+        json_decref(t);
+        return qerr_set(err, errlen, QERR_NOMEM, "out of memory");
+    }
+    *text = t;
+    *wrapped = 1;
+    return 0;
+}
+
+/* The language model's tensors of an image-text checkpoint under the text
+ * model's names: "model.language_model.X" and "language_model.model.X" as
+ * "model.X", "language_model.lm_head.X" as "lm_head.X".  The rest (the
+ * vision tower, the projector) keep their names and are never bound. */
+static int hf_unwrap_names(qmodel *m, char *err, size_t errlen)
+{
+    static const char *const map[][2] = {
+        { "model.language_model.", "model." },
+        { "language_model.model.", "model." },
+        { "language_model.lm_head.", "lm_head." },
+    };
+    for (size_t k = 0; k < sizeof map / sizeof map[0]; k++) {
+        int rc = qmodel_rename_prefix(m, map[k][0], map[k][1], err, errlen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int parse_config(qmodel *m, const char *json, size_t len, int *wrapped, char *err, size_t errlen)
 {
     json_error_t je;
-    json_t *root = json_loadb(json, len, 0, &je);
+    json_t *root = json_loadb(json, len, 0, &je), *text;
     if (!root)
         return qerr_set(err, errlen, QERR_FORMAT, "config.json: invalid JSON at line %d, column %d: %s",
                         je.line, je.column, je.text);
     hf_config c;
     memset(&c, 0, sizeof c);
-    int rc = config_parse(root, &c, err, errlen);
+    int rc = config_unwrap(root, &text, wrapped, err, errlen);
     json_decref(root);
+    if (rc) return rc;
+    rc = config_parse(text, &c, err, errlen);
+    json_decref(text);
     if (!rc && c.rope_long) { /* LongRoPE's factors, as tensors under the GGUF converter's names */
         float *lf = c.rope_long, *sf = c.rope_short;
         const int64_t n = c.hp.rope_dim / 2;
@@ -586,6 +654,12 @@ int hf_parse_config(qmodel *m, const char *json, size_t len, char *err, size_t e
     m->n_eos = c.n_eos;
     memcpy(m->eos_ids, c.eos_ids, sizeof c.eos_ids);
     return 0;
+}
+
+int hf_parse_config(qmodel *m, const char *json, size_t len, char *err, size_t errlen)
+{
+    int wrapped;
+    return parse_config(m, json, len, &wrapped, err, errlen);
 }
 
 /* ---- files -------------------------------------------------------------- */
@@ -1056,11 +1130,13 @@ int hf_load_dir(qmodel *m, const char *dir, char *err, size_t errlen)
     int rc = q_read_file(path, HF_MAX_JSON, &text, &len, err, errlen);
     free(path);
     if (rc) return rc;
-    rc = hf_parse_config(m, text, len, err, errlen);
+    int wrapped = 0;
+    rc = parse_config(m, text, len, &wrapped, err, errlen);
     free(text);
     if (rc) return rc;
 
     if ((rc = hf_load_weights(m, dir, err, errlen))) return rc;
+    if (wrapped && (rc = hf_unwrap_names(m, err, errlen))) return rc;
     if ((rc = hf_generation_config(m, dir, err, errlen))) return rc;
     json_t *tok = NULL;
     if ((rc = hf_chat_template_file(m, dir, err, errlen))) return rc;

@@ -154,6 +154,36 @@ const qnamed_tensor *qmodel_find(const qmodel *m, const char *name)
     return i >= 0 ? &m->tensors[i] : NULL;
 }
 
+int qmodel_rename_prefix(qmodel *m, const char *from, const char *to, char *err, size_t errlen)
+{
+    const size_t nf = strlen(from), nt = strlen(to);
+    int renamed = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        char *name = m->tensors[i].name;
+        if (strncmp(name, from, nf)) continue;
+        const size_t nr = strlen(name + nf);
+        if (nt + nr > QMODEL_MAX_NAME)
+            return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.200s': its name as '%s...' would be too long", name, to);
+        char *nn = q_malloc(nt + nr + 1);
+        if (!nn) return qerr_set(err, errlen, QERR_NOMEM, "out of memory for a tensor name");
+        memcpy(nn, to, nt);
+        memcpy(nn + nt, name + nf, nr + 1);
+        free(name);
+        m->tensors[i].name = nn;
+        renamed++;
+    }
+    if (!renamed) return 0;
+    /* Rebuild the index, refusing two tensors that now share a name. */
+    memset(m->name_index, 0, m->name_index_cap * sizeof *m->name_index);
+    for (int i = 0; i < m->n_tensors; i++) {
+        if (name_lookup(m, m->tensors[i].name, strlen(m->tensors[i].name)) >= 0)
+            return qerr_set(err, errlen, QERR_FORMAT, "tensor '%.200s' appears twice once '%s' is read as '%s'",
+                            m->tensors[i].name, from, to);
+        name_insert(m, i);
+    }
+    return 0;
+}
+
 int qmodel_take_map(qmodel *m, void *addr, size_t len)
 {
     if (m->n_maps >= QMODEL_MAX_FILES) return QERR_LIMIT;

@@ -159,6 +159,9 @@ int qmodel_add_tensor(qmodel *m, const char *name, size_t name_len, qdtype dt, i
 
 /* Returns the named tensor or NULL. */
 const qnamed_tensor *qmodel_find(const qmodel *m, const char *name);
+/* Renames every tensor whose name starts with from to start with to
+ * instead; QERR_FORMAT (the model then unusable) when two names collide. */
+int qmodel_rename_prefix(qmodel *m, const char *from, const char *to, char *err, size_t errlen);
 
 /* Maps a regular file read-only for the model's lifetime (released by
  * qmodel_destroy).  Files shorter than min_len are refused with a message

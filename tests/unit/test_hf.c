@@ -8,11 +8,13 @@
  * and never crash (run under ASan/UBSan too). */
 #define _GNU_SOURCE
 #include "arch.h"
+#include "backend.h"
 #include "model.h"
 #include "qtest.h"
 #include "util.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -1093,6 +1095,223 @@ static void test_dir_real_tokenizers(void)
     }
 }
 
+/* ---- image-text checkpoints (Gemma 3 4B/12B/27B) ------------------------ */
+
+/* The language model's logits of n ids, one pass on the CPU backend. */
+static float *cpu_logits(qmodel *m, const int32_t *ids, int n)
+{
+    char err[256];
+    qbackend_opts o = { .n_threads = 1, .num_blocks = (n + 15) / 16, .block_size = 16 };
+    qbackend *be = NULL;
+    if (cpu_backend_create(&m->w, &o, &be, err, sizeof err)) {
+        fprintf(stderr, "  cpu backend: %s\n", err);
+        return NULL;
+    }
+    int32_t table[8], li[128];
+    for (int i = 0; i < o.num_blocks; i++) table[i] = i;
+    for (int i = 0; i < n; i++) li[i] = i;
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)m->hp.n_vocab);
+    qbatch_seq sq = { 0, n, 0, table, o.num_blocks };
+    qbatch b = { n, ids, 1, &sq, n, li, NULL, NULL, NULL, NULL, NULL };
+    if (be->ops->forward(be, &b, out)) free(out), out = NULL;
+    qbackend_destroy(be);
+    return out;
+}
+
+/* Writes dir/model.safetensors holding every tensor tensors.json lists
+ * (scripts/gen_tiny_families.py gemma3-mm: the names and shapes transformers
+ * saved), under its name rewritten by (from, to) prefix pairs: the language
+ * model's from the text model's tensor of equal value, the vision tower's
+ * zeros.  extra: one more tensor's name, a copy of the embedding (NULL:
+ * none).  Returns 0, or -1 when the fixture does not fit the text model. */
+static int put_mm_weights(const char *dir, const qmodel *text, const char *const (*ren)[2], int n_ren,
+                          const char *extra)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny-gemma3-mm/tensors.json", model_dir(""));
+    json_t *root = json_load_file(path, 0, NULL), *list = json_object_get(root, "tensors"), *e;
+    json_t *hdr = json_object();
+    size_t i, off = 0;
+    uint8_t *data = NULL;
+    int ok = json_array_size(list) > 0;
+    for (int pass = 0; pass < 2 && ok; pass++) { /* sizes, then bytes */
+        off = 0;
+        json_array_foreach(list, i, e) {
+            const char *name = json_string_value(json_object_get(e, "name"));
+            json_t *shape = json_object_get(e, "shape"), *from = json_object_get(e, "from");
+            size_t n = 4;
+            for (size_t k = 0; k < json_array_size(shape); k++) n *= (size_t)json_integer_value(json_array_get(shape, k));
+            const qnamed_tensor *src = json_is_string(from) ? qmodel_find(text, json_string_value(from)) : NULL;
+            if (json_is_string(from) && (!src || src->t.dtype != QDT_F32 || (size_t)qt_numel(&src->t) * 4 != n)) {
+                fprintf(stderr, "  %s: no F32 tensor %s of %zu bytes in the text model\n", name, json_string_value(from), n);
+                ok = 0;
+                break;
+            }
+            if (pass == 0) {
+                char nm[256];
+                snprintf(nm, sizeof nm, "%s", name);
+                for (int r = 0; r < n_ren; r++)
+                    if (!strncmp(name, ren[r][0], strlen(ren[r][0]))) {
+                        snprintf(nm, sizeof nm, "%s%s", ren[r][1], name + strlen(ren[r][0]));
+                        break;
+                    }
+                json_object_set_new(hdr, nm, json_pack("{s:s, s:O, s:[I, I]}", "dtype", "F32", "shape", shape,
+                                                       "data_offsets", (json_int_t)off, (json_int_t)(off + n)));
+            } else if (src) {
+                memcpy(data + off, src->t.data, n);
+            }
+            off += n;
+        }
+        if (pass == 0 && ok && extra) {
+            const qnamed_tensor *emb = qmodel_find(text, "model.embed_tokens.weight");
+            json_object_set_new(hdr, extra, json_pack("{s:s, s:[I, I], s:[I, I]}", "dtype", "F32", "shape",
+                                                      (json_int_t)emb->t.shape[0], (json_int_t)emb->t.shape[1],
+                                                      "data_offsets", (json_int_t)0, (json_int_t)(qt_numel(&emb->t) * 4)));
+        }
+        if (pass == 0) data = calloc(off ? off : 1, 1);
+    }
+    if (ok) {
+        char *h = json_dumps(hdr, JSON_COMPACT);
+        size_t hl = strlen(h);
+        uint8_t *file = malloc(8 + hl + off);
+        for (int k = 0; k < 8; k++) file[k] = (uint8_t)((uint64_t)hl >> (8 * k));
+        memcpy(file + 8, h, hl);
+        memcpy(file + 8 + hl, data, off);
+        put(dir, "model.safetensors", file, 8 + hl + off);
+        free(file);
+        free(h);
+    }
+    free(data);
+    json_decref(hdr);
+    json_decref(root);
+    return ok ? 0 : -1;
+}
+
+static void copy_file(const char *from_dir, const char *to_dir, const char *name)
+{
+    char path[1024], err[256], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/%s", from_dir, name);
+    if (q_read_file(path, 1 << 24, &text, &len, err, sizeof err)) fprintf(stderr, "  %s\n", err);
+    else put(to_dir, name, text, len);
+    free(text);
+}
+
+/* Gemma3ForConditionalGeneration's folder, as transformers 5.25 saves it
+ * (language_model.model.*, vision_tower.*, multi_modal_projector.*) and as
+ * it names the weights in memory (model.language_model.*, lm_head,
+ * model.vision_tower.*): its language model loads as gemma3 with the text
+ * model's hyperparameters and gives its logits bit for bit; the vision
+ * tower is left unbound.  tiny-gemma3-random's logits are checked against
+ * transformers by test_forward; the script checked that transformers gives
+ * the image-text model the same ones. */
+static void test_gemma3_image_text_dir(void)
+{
+    static const char *const saved[][2] = { { "", "" } };
+    static const char *const memory[][2] = {
+        { "language_model.model.", "model.language_model." },
+        { "language_model.lm_head.", "lm_head." },
+        { "vision_tower.", "model.vision_tower." },
+        { "multi_modal_projector.", "model.multi_modal_projector." },
+    };
+    char path[1024], err[512];
+    qmodel *text = NULL;
+    snprintf(path, sizeof path, "%s", model_dir("tiny-gemma3-random"));
+    REQUIRE(qmodel_load(path, &text, err, sizeof err) == 0);
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = (int32_t)((i * 37 + 5) % text->hp.n_vocab);
+    float *want = cpu_logits(text, ids, 40);
+    REQUIRE(want);
+    const size_t nl = (size_t)40 * text->hp.n_vocab;
+    for (int layout = 0; layout < 2; layout++) {
+        const char *d = mkfolder(layout ? "gemma3-mm-memory" : "gemma3-mm-saved");
+        copy_file(model_dir("tiny-gemma3-mm"), d, "config.json");
+        copy_file(model_dir("tiny-gemma3-random"), d, "tokenizer.json");
+        copy_file(model_dir("tiny-gemma3-random"), d, "tokenizer_config.json");
+        REQUIRE(put_mm_weights(d, text, layout ? memory : saved, layout ? 4 : 1, NULL) == 0);
+        qmodel *m = NULL;
+        int rc = qmodel_load(d, &m, err, sizeof err);
+        if (rc) fprintf(stderr, "  %s: %s\n", d, err);
+        REQUIRE(rc == 0);
+        CHECK(!strcmp(qfamily_get(m->hp.family)->name, "gemma3"));
+        CHECK_EQ_INT(m->hp.n_layers, text->hp.n_layers);
+        CHECK_EQ_INT(m->hp.window, text->hp.window);
+        CHECK_EQ_INT(m->hp.window_pattern, text->hp.window_pattern);
+        CHECK(m->hp.rope_theta_local == text->hp.rope_theta_local && m->hp.attn_scale == text->hp.attn_scale);
+        CHECK(m->hp.tied_embeddings);
+        CHECK(qmodel_find(m, layout ? "model.vision_tower.head.probe" : "vision_tower.head.probe") != NULL);
+        float *got = cpu_logits(m, ids, 40);
+        CHECK(got && !memcmp(got, want, nl * sizeof(float)));
+        free(got);
+        qmodel_destroy(m);
+    }
+
+    /* One tensor under both names: refused, naming it. */
+    const char *d = mkfolder("gemma3-mm-twice");
+    copy_file(model_dir("tiny-gemma3-mm"), d, "config.json");
+    REQUIRE(put_mm_weights(d, text, saved, 1, "model.embed_tokens.weight") == 0);
+    CHECK_EQ_INT(load_dir(d, NULL, err, sizeof err), QERR_FORMAT);
+    CHECK_STR_CONTAINS(err, "model.embed_tokens.weight");
+    CHECK_STR_CONTAINS(err, "twice");
+    free(want);
+    qmodel_destroy(text);
+}
+
+/* The config of an image-text checkpoint: text_config over Gemma3TextConfig's
+ * defaults (a text_config as short as gemma-3-4b-it's), the top level's
+ * token ids where text_config has none; errors name the key. */
+static void test_gemma3_image_text_config(void)
+{
+    char err[512];
+    qmodel *m = qmodel_new();
+    static const char HUB[] =
+        "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\","
+        " \"boi_token_index\": 255999, \"eos_token_id\": [1, 106], \"mm_tokens_per_image\": 256,"
+        " \"text_config\": {\"hidden_size\": 2560, \"intermediate_size\": 10240, \"model_type\": \"gemma3_text\","
+        " \"num_hidden_layers\": 34, \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"},"
+        " \"sliding_window\": 1024}, \"vision_config\": {\"hidden_size\": 1152, \"model_type\": \"siglip_vision_model\"}}";
+    CHECK_EQ_INT(parse_cfg(m, HUB, err, sizeof err), 0);
+    const qhparams *hp = &m->hp;
+    CHECK(!strcmp(qfamily_get(hp->family)->name, "gemma3"));
+    CHECK_EQ_INT(hp->dim, 2560);
+    CHECK_EQ_INT(hp->n_layers, 34);
+    CHECK_EQ_INT(hp->n_heads, 8);
+    CHECK_EQ_INT(hp->n_kv_heads, 4);
+    CHECK_EQ_INT(hp->head_dim, 256);
+    CHECK_EQ_INT(hp->n_vocab, 262208);
+    CHECK_EQ_INT(hp->max_ctx, 131072);
+    CHECK_EQ_INT(hp->window, 1024);
+    CHECK_EQ_INT(hp->window_pattern, 6);
+    CHECK(hp->rope_theta == 1000000.0f && hp->rope_theta_local == 10000.0f);
+    CHECK(hp->rope_scaling == QROPE_SCALE_LINEAR && hp->rope_factor == 8.0f);
+    CHECK(fabsf(hp->attn_scale - 1.0f / 16.0f) < 1e-7f);
+    CHECK(hp->norm_eps == 1e-6f);
+    CHECK_EQ_INT(m->n_eos, 2);
+    CHECK(m->eos_ids[0] == 1 && m->eos_ids[1] == 106);
+    CHECK_EQ_INT(m->bos_id, 2); /* Gemma3TextConfig's */
+
+    /* Found by class name too. */
+    CHECK_EQ_INT(parse_cfg(m, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"text_config\": {}}", err,
+                           sizeof err), 0);
+    CHECK_EQ_INT(m->hp.dim, 2304);
+
+    static const struct { const char *text, *needle; int rc; } bad[] = {
+        { "{\"model_type\": \"gemma3\"}", "text_config", QERR_FORMAT },
+        { "{\"model_type\": \"gemma3\", \"text_config\": [1]}", "text_config", QERR_FORMAT },
+        { "{\"model_type\": \"gemma3\", \"text_config\": {\"model_type\": \"llama\"}}", "text_config.model_type",
+          QERR_UNSUPPORTED },
+        { "{\"model_type\": \"gemma3\", \"text_config\": {\"hidden_size\": \"big\"}}", "hidden_size", QERR_FORMAT },
+        { "{\"model_type\": \"gemma3\", \"text_config\": {\"num_attention_heads\": 0}}", "num_attention_heads",
+          QERR_RANGE },
+        { "{\"model_type\": \"gemma3\", \"text_config\": {}, \"eos_token_id\": \"x\"}", "eos_token_id", QERR_FORMAT },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(parse_cfg(m, bad[i].text, err, sizeof err), bad[i].rc);
+        CHECK_STR_CONTAINS(err, bad[i].needle);
+    }
+    qmodel_destroy(m);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
@@ -1175,6 +1394,8 @@ int main(void)
     QT_RUN(test_dir_template_bos);
     QT_RUN(test_dir_real_tokenizers);
     QT_RUN(test_families);
+    QT_RUN(test_gemma3_image_text_dir);
+    QT_RUN(test_gemma3_image_text_config);
     nftw(g_tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     QT_MAIN_END();
 }
