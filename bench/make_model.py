@@ -5,7 +5,8 @@ The file has the shape of a real llama.cpp conversion (GGUF v3, alignment
 32, architecture "llama", an SPM-style vocabulary with 256 byte tokens) but
 its weights are drawn from normal(0, 0.02), with the RMS-norm weights at
 1.0, so that activations stay in a sane range through any number of layers.
-Only numpy is needed (see requirements.txt).
+Only numpy is needed (see requirements.txt); --fill tile runs without it, on
+Python's own random and struct (for GPU machines with a bare Python).
 
 Tensors are generated and written one row block at a time, so peak memory
 stays at a few tens of MB whatever the model size.
@@ -33,7 +34,13 @@ import os
 import struct
 import sys
 
-import numpy as np
+import random
+from array import array
+
+try:
+    import numpy as np
+except ImportError:  # --fill tile only
+    np = None
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -177,19 +184,22 @@ def enc_kv_arr(key, elem_type, payload, n):
     return enc_str(key) + struct.pack("<IIQ", GT_ARRAY, elem_type, n) + payload
 
 
-def vocabulary(n):
+def vocabulary(n, arch="llama"):
     tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % i for i in range(256)]
     types = [TT_UNKNOWN, TT_CONTROL, TT_CONTROL] + [TT_BYTE] * 256
+    if arch == "phi3":  # llama.cpp sets this one's attributes in a model named phi3
+        tokens.append("<|endoftext|>")
+        types.append(TT_CONTROL)
     tokens += ["\u2581tok%d" % i for i in range(n - len(tokens))]
     types += [TT_NORMAL] * (n - len(types))
     # SPM-like scores: control/byte tokens 0, pieces decreasing with rank.
-    scores = np.zeros(n, dtype="<f4")
-    scores[259:] = -np.arange(n - 259, dtype=np.float32)
-    return tokens, scores, np.asarray(types, dtype="<i4")
+    k = n - sum(1 for t in types if t == TT_NORMAL)
+    scores = array("f", [0.0] * k + [-float(i) for i in range(n - k)])
+    return tokens, scores, array("i", types)
 
 
 def metadata(shape, ctx, name):
-    tokens, scores, types = vocabulary(shape["vocab"])
+    tokens, scores, types = vocabulary(shape["vocab"], shape["arch"])
     arch = shape["arch"]
     hd = shape.get("head_dim") or shape["dim"] // shape["heads"]
     A = arch + "."
@@ -294,12 +304,13 @@ def pad_to(n, a=ALIGNMENT):
 
 
 def write_tensor(f, rng, shp, t, init, std, tile=None):
-    np_t = np.dtype("<f4") if t == GGML_F32 else np.dtype("<f2")
+    code = "<%d" + ("f" if t == GGML_F32 else "e")
     if isinstance(init, list):
-        f.write(np.asarray(init, dtype=np_t).tobytes())
+        f.write(struct.pack(code % len(init), *init))
         return
     if init in ("ones", "zeros"):
-        f.write((np.ones if init == "ones" else np.zeros)(shp, dtype=np_t).tobytes())
+        n = nbytes(shp, t) // elt_size(t)
+        f.write(struct.pack(code % n, *([1.0 if init == "ones" else 0.0] * n)))
         return
     if tile is not None:  # the same block of draws, over and over
         left = nbytes(shp, t)
@@ -317,7 +328,7 @@ def write_tensor(f, rng, shp, t, init, std, tile=None):
         n = min(block, rows - r0)
         x = rng.standard_normal(n * row_elems, dtype=np.float32)
         x *= std
-        f.write(x.astype(np_t, copy=False).tobytes())
+        f.write(x.astype("<f4" if t == GGML_F32 else "<f2", copy=False).tobytes())
 
 
 def main(argv=None):
@@ -338,11 +349,14 @@ def main(argv=None):
     header = GGUF_MAGIC + struct.pack("<IQQ", GGUF_VERSION, len(ts), len(kvs)) + b"".join(kvs) + b"".join(infos)
     data_start = pad_to(len(header))
 
-    rng = np.random.default_rng(a.seed)
+    if np is None and a.fill != "tile":
+        sys.exit("make_model.py: --fill normal needs numpy (pip install numpy), or use --fill tile")
+    rng = np.random.default_rng(a.seed) if np is not None else None
     tile = None
     if a.fill == "tile":
-        x = rng.standard_normal(ROW_BLOCK_BYTES // 2, dtype=np.float32) * a.std
-        tile = x.astype("<f4" if wtype == GGML_F32 else "<f2").tobytes()[:ROW_BLOCK_BYTES]
+        r = random.Random(a.seed)
+        n = ROW_BLOCK_BYTES // elt_size(wtype)
+        tile = struct.pack("<%d%s" % (n, "f" if wtype == GGML_F32 else "e"), *(r.gauss(0.0, a.std) for _ in range(n)))
     tmp = a.out + ".tmp"
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(tmp, "wb") as f:
@@ -357,7 +371,7 @@ def main(argv=None):
         total = f.tell()
     os.replace(tmp, a.out)
 
-    n_params = sum(int(np.prod(shp)) for _, shp, _, _ in ts)
+    n_params = sum(nbytes(shp, GGML_F32) // 4 for _, shp, _, _ in ts)
     print("%s: %s %s, %d params (%.1fM), %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, %.1f MB"
           % (a.out, shape["arch"], a.dtype, n_params, n_params / 1e6, shape["layers"], shape["dim"], shape["heads"],
              shape["kv_heads"], shape["ffn"], shape["vocab"], total / 1e6), file=sys.stderr)
