@@ -113,6 +113,8 @@ typedef struct {
     int window_pattern;          /* 0: every layer local; n > 0: every n-th layer (l % n == n - 1)
                                   * global, the others local (Gemma 2: 2, Gemma 3: 6) */
     float rope_theta_local;      /* RoPE base of local layers, unscaled; 0: as the global ones */
+    int nope_interval;           /* n > 0: every n-th layer (l % n == n - 1) attends without RoPE
+                                  * (SmolLM3: 4); 0: every layer rotates */
 } qhparams;
 
 /* Whether layer l attends through the sliding window.  Cannot fail. */
@@ -120,6 +122,12 @@ static inline int qhp_layer_local(const qhparams *hp, int l)
 {
     if (hp->window <= 0) return 0;
     return hp->window_pattern <= 0 || l % hp->window_pattern != hp->window_pattern - 1;
+}
+
+/* Whether layer l rotates q and k (RoPE); not where it is a NoPE layer. */
+static inline int qhp_layer_rope(const qhparams *hp, int l)
+{
+    return hp->nope_interval <= 0 || l % hp->nope_interval != hp->nope_interval - 1;
 }
 
 /* The window every layer attends within (the KV cache need hold no more of
@@ -135,8 +143,8 @@ static inline int qhp_all_local_window(const qhparams *hp)
  * qhp_unsupported). */
 enum {
     QHP_QK_NORM = 1u, QHP_GELU = 2u, QHP_SANDWICH = 4u, QHP_SOFTCAP = 8u, QHP_EMBED_SCALE = 16u,
-    QHP_NORM_ADD_ONE = 32u, QHP_ATTN_SCALE = 64u, QHP_WINDOW = 128u, QHP_ROPE_LOCAL = 256u,
-    QHP_ALL = 511u
+    QHP_NORM_ADD_ONE = 32u, QHP_ATTN_SCALE = 64u, QHP_WINDOW = 128u, QHP_ROPE_LOCAL = 256u, QHP_NOPE = 512u,
+    QHP_ALL = 1023u
 };
 
 /* The first feature of hp beyond the Llama baseline and the backend's
@@ -152,6 +160,7 @@ static inline const char *qhp_unsupported(const qhparams *hp, unsigned feats)
     if (hp->attn_scale > 0 && !(feats & QHP_ATTN_SCALE)) return "a set attention scale";
     if (hp->window > 0 && !(feats & QHP_WINDOW)) return "sliding-window attention";
     if (hp->rope_theta_local > 0 && !(feats & QHP_ROPE_LOCAL)) return "a local layers' RoPE base";
+    if (hp->nope_interval > 0 && !(feats & QHP_NOPE)) return "layers without RoPE";
     if (hp->n_experts) return "mixture-of-experts layers";
     return NULL;
 }

@@ -21,7 +21,9 @@ with a sliding window on every layer, and phi3 (q/k/v and gate/up fused,
 Phi-4-mini's partial rotary factor 0.75, LongRoPE with an original context of
 32 in a context of 128: every prompt is longer than 32, so transformers uses
 the long factors throughout, as quire does in a context past the original
-one).  The windows (12) are shorter than every sequence's end, so the
+one), and smollm3 (Llama's network, tied, its fourth layer without RoPE,
+as llama.cpp's converter writes it: Q/K permuted, no key for the NoPE
+step, which llama.cpp fixes at 4).  The windows (12) are shorter than every sequence's end, so the
 windowed layers mask.  Every weight is random
 (torch seed 1234 + the family's index), every norm's included, so that a
 missing or misplaced one shows in the logits.  The tokenizer is
@@ -84,6 +86,9 @@ FAMILIES = {
                                           "original_max_position_embeddings": 32,
                                           "long_factor": [1.0, 1.5, 2.5, 4.0, 7.0, 11.0],
                                           "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5]})),
+    "smollm3": dict(cls="SmolLM3ForCausalLM", cfg="SmolLM3Config", arch="smollm3",
+                    kw=dict(num_hidden_layers=4, hidden_size=32, intermediate_size=64, head_dim=8,
+                            rope_theta=2000000.0, tie_word_embeddings=True, use_sliding_window=False)),
 }
 
 GGUF_NAMES = {
@@ -153,9 +158,9 @@ def write_gguf(name, fam, model, cfg):
             parts = key.split(".")  # model.layers.N.<module...>.weight
             mod = ".".join(parts[3:-1])
             out = f"blk.{parts[2]}.{GGUF_LAYER.get(mod) or norms[mod]}.{parts[-1]}"
-            if arch == "llama" and mod == "self_attn.q_proj":
+            if arch in ("llama", "smollm3") and mod == "self_attn.q_proj":
                 t = permute(t, cfg.num_attention_heads)
-            if arch == "llama" and mod == "self_attn.k_proj":
+            if arch in ("llama", "smollm3") and mod == "self_attn.k_proj":
                 t = permute(t, cfg.num_key_value_heads)
         if gemma and key.endswith("norm.weight"):
             t = t + 1  # the converter stores Gemma's (1 + w)

@@ -269,7 +269,14 @@ int main(int argc, char **argv)
                 const double n = o.prefill;
                 /* projections of every token, the output projection of the last */
                 double flops = 2.0 * (mm_params - (double)V * hp->dim) * n + 2.0 * V * hp->dim;
-                double attn = 4.0 * hp->n_layers * hp->n_heads * (double)hp->head_dim * (n * (n + 1) / 2);
+                /* q.k and p.v over the keys each token sees: all before it,
+                 * or the window's on a local layer */
+                double attn = 0;
+                for (int l = 0; l < hp->n_layers; l++) {
+                    const double w = qhp_layer_local(hp, l) ? hp->window : n;
+                    const double keys = w >= n ? n * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w;
+                    attn += 4.0 * hp->n_heads * (double)hp->head_dim * keys;
+                }
                 double roof = (flops + attn) / (tflops * 1e12 * tp);
                 printf("| prefill, %d-token prompt (tok/s) | %.0f | %.0f (GEMM roofline%s) | %.0f%% |\n", o.prefill,
                        n / ps, n / roof, tp > 1 ? " of all the GPUs" : "", 100.0 * roof / ps);

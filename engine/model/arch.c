@@ -151,6 +151,13 @@ static const qfamily families[] = {
         .fingerprint_id = 5, .hf_max_ctx = 4096, .hf_sliding = QSLIDE_WINDOW, .gguf_rope_neox = 1,
         .hf_names = &phi3_hf, .gguf_names = &phi3_gguf,
     },
+    {
+        /* SmolLM3: Llama's network, tied, with every fourth layer attending
+         * without RoPE (llama.cpp fixes the step at 4 for its GGUF files). */
+        .name = "smollm3", .hf_model_type = "smollm3", .hf_class = "SmolLM3ForCausalLM", .gguf_arch = "smollm3",
+        .fingerprint_id = 6, .hf_max_ctx = 32768, .hf_sliding = QSLIDE_FLAG, .gguf_rope_neox = 0,
+        .nope_interval = 4, .hf_tied = 1, .hf_rope_theta = 2000000.0f, .hf_names = &llama_hf, .gguf_names = &llama_gguf,
+    },
 };
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 
@@ -216,6 +223,7 @@ void qfamily_apply(int family, qhparams *hp)
     hp->n_experts_used = f->n_experts_used;
     hp->window_pattern = f->window_pattern;
     hp->rope_theta_local = f->rope_local_base;
+    hp->nope_interval = f->nope_interval;
     if (f->attn_bias) hp->attn_bias = 1;
     if (f->tied_head) hp->tied_embeddings = 1;
 }

@@ -72,6 +72,9 @@ typedef struct qfamily {
     int window_pattern;          /* qhparams.window_pattern where no layer_types says otherwise */
     float rope_local_base;       /* local layers' RoPE base where the config gives none; 0: none */
     int hf_query_scalar;         /* config.json's query_pre_attn_scalar sets the attention scale */
+    int nope_interval;           /* qhparams.nope_interval where no "no_rope_layers" says otherwise */
+    int hf_tied;                 /* transformers' default tie_word_embeddings */
+    float hf_rope_theta;         /* transformers' default rope_theta; 0: 10000 */
     /* llama.cpp scales attention by (dim / n_heads)^-1/2 rather than
      * head_dim^-1/2 for a GGUF with this many layers (Gemma 27B); 0: never. */
     int gguf_wide_scale_layers;

@@ -346,10 +346,12 @@ static int js_obj(json_t *obj, const char *ctx, const char *key, json_t **out, c
  * 3), where the local layers' RoPE must be unscaled. */
 static int config_rope(json_t *c, qhparams *hp, hf_config *o, char *err, size_t errlen)
 {
+    const qfamily *fam = qfamily_get(hp->family);
     double theta, local = hp->rope_theta_local;
     int rc;
     json_t *params, *src, *full = NULL, *slide = NULL;
-    if ((rc = js_num(c, "config.json", "rope_theta", 0, 10000.0, 0, 1e12, &theta, err, errlen)) ||
+    if ((rc = js_num(c, "config.json", "rope_theta", 0, fam && fam->hf_rope_theta > 0 ? fam->hf_rope_theta : 10000.0,
+                     0, 1e12, &theta, err, errlen)) ||
         (rc = js_num(c, "config.json", "rope_local_base_freq", 0, local, -1, 1e12, &local, err, errlen)) ||
         (rc = js_obj(c, "config.json", "rope_parameters", &params, err, errlen)))
         return rc;
@@ -381,6 +383,38 @@ static int config_rope(json_t *c, qhparams *hp, hf_config *o, char *err, size_t 
     hp->rope_theta = (float)theta;
     hp->rope_theta_local = local > 0 ? (float)local : 0.0f;
     return rope_scaling_of(src, c, ctx, hp, o, err, errlen);
+}
+
+/* Which layers attend without RoPE (SmolLM3): "no_rope_layers" (1: RoPE,
+ * 0: none, one a layer) where the config lists them, else every
+ * "no_rope_layer_interval"-th layer (the family's default); a list other
+ * than every n-th layer without RoPE is QERR_UNSUPPORTED. */
+static int config_nope(json_t *c, const qfamily *fam, qhparams *hp, char *err, size_t errlen)
+{
+    static const char F[] = "config.json";
+    long long n = 0;
+    int rc;
+    if (!fam->nope_interval) return 0;
+    if ((rc = js_int(c, F, "no_rope_layer_interval", 0, fam->nope_interval, 1, QMODEL_MAX_LAYERS, &n, err, errlen)))
+        return rc;
+    hp->nope_interval = (int)n;
+    json_t *list = json_object_get(c, "no_rope_layers");
+    if (!list || json_is_null(list)) return 0;
+    if (!json_is_array(list) || json_array_size(list) != (size_t)hp->n_layers)
+        return qerr_set(err, errlen, QERR_FORMAT, "config.json: \"no_rope_layers\" must list %d integers (1: RoPE, 0: none)",
+                        hp->n_layers);
+    hp->nope_interval = 0;
+    for (int l = 0; l < hp->n_layers; l++) {
+        json_t *v = json_array_get(list, (size_t)l);
+        if (!json_is_integer(v) || (json_integer_value(v) != 0 && json_integer_value(v) != 1))
+            return qerr_set(err, errlen, QERR_FORMAT, "config.json: no_rope_layers[%d] must be 0 or 1", l);
+        if (!json_integer_value(v) && !hp->nope_interval) hp->nope_interval = l + 1; /* the first NoPE layer */
+    }
+    for (int l = 0; l < hp->n_layers; l++)
+        if (json_integer_value(json_array_get(list, (size_t)l)) != qhp_layer_rope(hp, l))
+            return qerr_set(err, errlen, QERR_UNSUPPORTED,
+                            "config.json: no_rope_layers other than every n-th layer without RoPE are not supported");
+    return 0;
 }
 
 /* Which layers attend through a window, and its size: "layer_types" where
@@ -418,6 +452,8 @@ static int config_window(json_t *c, const qfamily *fam, qhparams *hp, char *err,
             }
             local[l] = !strcmp(t, "sliding_attention");
         }
+    } else if (fam->hf_sliding == QSLIDE_FLAG && hp->nope_interval > 0) {
+        for (int l = 0; l < hp->n_layers; l++) local[l] = !qhp_layer_rope(hp, l); /* SmolLM3's: the NoPE layers */
     } else if (fam->hf_sliding == QSLIDE_FLAG) {
         for (int l = 0; l < hp->n_layers; l++) local[l] = l >= first;
     } else {
@@ -516,7 +552,7 @@ static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
     hp->max_ctx = (int)v;
     if ((rc = js_num(c, F, "rms_norm_eps", 0, 1e-6, 0, 0.5, &d, err, errlen))) return rc;
     hp->norm_eps = (float)d;
-    if ((rc = js_bool(c, F, "tie_word_embeddings", 0, &hp->tied_embeddings, err, errlen))) return rc;
+    if ((rc = js_bool(c, F, "tie_word_embeddings", fam->hf_tied, &hp->tied_embeddings, err, errlen))) return rc;
     if ((rc = js_bool(c, F, "attention_bias", 0, &hp->attn_bias, err, errlen))) return rc;
     qfamily_apply(a, hp);
     hp->norm_add_one = fam->hf_norm_add_one;
@@ -526,6 +562,7 @@ static int config_parse(json_t *c, hf_config *o, char *err, size_t errlen)
         return qerr_set(err, errlen, QERR_RANGE, "config.json: partial_rotary_factor %g leaves %d rotated dimensions (even, >= 2)",
                         d, hp->rope_dim);
     if ((rc = config_rope(c, hp, o, err, errlen))) return rc;
+    if ((rc = config_nope(c, fam, hp, err, errlen))) return rc;
     if ((rc = config_window(c, fam, hp, err, errlen))) return rc;
     if ((rc = config_gemma(c, fam, hp, err, errlen))) return rc;
 

@@ -494,6 +494,7 @@ int qmodel_bind(qmodel *m, char *err, size_t errlen)
         float ff[] = { hp->attn_softcap, hp->final_softcap, hp->attn_scale, hp->rope_theta_local };
         qhash_update(&h, ff, sizeof ff);
     }
+    if (hp->nope_interval > 0) qhash_u64(&h, 0x6e6f7065u + (uint64_t)hp->nope_interval); /* "nope" */
     if (hp->rope_scaling == QROPE_SCALE_LONGROPE) {
         qhash_u64(&h, (uint64_t)hp->rope_long);
         qhash_update(&h, &hp->rope_mscale, sizeof hp->rope_mscale);

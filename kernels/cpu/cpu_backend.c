@@ -357,13 +357,16 @@ static int layer_attention(cpu_be *be, const qbatch *b, int l, int max_ctx)
 
     const size_t layer_off = (size_t)l * be->base.opts.num_blocks * be->block_floats;
     const float *cs_all = local && be->cs_local ? be->cs_local : be->cs;
+    const int rotate = qhp_layer_rope(hp, l);
     for (int s = 0; s < b->n_seqs; s++) {
         const qbatch_seq *sq = &b->seqs[s];
         for (int i = 0; i < sq->n_tokens; i++) {
             const int t = sq->first + i, pos = sq->pos0 + i;
             const float *cs = cs_all + (size_t)t * hp->rope_dim;
-            rope_apply(be->q + (size_t)t * qd, H, hd, hp->rope_dim, hp->rope_neox, cs);
-            rope_apply(be->kx + (size_t)t * kvd, KV, hd, hp->rope_dim, hp->rope_neox, cs);
+            if (rotate) {
+                rope_apply(be->q + (size_t)t * qd, H, hd, hp->rope_dim, hp->rope_neox, cs);
+                rope_apply(be->kx + (size_t)t * kvd, KV, hd, hp->rope_dim, hp->rope_neox, cs);
+            }
             const size_t blk = (size_t)sq->block_table[pos / bs] * be->block_floats;
             for (int g = 0; g < KV; g++) {
                 size_t off = layer_off + blk + ((size_t)g * bs + pos % bs) * hd;

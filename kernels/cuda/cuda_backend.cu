@@ -550,7 +550,8 @@ static int plan_batch(cuda_be *be, const qbatch *b, bool graph, int pad, meta_pl
         else n_dec += q->n_tokens;
     }
     if (covered != T) return QERR_INVAL;
-    mp->fuse_rope = be->fuse && b->n_seqs == T && !hp->qk_norm; // (QK-norm: rope_store does it)
+    // (QK-norm and NoPE layers: rope_store does them)
+    mp->fuse_rope = be->fuse && b->n_seqs == T && !hp->qk_norm && hp->nope_interval <= 0;
     for (int i = 0; i < T; i++)
         if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab) return QERR_RANGE;
     for (int r = 0; r < b->n_logits; r++)
@@ -714,9 +715,10 @@ static int attention(cuda_be *be, const meta_plan *mp, const qattn_geom *g0, int
     const float *inv = local && be->inv_freq_local ? be->inv_freq_local : be->inv_freq;
     g.rope_mscale = local && be->inv_freq_local ? 0.0f : hp->rope_mscale;
     const qk_rope_in rope = { be->qkv, L->bqkv, inv, hp->rope_dim, hp->rope_neox, g.rope_mscale };
+    const int rope_dim = qhp_layer_rope(hp, l) ? hp->rope_dim : 0; // a NoPE layer rotates nothing
     int rc = 0;
     if (!mp->fuse_rope && !(sk & 4) &&
-        (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, inv, &g, T_, hp->rope_dim, hp->rope_neox, L->q_norm,
+        (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, inv, &g, T_, rope_dim, hp->rope_neox, L->q_norm,
                                L->k_norm, hp->norm_eps)))
         return rc;
     prof_mark(be, PF_ROPE, l);

@@ -32,6 +32,8 @@ static const model_case cases[] = {
     { "tiny-mistral-swa-random", "tests/fixtures/models/tiny-mistral-swa-random.gguf" },
     { "tiny-phi3-random", "tests/fixtures/models/tiny-phi3-random" },
     { "tiny-phi3-random", "tests/fixtures/models/tiny-phi3-random.gguf" },
+    { "tiny-smollm3-random", "tests/fixtures/models/tiny-smollm3-random" },
+    { "tiny-smollm3-random", "tests/fixtures/models/tiny-smollm3-random.gguf" },
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 

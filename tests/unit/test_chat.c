@@ -547,13 +547,15 @@ static void run_cases(const render_case *cases, size_t n)
 
 /* ---- 1. the fixtures ---------------------------------------------------------- */
 
-static void test_fixtures(void)
+/* Every case of one fixture file (a list of records, or {"records": [...]})
+ * rendered as the fixture says; want_total: how many cases it must hold. */
+static void run_fixture_file(const char *file, int want_total)
 {
     char path[1024], err[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/chat_templates/chat_templates.json", qt_root());
+    snprintf(path, sizeof path, "%s/tests/fixtures/chat_templates/%s", qt_root(), file);
     json_error_t je;
-    json_t *all = json_load_file(path, 0, &je);
-    if (!all) fprintf(stderr, "  cannot read %s: %s\n", path, je.text);
+    json_t *root = json_load_file(path, 0, &je), *all = json_is_object(root) ? json_object_get(root, "records") : root;
+    if (!root) fprintf(stderr, "  cannot read %s: %s\n", path, je.text);
     REQUIRE(all && json_is_array(all));
     int total = 0, matched = 0;
     for (size_t i = 0; i < json_array_size(all); i++) {
@@ -601,10 +603,18 @@ static void test_fixtures(void)
         fprintf(stderr, "  %-48s %d/%d\n", name, here, cases);
         qchat_free(t);
     }
-    fprintf(stderr, "  fixture cases matching: %d/%d\n", matched, total);
-    CHECK_EQ_INT(total, 55);
+    fprintf(stderr, "  %s: cases matching: %d/%d\n", file, matched, total);
+    CHECK_EQ_INT(total, want_total);
     CHECK_EQ_INT(matched, total);
-    json_decref(all);
+    json_decref(root);
+}
+
+static void test_fixtures(void)
+{
+    run_fixture_file("chat_templates.json", 55);
+    /* SmolLM3's and Qwen3's templates with their thinking switches
+     * (scripts/gen_family_templates.py) */
+    run_fixture_file("family_templates.json", 12);
 }
 
 /* ---- 2. language features ------------------------------------------------------ */

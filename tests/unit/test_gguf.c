@@ -1015,7 +1015,7 @@ static void test_unsupported_arch(void)
     tiny_llama(&f);
     EXPECT_ERR(&f, QERR_FORMAT, "missing metadata 'general.architecture'", "gguf: ");
     kv_str(&f, "general.architecture", "gptx");
-    EXPECT_ERR(&f, QERR_UNSUPPORTED, "architecture 'gptx' is not supported", "(quire runs llama, qwen2, qwen3, gemma2, gemma3, phi3)");
+    EXPECT_ERR(&f, QERR_UNSUPPORTED, "architecture 'gptx' is not supported", "(quire runs llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3)");
     gf_free(&f);
 }
 

@@ -478,6 +478,44 @@ static void test_config_variants(void)
     CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_UNSUPPORTED);
     CHECK_STR_CONTAINS(err, "layer_types[1]");
     free(s);
+    /* SmolLM3: every fourth layer without RoPE by default, tied, rope_theta
+     * 2e6 unless stated; no_rope_layers where given, refused when no
+     * interval makes it; a window on the NoPE layers (transformers' rule
+     * without layer_types) is not a layout quire computes. */
+    s = cfg("model_type", "\"smollm3\"", "num_hidden_layers", "8", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
+    CHECK(m->hp.nope_interval == 4 && m->hp.tied_embeddings && m->hp.rope_theta == 2e6f && m->hp.window == 0);
+    CHECK(qhp_layer_rope(&m->hp, 2) && !qhp_layer_rope(&m->hp, 3) && qhp_layer_rope(&m->hp, 4) && !qhp_layer_rope(&m->hp, 7));
+    free(s);
+    s = cfg("model_type", "\"smollm3\"", "no_rope_layers", "[1, 0]", "tie_word_embeddings", "false", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
+    CHECK(m->hp.nope_interval == 2 && !m->hp.tied_embeddings);
+    free(s);
+    s = cfg("model_type", "\"smollm3\"", "no_rope_layers", "[1, 1]", "no_rope_layer_interval", "2", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), 0);
+    CHECK(m->hp.nope_interval == 0 && qhp_layer_rope(&m->hp, 1));
+    free(s);
+    s = cfg("model_type", "\"smollm3\"", "num_hidden_layers", "4", "no_rope_layers", "[0, 1, 1, 0]", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "no_rope_layers other than");
+    free(s);
+    s = cfg("model_type", "\"smollm3\"", "no_rope_layers", "[1, 2]", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_FORMAT);
+    CHECK_STR_CONTAINS(err, "no_rope_layers[1]");
+    free(s);
+    s = cfg("model_type", "\"smollm3\"", "no_rope_layers", "[1]", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_FORMAT);
+    CHECK_STR_CONTAINS(err, "must list 2");
+    free(s);
+    s = cfg("model_type", "\"smollm3\"", "no_rope_layer_interval", "0", NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_RANGE);
+    CHECK_STR_CONTAINS(err, "no_rope_layer_interval");
+    free(s);
+    s = cfg("model_type", "\"smollm3\"", "num_hidden_layers", "8", "use_sliding_window", "true", "sliding_window", "64",
+            NULL);
+    CHECK_EQ_INT(parse_cfg(m, s, err, sizeof err), QERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err, "sliding-window layers");
+    free(s);
 
     qmodel_destroy(m);
 }
@@ -1362,9 +1400,9 @@ static void test_families(void)
     }
     char list[128];
     qfamily_list(0, list, sizeof list);
-    CHECK(!strcmp(list, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3"));
+    CHECK(!strcmp(list, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, smollm3"));
     qfamily_list(1, list, sizeof list);
-    CHECK(!strcmp(list, "llama, qwen2, qwen3, gemma2, gemma3, phi3"));
+    CHECK(!strcmp(list, "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3"));
     CHECK(qfamily_by_gguf("mistral", 7) < 0); /* converted as "llama" */
     CHECK(qfamily_by_hf("qwen2", "LlamaForCausalLM") == qfamily_by_gguf("qwen2", 5));
     CHECK(qfamily_by_hf("gemma3", "Qwen2ForCausalLM") < 0); /* model_type decides */
