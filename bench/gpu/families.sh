@@ -32,7 +32,8 @@ for c in "${CONFIGS[@]}"; do
     [ -f "$cfg" ] || cfg=$c
     name=$(basename "$cfg" .json)
     echo "## quire: $name"
-    "$BENCH" --config "$cfg" --batches 1,256 --prompt 128 --gen 128 --prefill 2048 | tee "$GG/$name.quire.txt"
+    "$BENCH" --config "$cfg" --batches 1,256 --prompt 128 --gen 128 --prefill 2048 2>>"$GG/$name.quire.log" |
+        tee "$GG/$name.quire.txt"
     # the rows as bench_gpu prints them: "| decode, batch 1, context 128-256 (tok/s, sum) | 123 | | |"
     row() { awk -F'|' -v pat="$1" -v col="$2" 'index($2, pat) == 2 {gsub(/[ ,*]/, "", $col); print $col; exit}' \
         "$GG/$name.quire.txt"; }
@@ -42,12 +43,15 @@ for c in "${CONFIGS[@]}"; do
     QF[$name]=$(row "decode, batch 1: ms per token" 5 | sed 's/%.*/%/')
 
     f=$GG/$name.gguf
+    t0=$(date +%s)
     "$PY" "$ROOT/bench/make_model.py" --config "$cfg" --dtype f16 --fill tile --out "$f"
+    echo "(GGUF written in $(( $(date +%s) - t0 )) s)"
     echo "## llama.cpp: $name"
-    "$LBIN/llama-bench" -m "$f" -ngl 99 -fa on -p 2048 -n 0 -r 3 -o md | tee "$GG/$name.lpp.txt"
-    "$LBIN/llama-bench" -m "$f" -ngl 99 -fa on -p 0 -n 128 -d 128 -r 3 -o md | tee "$GG/$name.ltg.txt"
+    log=$GG/$name.llama.log
+    "$LBIN/llama-bench" -m "$f" -ngl 99 -fa on -p 2048 -n 0 -r 3 -o md 2>>"$log" | tee "$GG/$name.lpp.txt"
+    "$LBIN/llama-bench" -m "$f" -ngl 99 -fa on -p 0 -n 128 -d 128 -r 3 -o md 2>>"$log" | tee "$GG/$name.ltg.txt"
     "$LBIN/llama-batched-bench" -m "$f" -ngl 99 -fa on -c $((256 * 256 + 256)) -b 2048 -ub 512 \
-        -npp 128 -ntg 128 -npl 256 2>/dev/null | tee "$GG/$name.lbb.txt"
+        -npp 128 -ntg 128 -npl 256 2>>"$log" | tee "$GG/$name.lbb.txt"
     rm -f "$f"
     LPP[$name]=$(awk -F'|' '/pp2048/ {split($(NF-1), a, "±"); gsub(/ /, "", a[1]); print a[1]; exit}' "$GG/$name.lpp.txt")
     L1[$name]=$(awk -F'|' '/tg128/ {split($(NF-1), a, "±"); gsub(/ /, "", a[1]); print a[1]; exit}' "$GG/$name.ltg.txt")
