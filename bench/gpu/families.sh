@@ -26,22 +26,23 @@ CONFIGS=("$@")
 GG=${GGUF_DIR:-/tmp/quire-families}
 PY=${PYTHON:-python3}
 mkdir -p "$GG"
-declare -A L1 L256 LPP Q1 Q256 QPP QF
+# SKIP_QUIRE=1 or SKIP_LLAMA=1 leaves a side out (its tables from an earlier
+# run in GGUF_DIR, if any, still fill the last table).
 for c in "${CONFIGS[@]}"; do
     cfg=$ROOT/bench/configs/$c.json
     [ -f "$cfg" ] || cfg=$c
     name=$(basename "$cfg" .json)
-    echo "## quire: $name"
-    "$BENCH" --config "$cfg" --batches 1,256 --prompt 128 --gen 128 --prefill 2048 2>>"$GG/$name.quire.log" |
-        tee "$GG/$name.quire.txt"
-    # the rows as bench_gpu prints them: "| decode, batch 1, context 128-256 (tok/s, sum) | 123 | | |"
-    row() { awk -F'|' -v pat="$1" -v col="$2" 'index($2, pat) == 2 {gsub(/[ ,*]/, "", $col); print $col; exit}' \
-        "$GG/$name.quire.txt"; }
-    Q1[$name]=$(row "decode, batch 1, context" 3)
-    Q256[$name]=$(row "decode, batch 256, context" 3)
-    QPP[$name]=$(row "prefill, " 3)
-    QF[$name]=$(row "decode, batch 1: ms per token" 5 | sed 's/%.*/%/')
-
+    if [ "${SKIP_QUIRE:-0}" != 1 ]; then
+        echo "## quire: $name"
+        "$BENCH" --config "$cfg" --batches 1,256 --prompt 128 --gen 128 --prefill 2048 2>>"$GG/$name.quire.log" |
+            tee "$GG/$name.quire.txt"
+    fi
+done
+for c in "${CONFIGS[@]}"; do
+    cfg=$ROOT/bench/configs/$c.json
+    [ -f "$cfg" ] || cfg=$c
+    name=$(basename "$cfg" .json)
+    [ "${SKIP_LLAMA:-0}" != 1 ] || continue
     f=$GG/$name.gguf
     t0=$(date +%s)
     "$PY" "$ROOT/bench/make_model.py" --config "$cfg" --dtype f16 --fill tile --out "$f"
@@ -53,9 +54,23 @@ for c in "${CONFIGS[@]}"; do
     "$LBIN/llama-batched-bench" -m "$f" -ngl 99 -fa on -c $((256 * 256 + 256)) -b 2048 -ub 512 \
         -npp 128 -ntg 128 -npl 256 2>>"$log" | tee "$GG/$name.lbb.txt"
     rm -f "$f"
-    LPP[$name]=$(awk -F'|' '/pp2048/ {split($(NF-1), a, "±"); gsub(/ /, "", a[1]); print a[1]; exit}' "$GG/$name.lpp.txt")
-    L1[$name]=$(awk -F'|' '/tg128/ {split($(NF-1), a, "±"); gsub(/ /, "", a[1]); print a[1]; exit}' "$GG/$name.ltg.txt")
-    L256[$name]=$(awk -F'|' '$2 ~ /^ *128 *$/ && $4 ~ /^ *256 *$/ {gsub(/ /, "", $9); print $9; exit}' "$GG/$name.lbb.txt")
+done
+declare -A L1 L256 LPP Q1 Q256 QPP QF
+for c in "${CONFIGS[@]}"; do
+    name=$(basename "$c" .json)
+    # the rows as bench_gpu prints them: "| decode, batch 1, context 128-256 (tok/s, sum) | 123 | | |"
+    row() { [ -f "$GG/$name.quire.txt" ] && awk -F'|' -v pat="$1" -v col="$2" \
+        'index($2, pat) == 2 {gsub(/[ ,*]/, "", $col); print $col; exit}' "$GG/$name.quire.txt" || true; }
+    Q1[$name]=$(row "decode, batch 1, context" 3)
+    Q256[$name]=$(row "decode, batch 256, context" 3)
+    QPP[$name]=$(row "prefill, " 3)
+    QF[$name]=$(row "decode, batch 1: ms per token" 5 | sed 's/%.*/%/')
+    cell() { [ -f "$GG/$name.$1.txt" ] && awk -F'|' -v pat="$2" \
+        'index($0, pat) {split($(NF-1), a, "±"); gsub(/ /, "", a[1]); print a[1]; exit}' "$GG/$name.$1.txt" || true; }
+    LPP[$name]=$(cell lpp pp2048)
+    L1[$name]=$(cell ltg tg128)
+    L256[$name]=$([ -f "$GG/$name.lbb.txt" ] && awk -F'|' '$2 ~ /^ *128 *$/ && $4 ~ /^ *256 *$/ {gsub(/ /, "", $9); print $9; exit}' \
+        "$GG/$name.lbb.txt" || true)
 done
 echo
 echo "| model | decode batch 1: quire tok/s (share of floor) | llama.cpp | decode 256 seqs: quire tok/s | llama.cpp | prefill 2,048: quire tok/s | llama.cpp |"
