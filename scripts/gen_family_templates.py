@@ -18,8 +18,8 @@ import sys
 
 import jinja2
 import transformers
-from tokenizers import Tokenizer, models
-from transformers import PreTrainedTokenizerFast
+
+from gen_tool_chat_fixtures import tokenizer  # a stand-in tokenizer holding only the special tokens
 
 DIR = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "chat_templates"
 
@@ -49,14 +49,6 @@ CASES = [  # name, messages, template switches
     ("reasoning_in_history", THOUGHT, {}),
     ("reasoning_in_history_no_think", THOUGHT, {"enable_thinking": False}),
 ]
-
-
-def tokenizer(bos, eos):
-    tok = Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))
-    kw = {"eos_token": eos}
-    if bos:
-        kw["bos_token"] = bos
-    return PreTrainedTokenizerFast(tokenizer_object=tok, **kw)
 
 
 def main(dst):

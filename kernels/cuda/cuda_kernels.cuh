@@ -114,7 +114,8 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
 // Tiled attention with tensor cores for chunks of up to 64 consecutive query
 // tokens of one sequence (tiles: {first token, count, sequence, 0}); keys are
 // the sequence's positions 0 .. last query, read through its block table.
-// bf16 and f16 only, head_dim 64 or 128 (qk_attn_prefill_ok).
+// bf16 and f16 only, head_dim 64, 128 or 256; the backend takes it where
+// qk_attn_prefill_ok says (256 not yet: see there).
 template <typename T>
 int qk_attn_prefill(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int4 *tiles,
                     int n_tiles, T *out);

@@ -124,7 +124,8 @@ static double tol(int dt) { return dt == QDT_F32 ? 1e-5 : dt == QDT_F16 ? 5e-3 :
 static void test_decode_attention(void)
 {
     const int dts[3] = { QDT_F32, QDT_BF16, QDT_F16 };
-    const int shapes[][3] = { { 32, 8, 64 }, { 32, 8, 128 }, { 28, 4, 128 }, { 8, 4, 8 }, { 6, 2, 20 }, { 16, 1, 64 } };
+    const int shapes[][3] = { { 32, 8, 64 }, { 32, 8, 128 }, { 28, 4, 128 }, { 8, 4, 8 }, { 6, 2, 20 }, { 16, 1, 64 },
+                              { 16, 8, 256 } };
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int di = 0; di < 3; di++) {
             layout lay = { 6, { 0, 5, 100, 1000, 2999, 31 }, { 1, 1, 1, 1, 1, 1 } };
@@ -144,7 +145,7 @@ static void test_decode_attention(void)
 static void test_prefill_attention(void)
 {
     const int dts[2] = { QDT_BF16, QDT_F16 };
-    const int shapes[][3] = { { 32, 8, 64 }, { 32, 8, 128 }, { 28, 4, 128 }, { 8, 8, 64 } };
+    const int shapes[][3] = { { 32, 8, 64 }, { 32, 8, 128 }, { 28, 4, 128 }, { 8, 8, 64 }, { 16, 8, 256 } };
     /* A fresh prompt of 200 (4 tiles, the last partial), a chunk after a cached
      * prefix of 333, a 2-token chunk, and a 64-token chunk at position 1000. */
     layout lay = { 4, { 0, 333, 7, 1000 }, { 200, 70, 2, 64 } };
