@@ -133,14 +133,12 @@ def from_config(path):
               kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"], ffn=c["intermediate_size"],
               vocab=c["vocab_size"], eps=float(c.get("rms_norm_eps", 1e-5)),
               rope_theta=float(c.get("rope_theta", 10000.0)),
-              tied=bool(c.get("tie_word_embeddings", sh_tied_default(mt))))
+              tied=bool(c.get("tie_word_embeddings", mt.startswith("gemma"))))
     if c.get("head_dim"):
         sh["head_dim"] = c["head_dim"]
     hd = sh.get("head_dim") or sh["dim"] // sh["heads"]
     sh["rope_dim"] = int(hd * float(c.get("partial_rotary_factor", 1.0)))
-    if sh["arch"] in ("gemma2", "gemma3") and c.get("sliding_window"):
-        sh["window"] = c["sliding_window"]
-    if mt == "mistral" and c.get("sliding_window"):
+    if (sh["arch"] in ("gemma2", "gemma3") or mt == "mistral") and c.get("sliding_window"):
         sh["window"] = c["sliding_window"]
     rs = c.get("rope_scaling") or {}
     kind = rs.get("rope_type") or rs.get("type")
@@ -156,9 +154,6 @@ def from_config(path):
     sh["ctx"] = c.get("max_position_embeddings", 2048)
     return sh
 
-
-def sh_tied_default(model_type):
-    return model_type.startswith("gemma")
 
 
 # ---- metadata encoding -------------------------------------------------------

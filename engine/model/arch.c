@@ -155,7 +155,7 @@ static const qfamily families[] = {
         /* SmolLM3: Llama's network, tied, with every fourth layer attending
          * without RoPE (llama.cpp fixes the step at 4 for its GGUF files). */
         .name = "smollm3", .hf_model_type = "smollm3", .hf_class = "SmolLM3ForCausalLM", .gguf_arch = "smollm3",
-        .fingerprint_id = 6, .hf_max_ctx = 32768, .hf_sliding = QSLIDE_FLAG, .gguf_rope_neox = 0,
+        .fingerprint_id = 6, .hf_max_ctx = 32768, .hf_sliding = QSLIDE_FLAG_NOPE, .gguf_rope_neox = 0,
         .nope_interval = 4, .hf_tied = 1, .hf_rope_theta = 2000000.0f, .hf_names = &llama_hf, .gguf_names = &llama_gguf,
     },
 };

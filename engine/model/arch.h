@@ -46,8 +46,10 @@ typedef struct {
 typedef enum {
     QSLIDE_NONE,     /* the family has none */
     QSLIDE_WINDOW,   /* on whenever "sliding_window" is set (Mistral, Gemma) */
-    QSLIDE_FLAG      /* on when "use_sliding_window" is true, for the layers from
+    QSLIDE_FLAG,     /* on when "use_sliding_window" is true, for the layers from
                       * "max_window_layers" on (Qwen2, Qwen3) */
+    QSLIDE_FLAG_NOPE /* on when "use_sliding_window" is true, for the layers
+                      * without RoPE (SmolLM3) */
 } qslide_rule;
 
 typedef struct qfamily {

@@ -427,7 +427,8 @@ static int config_window(json_t *c, const qfamily *fam, qhparams *hp, char *err,
     long long v = 0, first = 0;
     int rc, on = fam->hf_sliding == QSLIDE_WINDOW;
     hp->window = 0;
-    if (fam->hf_sliding == QSLIDE_FLAG &&
+    const int flag = fam->hf_sliding == QSLIDE_FLAG || fam->hf_sliding == QSLIDE_FLAG_NOPE;
+    if (flag &&
         ((rc = js_bool(c, F, "use_sliding_window", 0, &on, err, errlen)) ||
          (rc = js_int(c, F, "max_window_layers", 0, 0, 0, INT_MAX, &first, err, errlen))))
         return rc;
@@ -452,8 +453,8 @@ static int config_window(json_t *c, const qfamily *fam, qhparams *hp, char *err,
             }
             local[l] = !strcmp(t, "sliding_attention");
         }
-    } else if (fam->hf_sliding == QSLIDE_FLAG && hp->nope_interval > 0) {
-        for (int l = 0; l < hp->n_layers; l++) local[l] = !qhp_layer_rope(hp, l); /* SmolLM3's: the NoPE layers */
+    } else if (fam->hf_sliding == QSLIDE_FLAG_NOPE) {
+        for (int l = 0; l < hp->n_layers; l++) local[l] = !qhp_layer_rope(hp, l);
     } else if (fam->hf_sliding == QSLIDE_FLAG) {
         for (int l = 0; l < hp->n_layers; l++) local[l] = l >= first;
     } else {
