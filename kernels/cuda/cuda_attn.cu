@@ -117,6 +117,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     __shared__ __align__(16) float qs[MAXG][DEC_QL][QST];
     __shared__ float wm[DEC_WARPS][MAXG], wl[DEC_WARPS][MAXG], bm[MAXG], bl[MAXG];
     __shared__ float sm_[MAXG][DEC_MAX_SPLIT], sl_[MAXG][DEC_MAX_SPLIT]; // the last block's view of the splits
+    __shared__ float hs[ROPE ? MAXG + 1 : 1]; // QK-norm: the query heads' and the key's 1 / rms
     // The warps' sums meet in one round where they fit (each warp's in its
     // own slot, added in warp order by the readers), else warp after warp
     // into one array.
@@ -172,13 +173,35 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         const float *src = rp.qkv + (size_t)t * W, *bias = rp.bias;
         const size_t off =
             own ? (size_t)tab[pnew / g.bs] * g.block_elems + ((size_t)kvh * g.bs + pnew % g.bs) * hd : 0;
+        // The column of head h's dimension d (h = MAXG: the key head).
+#define HCOL(h, d) (((h) < MAXG ? (kvh * G + (h)) * hd : (g.H + kvh) * hd) + (d))
+        if (rp.qn) {
+            // QK-norm as rope_store_kernel does it: a warp per head, the
+            // squares of the biased projections summed in double.
+            for (int h = warp; h <= MAXG; h += DEC_WARPS) {
+                if ((h < MAXG && h >= G) || (h == MAXG && !own)) continue;
+                double s = 0;
+                for (int d = lane; d < hd; d += 32) {
+                    const float x = src[HCOL(h, d)] + (bias ? bias[HCOL(h, d)] : 0.0f);
+                    s += (double)x * x;
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                if (lane == 0) hs[h] = (float)(1.0 / sqrt(s / hd + rp.eps));
+            }
+            __syncthreads();
+        }
+        // A query or key element as rope_store_kernel has it before rotation.
+        auto qk_in = [&](int h, int d) {
+            const float x = src[HCOL(h, d)] + (bias ? bias[HCOL(h, d)] : 0.0f);
+            return rp.qn ? (x * hs[h]) * (h < MAXG ? rp.qn[d] : rp.kn[d]) : x;
+        };
         // Rotated pairs of the G query heads and (own) the key head (h = MAXG).
         for (int idx = threadIdx.x; idx < (MAXG + 1) * HP; idx += blockDim.x) {
             const int h = idx / HP, j = idx % HP;
             if (j >= half || (h < MAXG && h >= G) || (h == MAXG && !own)) continue;
             const int a = rp.neox ? j : 2 * j, b = rp.neox ? j + half : 2 * j + 1;
-            const int c = h < MAXG ? (kvh * G + h) * hd : (g.H + kvh) * hd;
-            float x0 = src[c + a] + (bias ? bias[c + a] : 0.0f), x1 = src[c + b] + (bias ? bias[c + b] : 0.0f);
+            float x0 = qk_in(h, a), x1 = qk_in(h, b);
             qk_rotate(&x0, &x1, pnew, rp.inv_freq[j], rp.mscale);
             const T r0 = fromf<T>(x0), r1 = fromf<T>(x1);
             if (h < MAXG) {
@@ -194,11 +217,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         for (int idx = threadIdx.x; idx < (MAXG + 2) * HDMAX; idx += blockDim.x) {
             const int h = idx / HDMAX, d = idx % HDMAX;
             if (d >= hd || (h < MAXG && h >= G) || (h >= MAXG && !own) || (h <= MAXG && d < rp.rope_dim)) continue;
-            const int c = (h < MAXG ? (kvh * G + h) * hd : (g.H + (h - MAXG) * g.KV + kvh) * hd) + d;
-            const T r = fromf<T>(src[c] + (bias ? bias[c] : 0.0f));
+            const int c = (g.H + g.KV + kvh) * hd + d; // (the value's column)
+            const T r = fromf<T>(h <= MAXG ? qk_in(h, d) : src[c] + (bias ? bias[c] : 0.0f));
             if (h < MAXG) QS(h, d) = tof(r) * g.scale;
             else (h == MAXG ? kc : vc)[off + d] = r;
         }
+#undef HCOL
     } else {
         for (int idx = threadIdx.x; idx < MAXG * HDMAX; idx += blockDim.x) {
             const int gi = idx / HDMAX, d = idx % HDMAX;
@@ -500,7 +524,8 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
     if (n <= 0) return 0;
     if (n_split < 1 || n_split > DEC_MAX_SPLIT || (n_split > 1 && (!part_acc || !part_ml || !part_cnt)))
         return QERR_INVAL;
-    if (rope && (rope->rope_dim < 2 || rope->rope_dim > g->hd || rope->rope_dim % 2)) return QERR_INVAL;
+    if (rope && (rope->rope_dim < 0 || rope->rope_dim > g->hd || rope->rope_dim % 2 || !rope->qn != !rope->kn))
+        return QERR_INVAL;
     const int G = g->H / g->KV;
     // Up to 16 splits, one cluster's blocks, combine through distributed
     // shared memory (qk_attn_cluster = 0: always through global memory).
@@ -776,10 +801,9 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const T *__restrict__
 #undef PF_K
 #undef PF_V
 
-// The backend's choice.  Head dimension 256 (Gemma) has an instance that
-// test_gpu_kernels checks, but it has not run on a GPU yet: until it has,
-// those heads keep the decode kernel (right, and slow for long prompts).
-bool qk_attn_prefill_ok(int elem_bytes, int hd) { return elem_bytes == 2 && (hd == 64 || hd == 128); }
+// The backend's choice: the 16-bit types at the head dimensions with an
+// instance (test_gpu_kernels checks each against a float reference).
+bool qk_attn_prefill_ok(int elem_bytes, int hd) { return elem_bytes == 2 && (hd == 64 || hd == 128 || hd == 256); }
 
 template <typename T, int HD>
 static int prefill_launch(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int4 *tiles,

@@ -550,8 +550,7 @@ static int plan_batch(cuda_be *be, const qbatch *b, bool graph, int pad, meta_pl
         else n_dec += q->n_tokens;
     }
     if (covered != T) return QERR_INVAL;
-    // (QK-norm and NoPE layers: rope_store does them)
-    mp->fuse_rope = be->fuse && b->n_seqs == T && !hp->qk_norm && hp->nope_interval <= 0;
+    mp->fuse_rope = be->fuse && b->n_seqs == T;
     for (int i = 0; i < T; i++)
         if (b->tokens[i] < 0 || b->tokens[i] >= hp->n_vocab) return QERR_RANGE;
     for (int r = 0; r < b->n_logits; r++)
@@ -633,38 +632,43 @@ static int plan_batch(cuda_be *be, const qbatch *b, bool graph, int pad, meta_pl
 }
 
 // A projection over D with the norm before it folded in (x the residual
-// stream in T): y = the N outputs, or, y NULL, h = SwiGLU of W's N gate and
-// N up rows - by the weight-streaming kernel or the tensor-core one.
+// stream in T): y = the N outputs, or, y NULL, h = the gated unit (SwiGLU or
+// GeGLU, the model's) of W's N gate and N up rows - by the weight-streaming
+// kernel or the tensor-core one.
 template <typename T> static int proj_norm(cuda_be *be, float *y, T *h, const T *x, const T *W, int T_, int N)
 {
-    const int D = be->base.w->hp.dim;
-    const float eps = be->base.w->hp.norm_eps;
+    const qhparams *hp = &be->base.w->hp;
+    const int D = hp->dim, gelu = hp->act != QACT_SILU;
+    const float eps = hp->norm_eps;
     if (use_gemv(be, T_, D))
         return y ? qk_gemv_norm<T>(be->stream, y, x, W, T_, N, D, eps, gemv_rows(be, T_))
-                 : qk_gemv_swiglu_norm<T>(be->stream, h, x, W, T_, N, D, eps);
+                 : qk_gemv_swiglu_norm<T>(be->stream, h, x, W, T_, N, D, eps, gelu);
     return y ? qk_gemv_mma_norm<T>(be->stream, y, x, W, T_, N, D, eps)
-             : qk_gemv_mma_swiglu_norm<T>(be->stream, h, x, W, T_, N, D, eps);
+             : qk_gemv_mma_swiglu_norm<T>(be->stream, h, x, W, T_, N, D, eps, gelu);
 }
 
-// h = SwiGLU of the gate/up projection of xn: the projection kernels do
-// both for a few tokens, with the norm folded in (or, the weight-streaming
-// kernel, without it: QUIRE_CUDA_NORM_FOLD=0), else cuBLAS and qk_swiglu.
+// h = the gated unit (SwiGLU or GeGLU) of the gate/up projection of xn: the
+// projection kernels do both for a few tokens, with the norm folded in (or,
+// the weight-streaming kernel, without it: QUIRE_CUDA_NORM_FOLD=0), else
+// cuBLAS and qk_swiglu / qk_geglu.
 template <typename T> static int gate_up(cuda_be *be, T *h, const T *xn, const dlayer *L, int T_, int l, bool fold)
 {
-    const int D = be->base.w->hp.dim, F = be->base.w->hp.ffn_dim;
+    const qhparams *hp = &be->base.w->hp;
+    const int D = hp->dim, F = hp->ffn_dim, gelu = hp->act != QACT_SILU;
     if (fold) {
         const int rc = proj_norm<T>(be, NULL, h, xn, (const T *)L->wgu, T_, F);
         prof_mark(be, PF_GU, l);
         return rc;
     }
     if (be->fuse && use_gemv(be, T_, D)) {
-        const int rc = qk_gemv_swiglu<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D);
+        const int rc = qk_gemv_swiglu<T>(be->stream, h, xn, (const T *)L->wgu, T_, F, D, gelu);
         prof_mark(be, PF_GU, l);
         return rc;
     }
     int rc = gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f);
     prof_mark(be, PF_GU, l);
-    return rc ? rc : qk_swiglu<T>(be->stream, h, be->gu, T_, F);
+    if (rc) return rc;
+    return gelu ? qk_geglu<T>(be->stream, h, be->gu, T_, F) : qk_swiglu<T>(be->stream, h, be->gu, T_, F);
 }
 
 // A shard's pass other than rank 0's gives no logits (rank 0 gives them).
@@ -689,14 +693,15 @@ static int residual_proj(cuda_be *be, const void *a, const void *W, int T_, int 
 
 // A block's output projection (T_ tokens over K) normed and added to x, for
 // sandwich norms (Gemma): tmp = a W^T (summed over the shards), x +=
-// rmsnorm(tmp) * post.
-static int sandwich_proj(cuda_be *be, const void *a, const void *W, int T_, int K, const float *post)
+// rmsnorm(tmp) * post, and xn = x in T where the norms are folded.
+template <typename T>
+static int sandwich_proj(cuda_be *be, const void *a, const void *W, int T_, int K, const float *post, T *xn, bool fold)
 {
     const qhparams *hp = &be->base.w->hp;
     const qbackend_opts *o = &be->base.opts;
     int rc = gemm(be, be->tmp, a, W, T_, hp->dim, K, 0.0f);
     if (!rc && o->allreduce) rc = o->allreduce(o->allreduce_ctx, be->tmp, (size_t)T_ * hp->dim, be->stream, NULL, 0);
-    return rc ? rc : qk_rmsnorm_add(be->stream, be->x, be->tmp, post, T_, hp->dim, hp->norm_eps);
+    return rc ? rc : qk_rmsnorm_add<T>(be->stream, be->x, be->tmp, post, T_, hp->dim, hp->norm_eps, fold ? xn : NULL);
 }
 
 // One layer's attention: its geometry (a local layer's window), RoPE
@@ -714,8 +719,9 @@ static int attention(cuda_be *be, const meta_plan *mp, const qattn_geom *g0, int
     g.window = local ? hp->window : 0;
     const float *inv = local && be->inv_freq_local ? be->inv_freq_local : be->inv_freq;
     g.rope_mscale = local && be->inv_freq_local ? 0.0f : hp->rope_mscale;
-    const qk_rope_in rope = { be->qkv, L->bqkv, inv, hp->rope_dim, hp->rope_neox, g.rope_mscale };
     const int rope_dim = qhp_layer_rope(hp, l) ? hp->rope_dim : 0; // a NoPE layer rotates nothing
+    const qk_rope_in rope = { be->qkv,   L->bqkv,   inv,         rope_dim, hp->rope_neox, g.rope_mscale,
+                              L->q_norm, L->k_norm, hp->norm_eps };
     int rc = 0;
     if (!mp->fuse_rope && !(sk & 4) &&
         (rc = qk_rope_store<T>(st, be->qkv, L->bqkv, qb, kc, vc, inv, &g, T_, rope_dim, hp->rope_neox, L->q_norm,
@@ -745,16 +751,15 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
     g.softcap = hp->attn_softcap;
     const size_t layer_elems = (size_t)be->nb_alloc * be->block_elems;
     T *xn = (T *)be->xn, *att = (T *)be->att, *h = (T *)be->h;
-    const bool sandwich = hp->norm_place == QNORM_SANDWICH, gelu = hp->act != QACT_SILU;
+    const bool sandwich = hp->norm_place == QNORM_SANDWICH;
     // Norms folded into the projections: xn then holds the residual stream
-    // in T, written with it by the embedding and the residual projections.
-    // (Passes whose projections over D take the weight-streaming or the
-    // tensor-core kernel; not Gemma's: scaled embeddings, sandwich norms.)
-    const bool fold = T_ <= be->norm_fold && be->fuse && (use_gemv(be, T_, D) || use_mma(be, T_, D)) && !sandwich &&
-                      !hp->embed_scale && !gelu;
+    // in T, written with it by the embedding (scaled, Gemma's) and the
+    // residual projections (or the sandwich norms' adds).  Passes whose
+    // projections over D take the weight-streaming or the tensor-core kernel.
+    const bool fold = T_ <= be->norm_fold && be->fuse && (use_gemv(be, T_, D) || use_mma(be, T_, D));
     prof_mark(be, PF_START, 0);
-    int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D, fold ? xn : NULL);
-    if (!rc && hp->embed_scale) rc = qk_map(st, be->x, (size_t)T_ * D, QK_MAP_SCALE, (float)sqrt((double)D));
+    int rc = qk_embed<T>(st, be->x, (const T *)be->tok_embd, dm + mp->tok, T_, D, fold ? xn : NULL,
+                         hp->embed_scale ? (float)sqrt((double)D) : 0.0f);
     for (int l = 0; l < hp->n_layers && !rc; l++) {
         const dlayer *L = &be->L[l];
         T *kc = (T *)be->kc + (size_t)l * layer_elems, *vc = (T *)be->vc + (size_t)l * layer_elems;
@@ -768,17 +773,15 @@ template <typename T> static int forward_t(cuda_be *be, const qbatch *b, const m
             break;
         prof_mark(be, PF_QKV, l);
         if ((rc = attention<T>(be, mp, &g, l, L, kc, vc))) break;
-        if (!(sk & 8) && (rc = sandwich ? sandwich_proj(be, att, L->wo, T_, qd, L->post_attn)
+        if (!(sk & 8) && (rc = sandwich ? sandwich_proj<T>(be, att, L->wo, T_, qd, L->post_attn, xn, fold)
                                         : residual_proj<T>(be, att, L->wo, T_, qd, xn, fold)))
             break;
         prof_mark(be, PF_WO, l);
         if (!fold && !(sk & 1) && (rc = qk_rmsnorm<T>(st, xn, be->x, NULL, T_, D, hp->norm_eps, NULL))) break;
         prof_mark(be, PF_NORM2, l);
-        if (!(sk & 16) && (rc = gelu ? gemm(be, be->gu, xn, L->wgu, T_, 2 * F, D, 0.0f) : gate_up<T>(be, h, xn, L, T_, l, fold)))
-            break;
-        if (gelu && !(sk & 16) && (rc = qk_geglu<T>(st, h, be->gu, T_, F))) break;
+        if (!(sk & 16) && (rc = gate_up<T>(be, h, xn, L, T_, l, fold))) break;
         prof_mark(be, PF_SWIGLU, l);
-        if (!(sk & 32) && (rc = sandwich ? sandwich_proj(be, h, L->wdown, T_, F, L->post_ffn)
+        if (!(sk & 32) && (rc = sandwich ? sandwich_proj<T>(be, h, L->wdown, T_, F, L->post_ffn, xn, fold)
                                          : residual_proj<T>(be, h, L->wdown, T_, F, xn, fold)))
             break;
         prof_mark(be, PF_DOWN, l);

@@ -65,7 +65,8 @@ int cuda_selftest_swiglu(int dtype, const float *gu, int n, int F, float *h);
 
 /* qk_rope_store on n_tok tokens: qkv (n_tok, (H+2KV)*hd) float, bias
  * ((H+2KV)*hd) float or NULL, inv_freq (rope_dim/2) float; positions,
- * sequences and block tables as in cuda_attn_case. */
+ * sequences and block tables as in cuda_attn_case; qn and kn (hd each; both
+ * or neither, NULL: none) QK-norm's weights, with eps. */
 typedef struct {
     int dtype, neox, rope_dim;
     int H, KV, hd, bs, num_blocks;
@@ -75,12 +76,15 @@ typedef struct {
     int n_seqs;
     const int32_t *seq_info, *tables;
     int n_table;
+    const float *qn, *kn;
+    float eps;
 } cuda_rope_case;
 /* q (n_tok, H*hd); kc, vc (num_blocks, KV, bs, hd): the whole caches, all
  * poisoned before the run. */
 int cuda_selftest_rope_store(const cuda_rope_case *c, float *q, float *kc, float *vc);
 
-/* qk_attn_decode with RoPE and the cache store folded in, against
+/* qk_attn_decode with RoPE (rope_dim 0: none, a NoPE layer), QK-norm (c's
+ * qn, kn) and the cache store folded in, against
  * qk_rope_store followed by qk_attn_decode, for c's tokens (one a sequence,
  * token i in sequence i) over caches (num_blocks, KV, bs, hd) that start as
  * kc0 / vc0, with n_split splits of split_len positions.  *mismatch counts
@@ -100,13 +104,15 @@ int cuda_selftest_gemv(int dtype, const float *x, const float *W, int n, int N, 
  * receives y as dtype too. */
 int cuda_selftest_gemv_mma(int dtype, const float *x, const float *W, int n, int N, int K, float beta, const float *y0,
                            int variant, float *y, float *yc);
-/* qk_gemv_swiglu: x (n, K), W (2F, K) as dtype; h (n, F) stored as dtype.
- * *mismatch counts the elements of h whose bits differ from qk_gemv on the
- * whole W followed by qk_swiglu.  QERR_UNSUPPORTED where qk_gemv_ok refuses. */
-int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, int F, int K, float *h,
+/* qk_gemv_swiglu: x (n, K), W (2F, K) as dtype; h (n, F) stored as dtype;
+ * gelu: its GeGLU form.  *mismatch counts the elements of h whose bits
+ * differ from qk_gemv on the whole W followed by qk_swiglu (qk_geglu).
+ * QERR_UNSUPPORTED where qk_gemv_ok refuses. */
+int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, int F, int K, int gelu, float *h,
                               size_t *mismatch);
 /* qk_gemv_norm (swiglu 0; out y (n, N) float, poisoned first) or
- * qk_gemv_swiglu_norm (swiglu 1; W (2N, K), out h (n, N) stored as dtype):
+ * qk_gemv_swiglu_norm (swiglu 1, or 2 for GeGLU; W (2N, K), out h (n, N)
+ * stored as dtype):
  * x (n, K), the residual rows, and W rounded to dtype; rows_per_warp -1:
  * their tensor-core forms (qk_gemv_mma_norm, qk_gemv_mma_swiglu_norm).
  * QERR_UNSUPPORTED where qk_gemv_ok (qk_gemv_mma_ok) refuses the shape. */

@@ -47,13 +47,29 @@ static inline qattn_geom qk_geom(const int32_t *pos, const int32_t *seq, const i
 // The first position token position p attends to under window w (0: none).
 __host__ __device__ __forceinline__ int qk_window_lo(int p, int w) { return w > 0 && p + 1 > w ? p + 1 - w : 0; }
 
+// A gated unit's output from its gate and up sums: SiLU (SwiGLU) or the
+// tanh-approximated GELU (GeGLU), operation for operation as the CPU's
+// cpu_swiglu and cpu_geglu; every kernel that applies one calls this, so
+// that a fused projection gives the bits of the projection and glu after it.
+__device__ __forceinline__ float qk_glu(float g, float up, int gelu)
+{
+    if (gelu) {
+        const float c = 0.7978845608028654f; // sqrt(2 / pi)
+        return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * up;
+    }
+    return g / (1.0f + expf(-g)) * up;
+}
+
 // What rope_store reads for a token, for attention that does its work
 // itself (qk_attn_decode): the raw projections (float, n x (H+2KV)*hd), the
-// bias or NULL, the inverse frequencies (rope_dim/2), the pairing.
+// bias or NULL, the inverse frequencies (rope_dim/2; rope_dim 0: a NoPE
+// layer), the pairing, and QK-norm's weights (both or neither).
 struct qk_rope_in {
     const float *qkv, *bias, *inv_freq;
     int rope_dim, neox;
     float mscale;            // LongRoPE: cos and sin times this; 0: 1
+    const float *qn, *kn;    // QK-norm: each query head RMS-normalised with qn (hd), the key with kn
+    float eps;
 };
 
 // RoPE on one pair at position p, the same operations wherever it is done
@@ -71,9 +87,11 @@ __device__ __forceinline__ void qk_rotate(float *x0, float *x1, int p, float inv
     *x1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
-// x[i] (float, D) = emb[tok[i]] for n tokens; xc[i] (T) too unless NULL.
+// x[i] (float, D) = emb[tok[i]] * scale (0: 1; Gemma's sqrt(D)) for n
+// tokens; xc[i] (x in T) too unless NULL.
 template <typename T>
-int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D, T *xc = NULL);
+int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D, T *xc = NULL,
+             float scale = 0.0f);
 // y[i] = x[rows ? rows[i] : i] / rms * w (w NULL: 1), for n rows of D.
 template <typename T>
 int qk_rmsnorm(cudaStream_t st, T *y, const float *x, const float *w, int n, int D, float eps, const int32_t *rows);
@@ -93,8 +111,9 @@ template <typename T> int qk_geglu(cudaStream_t st, T *h, const float *gu, int n
 enum { QK_MAP_SCALE = 0, QK_MAP_SOFTCAP = 1, QK_MAP_ADD = 2 };
 int qk_map(cudaStream_t st, float *x, size_t n, int op, float a);
 // x[i] += rmsnorm(y[i]) * w for n rows of D (a sandwich norm's output added
-// to the residual stream).
-int qk_rmsnorm_add(cudaStream_t st, float *x, const float *y, const float *w, int n, int D, float eps);
+// to the residual stream); xc[i] (x in T) too unless NULL.
+template <typename T>
+int qk_rmsnorm_add(cudaStream_t st, float *x, const float *y, const float *w, int n, int D, float eps, T *xc = NULL);
 // Attention of n single query tokens (tok_list) over their whole context,
 // split in ranges of split_len positions and reduced (one range: direct);
 // n_split (at most 64) * split_len must cover every token's context
@@ -114,8 +133,7 @@ int qk_attn_decode(cudaStream_t st, const T *q, T *kc, T *vc, const qattn_geom *
 // Tiled attention with tensor cores for chunks of up to 64 consecutive query
 // tokens of one sequence (tiles: {first token, count, sequence, 0}); keys are
 // the sequence's positions 0 .. last query, read through its block table.
-// bf16 and f16 only, head_dim 64, 128 or 256; the backend takes it where
-// qk_attn_prefill_ok says (256 not yet: see there).
+// bf16 and f16 only, head_dim 64, 128 or 256 (qk_attn_prefill_ok).
 template <typename T>
 int qk_attn_prefill(cudaStream_t st, const T *q, const T *kc, const T *vc, const qattn_geom *g, const int4 *tiles,
                     int n_tiles, T *out);
@@ -146,11 +164,13 @@ bool qk_gemv_mma_ok(int elem_bytes, int n, int K);
 // warps hold, in a fixed order; a token's result independent of the others.
 template <typename T> int qk_gemv_mma_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps);
 template <typename T>
-int qk_gemv_mma_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps);
+int qk_gemv_mma_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps,
+                            int gelu = 0);
 // h(n, F) = silu(x W_gate^T) * (x W_up^T) as T, W (2F, K) the gate rows then
 // the up rows: the same bits as qk_gemv on the whole W and qk_swiglu after
-// it (the shapes qk_gemv_ok takes).
-template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K);
+// it (the shapes qk_gemv_ok takes).  gelu: GeGLU (qk_geglu's bits) instead;
+// so for the _norm forms.
+template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, int gelu = 0);
 // The same with the RMSNorm before the projection folded in, for weights
 // that already hold the norm's weights (qk_scale_cols): x is the residual
 // stream itself (in T: qk_gemv's yc) and each token's sums are scaled by
@@ -159,7 +179,8 @@ template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, cons
 // the others in the pass.
 template <typename T>
 int qk_gemv_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int K, float eps, int rows_per_warp);
-template <typename T> int qk_gemv_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps);
+template <typename T>
+int qk_gemv_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps, int gelu = 0);
 // W (N, K) *= g (K) per column, rounded to T: a norm's weights folded into
 // the projection that reads its output.
 template <typename T> int qk_scale_cols(cudaStream_t st, T *W, const float *g, int N, int K);

@@ -43,11 +43,11 @@ __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
 // adds them up in a fixed order, and the sums are scaled by 1 / sqrt(mean +
 // eps).  SWI (with NORM, MT 2): W holds the N gate rows, then the N up
 // rows; tile 0 takes gate rows, tile 1 the up rows of the same outputs, and
-// h[t][j] = silu(gate) * up is written as T (glu_kernel's SiLU expression).
+// h[t][j] = silu(gate) * up is written as T (qk_glu; gelu: GeGLU).
 template <typename T, int MT, int J, int D, bool NORM, bool SWI>
 __global__ void __launch_bounds__(MMA_WARPS * 32)
     gemv_mma_kernel(float *__restrict__ y, T *__restrict__ h, const T *__restrict__ x, const T *__restrict__ W, int n,
-                    int N, int K, float beta, T *__restrict__ yc, float eps)
+                    int N, int K, float beta, T *__restrict__ yc, float eps, int gelu)
 {
     static_assert(!SWI || (MT == 2 && NORM), "a gate tile and its up tile, the norm folded in");
     constexpr int ROWS = SWI ? 16 : 16 * MT; // outputs a block
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32)
 #pragma unroll
             for (int w = 0; w < MMA_WARPS; w++) up += red[w][16 + r][tok];
             up *= sc;
-            h[(size_t)tok * N + row] = fromf<T>(v / (1.0f + expf(-v)) * up);
+            h[(size_t)tok * N + row] = fromf<T>(qk_glu(v, up, gelu));
         } else {
             float *yo = y + (size_t)tok * N + row;
             if (beta != 0.0f) v += beta * *yo;
@@ -177,11 +177,12 @@ bool qk_gemv_mma_ok(int elem_bytes, int n, int K)
 
 template <typename T, int MT, int J, int D, bool NORM = false, bool SWI = false>
 static void launch_mma(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta, T *yc,
-                       float eps)
+                       float eps, int gelu = 0)
 {
     const int rows = SWI ? 16 : 16 * MT;
     const dim3 grid((N + rows - 1) / rows), block(MMA_WARPS * 32);
-    qk_launch(gemv_mma_kernel<T, MT, J, D, NORM, SWI>, grid, block, 0, st, y, h, x, W, n, N, K, beta, yc, eps);
+    qk_launch(gemv_mma_kernel<T, MT, J, D, NORM, SWI>, grid, block, 0, st, y, h, x, W, n, N, K, beta, yc, eps,
+              gelu);
 }
 
 // Variant 1 (the default): 16 rows a warp, 4 pieces a row, 2 chunks in
@@ -208,10 +209,10 @@ int qk_gemv_mma_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, i
 }
 
 template <typename T>
-int qk_gemv_mma_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps)
+int qk_gemv_mma_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps, int gelu)
 {
     if (!qk_gemv_mma_ok((int)sizeof(T), n, K) || F <= 0) return QERR_UNSUPPORTED;
-    launch_mma<T, 2, 2, 2, true, true>(st, NULL, h, x, W, n, F, K, 0.0f, NULL, eps);
+    launch_mma<T, 2, 2, 2, true, true>(st, NULL, h, x, W, n, F, K, 0.0f, NULL, eps, gelu);
     CK_LAUNCH("gemv_mma_swiglu_norm");
     return 0;
 }
@@ -226,13 +227,13 @@ template <> int qk_gemv_mma_norm<float>(cudaStream_t, float *, const float *, co
     return QERR_UNSUPPORTED;
 }
 template <>
-int qk_gemv_mma_swiglu_norm<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float)
+int qk_gemv_mma_swiglu_norm<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int)
 {
     return QERR_UNSUPPORTED;
 }
 #define INST(T)                                                                                                        \
     template int qk_gemv_mma<T>(cudaStream_t, float *, const T *, const T *, int, int, int, float, T *, int);          \
     template int qk_gemv_mma_norm<T>(cudaStream_t, float *, const T *, const T *, int, int, int, float);               \
-    template int qk_gemv_mma_swiglu_norm<T>(cudaStream_t, T *, const T *, const T *, int, int, int, float);
+    template int qk_gemv_mma_swiglu_norm<T>(cudaStream_t, T *, const T *, const T *, int, int, int, float, int);
 INST(bf16)
 INST(__half)

@@ -9,21 +9,24 @@
 int qk_pdl = 1;
 int qk_gemv_split = 2;
 
-template <typename T> __global__ void embed_kernel(float *x, T *xc, const T *emb, const int32_t *tok, int D)
+template <typename T>
+__global__ void embed_kernel(float *x, T *xc, const T *emb, const int32_t *tok, int D, float scale)
 {
     pdl_wait();
     const T *row = emb + (size_t)tok[blockIdx.x] * D;
     float *out = x + (size_t)blockIdx.x * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
-        out[i] = tof(row[i]);
-        if (xc) xc[(size_t)blockIdx.x * D + i] = row[i];
+        const float v = scale != 0.0f ? tof(row[i]) * scale : tof(row[i]);
+        out[i] = v;
+        if (xc) xc[(size_t)blockIdx.x * D + i] = fromf<T>(v);
     }
 }
 
-template <typename T> int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D, T *xc)
+template <typename T>
+int qk_embed(cudaStream_t st, float *x, const T *emb, const int32_t *tok, int n, int D, T *xc, float scale)
 {
     if (n <= 0) return 0;
-    qk_launch(embed_kernel<T>, n, 256, 0, st, x, xc, emb, tok, D);
+    qk_launch(embed_kernel<T>, n, 256, 0, st, x, xc, emb, tok, D, scale);
     CK_LAUNCH("embed");
     return 0;
 }
@@ -139,21 +142,14 @@ int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out
 }
 
 // h = act(gate) * up, the gate and up halves of each token's gu row: SiLU
-// (SwiGLU) or the tanh-approximated GELU (GeGLU), operation for operation
-// as the CPU's cpu_swiglu and cpu_geglu.
+// (SwiGLU) or the tanh-approximated GELU (GeGLU), by qk_glu.
 template <typename T, bool GELU> __global__ void glu_kernel(T *h, const float *gu, int F, size_t total)
 {
     pdl_wait();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     size_t t = i / F, j = i % F;
-    const float x = gu[t * 2 * F + j], up = gu[t * 2 * F + F + j];
-    if (GELU) {
-        const float c = 0.7978845608028654f; // sqrt(2 / pi)
-        h[i] = fromf<T>(0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * up);
-    } else {
-        h[i] = fromf<T>(x / (1.0f + expf(-x)) * up);
-    }
+    h[i] = fromf<T>(qk_glu(gu[t * 2 * F + j], gu[t * 2 * F + F + j], GELU));
 }
 
 template <typename T, bool GELU> static int glu(cudaStream_t st, T *h, const float *gu, int n, int F)
@@ -185,22 +181,26 @@ int qk_map(cudaStream_t st, float *x, size_t n, int op, float a)
     return 0;
 }
 
-// One block per row, as rmsnorm_kernel: x += y / rms(y) * w.
-__global__ void rmsnorm_add_kernel(float *x, const float *y, const float *w, int D, float eps)
+// One block per row, as rmsnorm_kernel: x += y / rms(y) * w (and xc = x in T).
+template <typename T> __global__ void rmsnorm_add_kernel(float *x, const float *y, const float *w, int D, float eps, T *xc)
 {
     pdl_wait();
     const float *yr = y + (size_t)blockIdx.x * D;
     const float scale = row_rms_scale(yr, D, eps);
     float *xr = x + (size_t)blockIdx.x * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) xr[i] += (yr[i] * scale) * w[i];
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        xr[i] += (yr[i] * scale) * w[i];
+        if (xc) xc[(size_t)blockIdx.x * D + i] = fromf<T>(xr[i]);
+    }
 }
 
-int qk_rmsnorm_add(cudaStream_t st, float *x, const float *y, const float *w, int n, int D, float eps)
+template <typename T>
+int qk_rmsnorm_add(cudaStream_t st, float *x, const float *y, const float *w, int n, int D, float eps, T *xc)
 {
     if (n <= 0) return 0;
     int threads = ((D / 4 + 31) / 32) * 32;
     threads = threads < 64 ? 64 : threads > 1024 ? 1024 : threads;
-    qk_launch(rmsnorm_add_kernel, n, threads, 0, st, x, y, w, D, eps);
+    qk_launch(rmsnorm_add_kernel<T>, n, threads, 0, st, x, y, w, D, eps, xc);
     CK_LAUNCH("rmsnorm_add");
     return 0;
 }
@@ -259,7 +259,8 @@ template <typename T> int qk_scale_cols(cudaStream_t st, T *W, const float *g, i
 }
 
 #define INST(T)                                                                                                        \
-    template int qk_embed<T>(cudaStream_t, float *, const T *, const int32_t *, int, int, T *);                        \
+    template int qk_embed<T>(cudaStream_t, float *, const T *, const int32_t *, int, int, T *, float);                 \
+    template int qk_rmsnorm_add<T>(cudaStream_t, float *, const float *, const float *, int, int, float, T *);         \
     template int qk_rmsnorm<T>(cudaStream_t, T *, const float *, const float *, int, int, float, const int32_t *);     \
     template int qk_rope_store<T>(cudaStream_t, const float *, const float *, T *, T *, T *, const float *,            \
                                   const qattn_geom *, int, int, int, const float *, const float *, float);             \
@@ -288,7 +289,7 @@ INST(__half)
 // SWI: the gate/up projection with SwiGLU applied on the way out.  W holds
 // the N gate rows, then the N up rows; a warp takes gate row j and up row j
 // (R = 2) and writes h[t][j] = silu(gate) * up as T - the sums formed as the
-// plain kernel forms them, the same expression as glu_kernel's SiLU after it.
+// plain kernel forms them, then qk_glu as glu_kernel applies it (gelu: GeGLU).
 // Otherwise h, when given, receives a copy of y in T.
 //
 // NORM: the RMSNorm before the projection folded in (its weights already in
@@ -299,7 +300,8 @@ INST(__half)
 
 template <typename T, int NT, int R, int S, bool SWI, bool NORM>
 __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__restrict__ h, const T *__restrict__ x,
-                                                   const T *__restrict__ W, int N, int K, float beta, float eps)
+                                                   const T *__restrict__ W, int N, int K, float beta, float eps,
+                                                   int gelu)
 {
     static_assert(!SWI || R == 2, "a gate row and its up row");
     // S warps share each group of R rows, taking alternate 256-element
@@ -379,7 +381,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
     for (int t = 0; t < NT; t++) {
         if constexpr (SWI) {
             const float gt = v[0][t], up = v[R - 1][t];
-            h[(size_t)t * N + row0] = fromf<T>(gt / (1.0f + expf(-gt)) * up);
+            h[(size_t)t * N + row0] = fromf<T>(qk_glu(gt, up, gelu));
         } else {
 #pragma unroll
             for (int r = 0; r < R; r++)
@@ -396,12 +398,13 @@ bool qk_gemv_ok(int elem_bytes, int n, int K) { return elem_bytes == 2 && n >= 1
 
 template <typename T, int R, int S, bool SWI, bool NORM>
 static int gemv_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta,
-                     float eps)
+                     float eps, int gelu)
 {
     const int rows_per_block = 8 / S * (SWI ? 1 : R);
     const dim3 grid((N + rows_per_block - 1) / rows_per_block), block(256);
 #define GEMV_CASE(NT)                                                                                                  \
-    case NT: qk_launch(gemv_kernel<T, NT, R, S, SWI, NORM>, grid, block, 0, st, y, h, x, W, N, K, beta, eps); break;
+    case NT: qk_launch(gemv_kernel<T, NT, R, S, SWI, NORM>, grid, block, 0, st, y, h, x, W, N, K, beta, eps, gelu); \
+        break;
     switch (n) {
         GEMV_CASE(1)
         GEMV_CASE(2)
@@ -433,13 +436,13 @@ static int gemv_split(int N, int K)
 
 template <typename T, int R, bool SWI, bool NORM>
 static int gemv_split_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, int n, int N, int K, float beta,
-                           int S, float eps)
+                           int S, float eps, int gelu = 0)
 {
     switch (S) {
-    case 1: return gemv_rows<T, R, 1, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
-    case 2: return gemv_rows<T, R, 2, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
-    case 4: return gemv_rows<T, R, 4, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
-    default: return gemv_rows<T, R, 8, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps);
+    case 1: return gemv_rows<T, R, 1, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps, gelu);
+    case 2: return gemv_rows<T, R, 2, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps, gelu);
+    case 4: return gemv_rows<T, R, 4, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps, gelu);
+    default: return gemv_rows<T, R, 8, SWI, NORM>(st, y, h, x, W, n, N, K, beta, eps, gelu);
     }
 }
 
@@ -460,11 +463,11 @@ int qk_gemv(cudaStream_t st, float *y, const T *x, const T *W, int n, int N, int
     return gemv_split_rows<T, 1, false, false>(st, y, yc, x, W, n, N, K, beta, S, 0.0f);
 }
 
-template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K)
+template <typename T> int qk_gemv_swiglu(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, int gelu)
 {
     if (K % 8) return QERR_UNSUPPORTED;
     // The split of the plain kernel on the whole (2F, K) matrix: the same sums.
-    return gemv_split_rows<T, 2, true, false>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K), 0.0f);
+    return gemv_split_rows<T, 2, true, false>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K), 0.0f, gelu);
 }
 
 template <typename T>
@@ -476,17 +479,18 @@ int qk_gemv_norm(cudaStream_t st, float *y, const T *x, const T *W, int n, int N
     return gemv_split_rows<T, 1, false, true>(st, y, NULL, x, W, n, N, K, 0.0f, S, eps);
 }
 
-template <typename T> int qk_gemv_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps)
+template <typename T>
+int qk_gemv_swiglu_norm(cudaStream_t st, T *h, const T *x, const T *W, int n, int F, int K, float eps, int gelu)
 {
     if (K % 8) return QERR_UNSUPPORTED;
-    return gemv_split_rows<T, 2, true, true>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K), eps);
+    return gemv_split_rows<T, 2, true, true>(st, NULL, h, x, W, n, F, K, 0.0f, gemv_split(2 * F, K), eps, gelu);
 }
 
 template <> int qk_gemv<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int, float *)
 {
     return QERR_UNSUPPORTED;
 }
-template <> int qk_gemv_swiglu<float>(cudaStream_t, float *, const float *, const float *, int, int, int)
+template <> int qk_gemv_swiglu<float>(cudaStream_t, float *, const float *, const float *, int, int, int, int)
 {
     return QERR_UNSUPPORTED;
 }
@@ -494,17 +498,19 @@ template <> int qk_gemv_norm<float>(cudaStream_t, float *, const float *, const 
 {
     return QERR_UNSUPPORTED;
 }
-template <> int qk_gemv_swiglu_norm<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float)
+template <>
+int qk_gemv_swiglu_norm<float>(cudaStream_t, float *, const float *, const float *, int, int, int, float, int)
 {
     return QERR_UNSUPPORTED;
 }
 template int qk_gemv<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float, int, bf16 *);
 template int qk_gemv_norm<bf16>(cudaStream_t, float *, const bf16 *, const bf16 *, int, int, int, float, int);
 template int qk_gemv_norm<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float, int);
-template int qk_gemv_swiglu_norm<bf16>(cudaStream_t, bf16 *, const bf16 *, const bf16 *, int, int, int, float);
-template int qk_gemv_swiglu_norm<__half>(cudaStream_t, __half *, const __half *, const __half *, int, int, int, float);
-template int qk_gemv_swiglu<bf16>(cudaStream_t, bf16 *, const bf16 *, const bf16 *, int, int, int);
-template int qk_gemv_swiglu<__half>(cudaStream_t, __half *, const __half *, const __half *, int, int, int);
+template int qk_gemv_swiglu_norm<bf16>(cudaStream_t, bf16 *, const bf16 *, const bf16 *, int, int, int, float, int);
+template int qk_gemv_swiglu_norm<__half>(cudaStream_t, __half *, const __half *, const __half *, int, int, int, float,
+                                         int);
+template int qk_gemv_swiglu<bf16>(cudaStream_t, bf16 *, const bf16 *, const bf16 *, int, int, int, int);
+template int qk_gemv_swiglu<__half>(cudaStream_t, __half *, const __half *, const __half *, int, int, int, int);
 template int qk_gemv<__half>(cudaStream_t, float *, const __half *, const __half *, int, int, int, float, int,
                              __half *);
 

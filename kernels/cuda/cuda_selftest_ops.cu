@@ -90,10 +90,11 @@ extern "C" int cuda_selftest_swiglu(int dtype, const float *gu, int n, int F, fl
 }
 
 // A rope case's inputs on the device: the raw projections, the bias (or
-// NULL), the inverse frequencies, and the metadata in one array (pos, seq,
-// seq_info, tables, then the token list 0 .. n_tok-1) with its geometry.
+// NULL), the inverse frequencies (NULL for rope_dim 0), QK-norm's weights
+// (or NULL), and the metadata in one array (pos, seq, seq_info, tables,
+// then the token list 0 .. n_tok-1) with its geometry.
 typedef struct {
-    float *qkv, *bias, *freq;
+    float *qkv, *bias, *freq, *qn, *kn;
     int32_t *meta;
     const int32_t *list;
     qattn_geom g;
@@ -104,6 +105,8 @@ static void rope_dev_free(rope_dev *d)
     cudaFree(d->qkv);
     cudaFree(d->bias);
     cudaFree(d->freq);
+    cudaFree(d->qn);
+    cudaFree(d->kn);
     cudaFree(d->meta);
 }
 
@@ -115,7 +118,9 @@ static int rope_dev_upload(const cuda_rope_case *c, rope_dev *d)
     memset(d, 0, sizeof *d);
     d->qkv = (float *)upload(c->qkv, sizeof(float) * (size_t)c->n_tok * W);
     d->bias = c->bias ? (float *)upload(c->bias, sizeof(float) * W) : NULL;
-    d->freq = (float *)upload(c->inv_freq, sizeof(float) * (size_t)(c->rope_dim / 2));
+    d->freq = c->rope_dim ? (float *)upload(c->inv_freq, sizeof(float) * (size_t)(c->rope_dim / 2)) : NULL;
+    d->qn = c->qn ? (float *)upload(c->qn, sizeof(float) * c->hd) : NULL;
+    d->kn = c->kn ? (float *)upload(c->kn, sizeof(float) * c->hd) : NULL;
     int32_t *meta = (int32_t *)malloc(sizeof(int32_t) * total);
     if (meta) {
         memcpy(meta, c->pos, sizeof(int32_t) * c->n_tok);
@@ -126,7 +131,8 @@ static int rope_dev_upload(const cuda_rope_case *c, rope_dev *d)
         d->meta = (int32_t *)upload(meta, sizeof(int32_t) * total);
         free(meta);
     }
-    if (!d->qkv || (c->bias && !d->bias) || !d->freq || !d->meta) {
+    if (!d->qkv || (c->bias && !d->bias) || (c->rope_dim && !d->freq) || (c->qn && !d->qn) || (c->kn && !d->kn) ||
+        !d->meta) {
         rope_dev_free(d);
         return QERR_DEVICE;
     }
@@ -143,7 +149,9 @@ template <typename T> static int rope_store_t(const cuda_rope_case *c, float *q,
     if (rc) return rc;
     T *dq = poisoned<T>(q_n), *dk = poisoned<T>(cache_n), *dv = poisoned<T>(cache_n);
     if (!dq || !dk || !dv) rc = QERR_DEVICE;
-    if (!rc) rc = sync_rc(qk_rope_store<T>(0, d.qkv, d.bias, dq, dk, dv, d.freq, &d.g, c->n_tok, c->rope_dim, c->neox));
+    if (!rc)
+        rc = sync_rc(qk_rope_store<T>(0, d.qkv, d.bias, dq, dk, dv, d.freq, &d.g, c->n_tok, c->rope_dim, c->neox, d.qn,
+                                      d.kn, c->eps));
     if (!rc) rc = to_host<T>(q, dq, q_n);
     if (!rc) rc = to_host<T>(kc, dk, cache_n);
     if (!rc) rc = to_host<T>(vc, dv, cache_n);
@@ -194,8 +202,9 @@ static int attn_rope_t(const cuda_rope_case *c, const float *kc0, const float *v
                 cudaMalloc(&pc, slots * 4) != cudaSuccess || cudaMemset(pc, 0, slots * 4) != cudaSuccess))
         rc = QERR_DEVICE;
     if (!rc) {
-        const qk_rope_in rope = { d.qkv, d.bias, d.freq, c->rope_dim, c->neox, 0.0f };
-        rc = sync_rc(qk_rope_store<T>(0, d.qkv, d.bias, dq, kr, vr, d.freq, &d.g, c->n_tok, c->rope_dim, c->neox));
+        const qk_rope_in rope = { d.qkv, d.bias, d.freq, c->rope_dim, c->neox, 0.0f, d.qn, d.kn, c->eps };
+        rc = sync_rc(qk_rope_store<T>(0, d.qkv, d.bias, dq, kr, vr, d.freq, &d.g, c->n_tok, c->rope_dim, c->neox, d.qn,
+                                      d.kn, c->eps));
         if (!rc)
             rc = sync_rc(qk_attn_decode<T>(0, dq, kr, vr, &d.g, NULL, d.list, c->n_tok, n_split, split_len, pa, pm, pc,
                                            or_));
@@ -216,7 +225,8 @@ static int attn_rope_t(const cuda_rope_case *c, const float *kc0, const float *v
 extern "C" int cuda_selftest_attn_rope(const cuda_rope_case *c, const float *kc0, const float *vc0, int n_split,
                                        int split_len, float *out, size_t *mismatch)
 {
-    if (c->n_tok <= 0 || c->rope_dim <= 0 || c->rope_dim > c->hd || c->rope_dim % 2 || n_split < 1) return QERR_INVAL;
+    if (c->n_tok <= 0 || c->rope_dim < 0 || c->rope_dim > c->hd || c->rope_dim % 2 || n_split < 1 || !c->qn != !c->kn)
+        return QERR_INVAL;
     for (int i = 0; i < c->n_tok; i++)
         if (c->seq[i] != i) return QERR_INVAL; // one token a sequence
     return BY_DTYPE(c->dtype, attn_rope_t, c, kc0, vc0, n_split, split_len, out, mismatch);
@@ -275,16 +285,16 @@ extern "C" int cuda_selftest_gemv_mma(int dtype, const float *x, const float *W,
 }
 
 template <typename T>
-static int gemv_swiglu_t(const float *x, const float *W, int n, int F, int K, float *h, size_t *mismatch)
+static int gemv_swiglu_t(const float *x, const float *W, int n, int F, int K, int gelu, float *h, size_t *mismatch)
 {
     const size_t hn = (size_t)n * F;
     T *dx = to_device<T>(x, (size_t)n * K), *dW = to_device<T>(W, (size_t)2 * F * K), *dh = poisoned<T>(hn),
       *dh2 = poisoned<T>(hn);
     float *dgu = poisoned<float>(2 * hn);
     int rc = dx && dW && dh && dh2 && dgu ? 0 : QERR_DEVICE;
-    if (!rc) rc = sync_rc(qk_gemv_swiglu<T>(0, dh, dx, dW, n, F, K));
+    if (!rc) rc = sync_rc(qk_gemv_swiglu<T>(0, dh, dx, dW, n, F, K, gelu));
     if (!rc) rc = sync_rc(qk_gemv<T>(0, dgu, dx, dW, n, 2 * F, K, 0.0f, 1));
-    if (!rc) rc = sync_rc(qk_swiglu<T>(0, dh2, dgu, n, F));
+    if (!rc) rc = sync_rc(gelu ? qk_geglu<T>(0, dh2, dgu, n, F) : qk_swiglu<T>(0, dh2, dgu, n, F));
     if (!rc) {
         *mismatch = bits_differ<T>(dh, dh2, hn);
         rc = to_host<T>(h, dh, hn);
@@ -294,11 +304,11 @@ static int gemv_swiglu_t(const float *x, const float *W, int n, int F, int K, fl
     return rc;
 }
 
-extern "C" int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, int F, int K, float *h,
-                                         size_t *mismatch)
+extern "C" int cuda_selftest_gemv_swiglu(int dtype, const float *x, const float *W, int n, int F, int K, int gelu,
+                                         float *h, size_t *mismatch)
 {
     if (!qk_gemv_ok((int)qdt_size(dtype), n, K) || F <= 0) return QERR_UNSUPPORTED;
-    return BY_DTYPE(dtype, gemv_swiglu_t, x, W, n, F, K, h, mismatch);
+    return BY_DTYPE(dtype, gemv_swiglu_t, x, W, n, F, K, gelu, h, mismatch);
 }
 
 template <typename T>
@@ -311,10 +321,10 @@ static int gemv_norm_t(const float *x, const float *W, int n, int N, int K, floa
       *dh = swiglu ? poisoned<T>(on) : NULL;
     int rc = dx && dW && (dy || dh) ? 0 : QERR_DEVICE;
     if (!rc && rows_per_warp < 0) // the tensor-core kernel
-        rc = sync_rc(swiglu ? qk_gemv_mma_swiglu_norm<T>(0, dh, dx, dW, n, N, K, eps)
+        rc = sync_rc(swiglu ? qk_gemv_mma_swiglu_norm<T>(0, dh, dx, dW, n, N, K, eps, swiglu == 2)
                             : qk_gemv_mma_norm<T>(0, dy, dx, dW, n, N, K, eps));
     else if (!rc)
-        rc = sync_rc(swiglu ? qk_gemv_swiglu_norm<T>(0, dh, dx, dW, n, N, K, eps)
+        rc = sync_rc(swiglu ? qk_gemv_swiglu_norm<T>(0, dh, dx, dW, n, N, K, eps, swiglu == 2)
                             : qk_gemv_norm<T>(0, dy, dx, dW, n, N, K, eps, rows_per_warp));
     if (!rc && swiglu) rc = to_host<T>(out, dh, on);
     if (!rc && !swiglu && cudaMemcpy(out, dy, sizeof(float) * on, cudaMemcpyDeviceToHost) != cudaSuccess)

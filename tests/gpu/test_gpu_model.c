@@ -7,7 +7,9 @@
  *     relative) of the CPU's, through the tensor-core prefill kernel where
  *     the head size allows and the decode kernel otherwise;
  *   - batch invariance: 8 sequences decoded together give the same greedy
- *     tokens as each alone;
+ *     tokens as each alone (f32: always; bf16, where a batch takes other
+ *     kernels than one token: unless the two part where their best two
+ *     logits tie within rounding);
  *   - decode steps replayed as CUDA graphs give the same logits, bit for
  *     bit, as the same kernels launched one by one; the projection kernels
  *     of few tokens (weight-streaming at 2, tensor cores at 3) agree with
@@ -90,9 +92,23 @@ static int argmax(const float *v, int n)
     return b;
 }
 
-/* Greedy decoding of n_seq sequences together (each its own blocks). */
-static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const int *np, int n_gen, int V,
-                        int32_t **out)
+/* The gap between a row's best and second-best logits, relative to its
+ * largest magnitude: how near the greedy choice was to a tie. */
+static float top2_gap(const float *v, int n)
+{
+    float a = -INFINITY, b = -INFINITY, m = 0;
+    for (int i = 0; i < n; i++) {
+        if (v[i] > a) b = a, a = v[i];
+        else if (v[i] > b) b = v[i];
+        if (fabsf(v[i]) > m) m = fabsf(v[i]);
+    }
+    return m > 0 ? (a - b) / m : 0;
+}
+
+/* Greedy decoding of n_seq sequences together (each its own blocks);
+ * gap (NULL: not wanted) receives each step's top2_gap. */
+static int greedy_batch_gap(qbackend *be, int n_seq, int32_t *const *prompts, const int *np, int n_gen, int V,
+                            int32_t **out, float **gap)
 {
     const int per = 64;
     int32_t *tables = malloc(sizeof(int32_t) * (size_t)n_seq * per);
@@ -116,7 +132,10 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
         }
         qbatch b = { n_seq, tok, n_seq, sq, n_seq, li, NULL, NULL, NULL, NULL, NULL };
         rc = be->ops->forward(be, &b, lg);
-        for (int s = 0; s < n_seq && !rc; s++) out[s][g] = tok[s] = argmax(lg + (size_t)s * V, V);
+        for (int s = 0; s < n_seq && !rc; s++) {
+            out[s][g] = tok[s] = argmax(lg + (size_t)s * V, V);
+            if (gap) gap[s][g] = top2_gap(lg + (size_t)s * V, V);
+        }
     }
     free(tables);
     free(lg);
@@ -124,6 +143,12 @@ static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const 
     free(li);
     free(sq);
     return rc;
+}
+
+static int greedy_batch(qbackend *be, int n_seq, int32_t *const *prompts, const int *np, int n_gen, int V,
+                        int32_t **out)
+{
+    return greedy_batch_gap(be, n_seq, prompts, np, n_gen, V, out, NULL);
 }
 
 static void test_greedy_matches_hf(void)
@@ -191,16 +216,33 @@ static void batch_invariance(int exact)
         }
         qbackend *be = make(m, 1, exact, NS * 64);
         REQUIRE(be);
-        REQUIRE(greedy_batch(be, NS, prompts, np, NG, V, outs) == 0);
-        int same = 0;
+        float gbuf[NS][NG], agap[NG], *gaps[NS], *ag = agap;
+        for (int s = 0; s < NS; s++) gaps[s] = gbuf[s];
+        REQUIRE(greedy_batch_gap(be, NS, prompts, np, NG, V, outs, gaps) == 0);
+        int same = 0, ties = 0;
         for (int s = 0; s < NS; s++) {
             int32_t *a = abuf;
-            REQUIRE(greedy_batch(be, 1, &prompts[s], &np[s], NG, V, &a) == 0);
-            same += memcmp(abuf, obuf[s], sizeof abuf) == 0;
+            REQUIRE(greedy_batch_gap(be, 1, &prompts[s], &np[s], NG, V, &a, &ag) == 0);
+            if (!memcmp(abuf, obuf[s], sizeof abuf)) {
+                same++;
+                continue;
+            }
+            // In bf16 a batch of 8 takes other projection kernels than one
+            // token (the tensor cores' sums, not the weight-streaming
+            // kernel's) and other attention splits: the same up to rounding,
+            // so the two may part only where the best two logits were within
+            // rounding of each other (both runs, up to the step they part).
+            int i = 0;
+            while (abuf[i] == obuf[s][i]) i++;
+            const float tie = 2e-3f;
+            fprintf(stderr, "    sequence %d parts at step %d of %d: best two logits %.2g (alone) and %.2g (batched) "
+                            "apart, relative to the row's largest (a tie below %g)\n",
+                    s, i, NG, agap[i], gbuf[s][i], tie);
+            ties += !exact && agap[i] < tie && gbuf[s][i] < tie;
         }
-        fprintf(stderr, "  %-42s %s: %d of %d sequences decode the same alone and in a batch of %d\n", cases[c].path,
-                exact ? "f32" : "bf16", same, NS, NS);
-        CHECK(same == NS);
+        fprintf(stderr, "  %-42s %s: %d of %d sequences decode the same alone and in a batch of %d%s\n",
+                cases[c].path, exact ? "f32" : "bf16", same, NS, NS, ties ? ", the others part at a tie" : "");
+        CHECK(same + ties == NS);
         qbackend_destroy(be);
         qmodel_destroy(m);
     }

@@ -326,7 +326,7 @@ static double rope_case(int dt, const rope_shape *s, const rope_layout *lay, siz
         for (int i = 0; i < lay->len[qi]; i++, t++) pos[t] = pos0[qi] + i, seq[t] = qi;
     }
     cuda_rope_case c = { dt, s->neox, s->rope_dim, s->H, s->KV, s->hd, bs, nb, qkv, s->bias ? bias : NULL, freq,
-                         n_tok, pos, seq, lay->n_seqs, info, tables, n_table };
+                         n_tok, pos, seq, lay->n_seqs, info, tables, n_table, NULL, NULL, 0.0f };
     int rc = cuda_selftest_rope_store(&c, q, kc, vc);
     if (rc) {
         fprintf(stderr, "    cuda_selftest_rope_store: rc %d\n", rc);
@@ -405,7 +405,9 @@ static void test_rope_store(void)
 
 /* Decode steps (one token a sequence) fold rope_store into attention: the
  * output and both caches must be the bits that rope_store followed by the
- * plain attention kernel give (each tested against its CPU reference). */
+ * plain attention kernel give (each tested against its CPU reference) -
+ * plain, with QK-norm (Qwen3, Gemma 3), and with QK-norm and no rotation
+ * (a NoPE layer: SmolLM3's every fourth). */
 static void test_attn_rope(void)
 {
     static const rope_shape shapes[] = {
@@ -428,9 +430,11 @@ static void test_attn_rope(void)
             const size_t cache_n = (size_t)nb * s->KV * bs * s->hd, q_n = (size_t)n * s->H * s->hd;
             float *qkv = malloc(sizeof(float) * n * W), *bias = malloc(sizeof(float) * W),
                   *freq = malloc(sizeof(float) * half), *kc = malloc(sizeof(float) * cache_n),
-                  *vc = malloc(sizeof(float) * cache_n), *out = malloc(sizeof(float) * q_n);
+                  *vc = malloc(sizeof(float) * cache_n), *out = malloc(sizeof(float) * q_n),
+                  *qn = malloc(sizeof(float) * s->hd), *kn = malloc(sizeof(float) * s->hd);
             int32_t *tables = malloc(4 * (size_t)n_table), *perm = malloc(4 * (size_t)nb);
-            REQUIRE(qkv && bias && freq && kc && vc && out && tables && perm);
+            REQUIRE(qkv && bias && freq && kc && vc && out && qn && kn && tables && perm);
+            for (int i = 0; i < s->hd; i++) qn[i] = 1.0f + frand() * 0.5f, kn[i] = 1.0f + frand() * 0.5f;
             for (int i = 0; i < n * W; i++) qkv[i] = frand() * 2;
             for (int i = 0; i < W; i++) bias[i] = frand() * 0.5f;
             for (int i = 0; i < half; i++) freq[i] = (float)(1.0 / pow(s->theta, (double)(2 * i) / s->rope_dim));
@@ -441,28 +445,37 @@ static void test_attn_rope(void)
                 perm[i] = perm[j], perm[j] = t;
             }
             memcpy(tables, perm, 4 * (size_t)n_table);
-            cuda_rope_case c = { dt,  s->neox, s->rope_dim, s->H, s->KV, s->hd, bs,     nb,    qkv,
-                                 s->bias ? bias : NULL, freq, n, pos, seq, n, info, tables, n_table };
-            for (int k = 0; k < 4; k++) {
-                size_t mismatch = 1;
-                int rc = cuda_selftest_attn_rope(&c, kc, vc, splits[k][0], splits[k][1], out, &mismatch);
-                size_t nan = 0;
-                for (size_t i = 0; !rc && i < q_n; i++) nan += isnan(out[i]) != 0;
-                fprintf(stderr,
-                        "  attention with RoPE folded in, %s H=%d KV=%d hd=%d rope_dim=%d %s%s, %d splits: rc %d, "
-                        "%zu elements differ in bits from rope_store + attention, %zu NaN\n",
-                        dname(dt), s->H, s->KV, s->hd, s->rope_dim, s->neox ? "neox" : "adjacent",
-                        s->bias ? " +bias" : "", splits[k][0], rc, mismatch, nan);
-                CHECK(rc == 0 && mismatch == 0 && nan == 0);
-            }
-            free(qkv), free(bias), free(freq), free(kc), free(vc), free(out), free(tables), free(perm);
+            /* v 0: RoPE; 1: QK-norm and RoPE; 2: QK-norm, no rotation */
+            for (int v = 0; v < 3; v++)
+                for (int k = 0; k < 4; k++) {
+                    cuda_rope_case c = { dt,   s->neox, v == 2 ? 0 : s->rope_dim, s->H, s->KV,      s->hd,   bs,
+                                         nb,   qkv,     s->bias ? bias : NULL,    freq, n,          pos,     seq,
+                                         n,    info,    tables,                   n_table, v ? qn : NULL, v ? kn : NULL,
+                                         1e-6f };
+                    size_t mismatch = 1;
+                    int rc = cuda_selftest_attn_rope(&c, kc, vc, splits[k][0], splits[k][1], out, &mismatch);
+                    size_t nan = 0;
+                    for (size_t i = 0; !rc && i < q_n; i++) nan += isnan(out[i]) != 0;
+                    fprintf(stderr,
+                            "  attention with RoPE%s folded in, %s H=%d KV=%d hd=%d rope_dim=%d %s%s, %d splits: rc %d, "
+                            "%zu elements differ in bits from rope_store + attention, %zu NaN\n",
+                            v ? " and QK-norm" : "", dname(dt), s->H, s->KV, s->hd, c.rope_dim,
+                            s->neox ? "neox" : "adjacent", s->bias ? " +bias" : "", splits[k][0], rc, mismatch, nan);
+                    CHECK(rc == 0 && mismatch == 0 && nan == 0);
+                }
+            free(qkv), free(bias), free(freq), free(kc), free(vc), free(out), free(qn), free(kn), free(tables),
+                free(perm);
         }
     /* Sequences that share a token are refused (the fold is for decode steps only). */
     float z[64] = { 0 }, o[64];
     int32_t zp[2] = { 0, 1 }, zs[2] = { 0, 0 }, zi[2] = { 0, 1 }, zt[1] = { 0 };
-    cuda_rope_case bad = { QDT_BF16, 1, 8, 1, 1, 8, 16, 1, z, NULL, z, 2, zp, zs, 1, zi, zt, 1 };
+    cuda_rope_case bad = { QDT_BF16, 1, 8, 1, 1, 8, 16, 1, z, NULL, z, 2, zp, zs, 1, zi, zt, 1, NULL, NULL, 0.0f };
     size_t mm = 0;
     CHECK_EQ_INT(cuda_selftest_attn_rope(&bad, z, z, 1, 16, o, &mm), QERR_INVAL);
+    /* QK-norm's weights come in pairs. */
+    int32_t one_s[1] = { 0 };
+    cuda_rope_case half_norm = { QDT_BF16, 1, 8, 1, 1, 8, 16, 1, z, NULL, z, 1, zp, one_s, 1, zi, zt, 1, z, NULL, 1e-6f };
+    CHECK_EQ_INT(cuda_selftest_attn_rope(&half_norm, z, z, 1, 16, o, &mm), QERR_INVAL);
 }
 
 /* ---- qk_gemv -------------------------------------------------------------- */
@@ -633,9 +646,9 @@ static void test_gemv_mma(void)
 
 /* ---- qk_gemv_swiglu ------------------------------------------------------- */
 
-/* The gate/up projection with SwiGLU on the way out gives the bits of qk_gemv
- * on the whole matrix and qk_swiglu after it, for 1 to 8 tokens, with the K
- * split (2F <= 8192, K >= 2048) and without it. */
+/* The gate/up projection with SwiGLU (GeGLU) on the way out gives the bits
+ * of qk_gemv on the whole matrix and qk_swiglu (qk_geglu) after it, for 1 to
+ * 8 tokens, with the K split (2F <= 8192, K >= 2048) and without it. */
 static void test_gemv_swiglu(void)
 {
     const int shapes[][2] = { { 4, 8 }, { 33, 264 }, { 300, 2048 }, { 2053, 4096 }, { 4200, 2048 }, { 40, 14336 } };
@@ -648,20 +661,21 @@ static void test_gemv_swiglu(void)
             REQUIRE(x && Wm && h);
             for (int i = 0; i < 8 * K; i++) x[i] = frand();
             for (size_t i = 0; i < (size_t)2 * F * K; i++) Wm[i] = frand() * (float)(4.0 / sqrt(K));
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 6; k++) {
+                const int gelu = k >= 3, n = ns[k % 3];
                 size_t mismatch = 1, nan = 0;
-                int rc = cuda_selftest_gemv_swiglu(dt, x, Wm, ns[k], F, K, h, &mismatch);
-                for (int i = 0; !rc && i < ns[k] * F; i++) nan += isnan(h[i]) != 0;
-                fprintf(stderr, "  gemv_swiglu %s n=%d F=%d K=%d: rc %d, %zu differ in bits from gemv + swiglu, %zu NaN\n",
-                        dname(dt), ns[k], F, K, rc, mismatch, nan);
+                int rc = cuda_selftest_gemv_swiglu(dt, x, Wm, n, F, K, gelu, h, &mismatch);
+                for (int i = 0; !rc && i < n * F; i++) nan += isnan(h[i]) != 0;
+                fprintf(stderr, "  gemv_%s %s n=%d F=%d K=%d: rc %d, %zu differ in bits from gemv + %s, %zu NaN\n",
+                        gelu ? "geglu" : "swiglu", dname(dt), n, F, K, rc, mismatch, gelu ? "geglu" : "swiglu", nan);
                 CHECK(rc == 0 && mismatch == 0 && nan == 0);
             }
             free(x), free(Wm), free(h);
         }
     float z[16] = { 0 }, out[16];
     size_t mm = 0;
-    CHECK_EQ_INT(cuda_selftest_gemv_swiglu(QDT_F32, z, z, 1, 1, 8, out, &mm), QERR_UNSUPPORTED);
-    CHECK_EQ_INT(cuda_selftest_gemv_swiglu(QDT_BF16, z, z, 9, 1, 8, out, &mm), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_swiglu(QDT_F32, z, z, 1, 1, 8, 0, out, &mm), QERR_UNSUPPORTED);
+    CHECK_EQ_INT(cuda_selftest_gemv_swiglu(QDT_BF16, z, z, 9, 1, 8, 1, out, &mm), QERR_UNSUPPORTED);
 }
 
 /* ---- qk_gemv_norm, qk_gemv_swiglu_norm, qk_scale_cols ---------------------- */
@@ -670,9 +684,9 @@ static float round_to(int dt, float f);
 
 /* The projections with the RMSNorm before them folded in, against a double
  * reference: y = (W x) / rms(x) from the residual rows in T (scaled by 1,
- * 1e-3 and 30, so that eps and large rows are seen), and h = silu(g) * u of
- * the two halves; and every token's bits the same alone as in a batch of 8,
- * with 1 and 2 rows a warp. */
+ * 1e-3 and 30, so that eps and large rows are seen), and h = silu(g) * u
+ * (gelu_tanh(g) * u) of the two halves; and every token's bits the same
+ * alone as in a batch of 8, with 1 and 2 rows a warp. */
 static void test_gemv_norm(void)
 {
     const int shapes[][2] = { { 7, 64 }, { 33, 264 }, { 300, 2048 }, { 96, 3072 }, { 2053, 4096 }, { 40, 8192 } };
@@ -683,7 +697,7 @@ static void test_gemv_norm(void)
     for (int kind = 0; kind < 2; kind++)
         for (int di = 0; di < 2; di++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-                for (int sw = 0; sw < 2; sw++) {
+                for (int sw = 0; sw < 3; sw++) {
                     const int dt = dts[di], N = shapes[si][0], K = shapes[si][1], rows = sw ? 2 * N : N;
                     const int R0 = kind ? -1 : 1;
                     if (kind && K % 128) continue;
@@ -707,7 +721,10 @@ static void test_gemv_norm(void)
                             double d[2] = { 0, 0 };
                             for (int u = 0; u < (sw ? 2 : 1); u++)
                                 for (int k = 0; k < K; k++) d[u] += (double)Wm[((size_t)u * N + j) * K + k] * xr[k];
-                            const double g = d[0] * inv, ref = sw ? g / (1.0 + exp(-g)) * d[1] * inv : g;
+                            const double g = d[0] * inv, u = d[1] * inv;
+                            const double ref = sw == 2 ? 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u
+                                               : sw ? g / (1.0 + exp(-g)) * u
+                                                    : g;
                             const double got = base[(size_t)t * N + j];
                             if (isnan(got)) num = INFINITY;
                             num += (got - ref) * (got - ref);
@@ -732,7 +749,7 @@ static void test_gemv_norm(void)
                             "  %s with the norm folded in%s, %s N=%d K=%d: rc %d, "
                             "relative error %.3g (limit %g), %zu "
                             "results differ in bits from the 8-token batch\n",
-                            kind ? "gemv_mma" : "gemv", sw ? " and SwiGLU" : "", dname(dt), N, K, rc, err, lim,
+                            kind ? "gemv_mma" : "gemv", sw == 2 ? " and GeGLU" : sw ? " and SwiGLU" : "", dname(dt), N, K, rc, err, lim,
                             diff_bits);
                     CHECK(rc == 0 && err < lim && diff_bits == 0);
                     free(x), free(Wm), free(base), free(y);
