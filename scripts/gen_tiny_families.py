@@ -23,7 +23,9 @@ Phi-4-mini's partial rotary factor 0.75, LongRoPE with an original context of
 the long factors throughout, as quire does in a context past the original
 one), and smollm3 (Llama's network, tied, its fourth layer without RoPE,
 as llama.cpp's converter writes it: Q/K permuted, no key for the NoPE
-step, which llama.cpp fixes at 4).  The windows (12) are shorter than every sequence's end, so the
+step, which llama.cpp fixes at 4), and llama32 (Llama 3.2's shape: tied
+head, Llama 3.1's RoPE scaling with an original context of 16, which the
+converter writes as a rope_freqs tensor of divisors).  The windows (12) are shorter than every sequence's end, so the
 windowed layers mask.  Every weight is random
 (torch seed 1234 + the family's index), every norm's included, so that a
 missing or misplaced one shows in the logits.  The tokenizer is
@@ -89,6 +91,11 @@ FAMILIES = {
     "smollm3": dict(cls="SmolLM3ForCausalLM", cfg="SmolLM3Config", arch="smollm3",
                     kw=dict(num_hidden_layers=4, hidden_size=32, intermediate_size=64, head_dim=8,
                             rope_theta=2000000.0, tie_word_embeddings=True, use_sliding_window=False)),
+    "llama32": dict(cls="LlamaForCausalLM", cfg="LlamaConfig", arch="llama",
+                    kw=dict(num_hidden_layers=2, tie_word_embeddings=True,
+                            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                             "original_max_position_embeddings": 16})),
 }
 
 GGUF_NAMES = {
@@ -110,6 +117,24 @@ GEMMA_NORMS = {"post_attention_layernorm": "post_attention_norm", "pre_feedforwa
 def permute(w, n_head):
     """llama.cpp's convert_hf_to_gguf permute: rotate-half pairs to adjacent ones."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_factors(rp, dim):
+    """The divisors of RoPE's frequencies that Llama 3.1's scaling applies: 1 for short wavelengths, the
+    factor for those past the original context, a smooth blend between."""
+    factor, lo, hi = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+    orig = rp["original_max_position_embeddings"]
+    out = []
+    for i in range(0, dim, 2):
+        wavelen = 2 * math.pi * rp["rope_theta"] ** (i / dim)
+        if wavelen < orig / hi:
+            out.append(1.0)
+        elif wavelen > orig / lo:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - lo) / (hi - lo)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def write_gguf(name, fam, model, cfg):
@@ -146,6 +171,8 @@ def write_gguf(name, fam, model, cfg):
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
         w.add_tensor("rope_factors_long.weight", np.array(full["long_factor"], dtype=np.float32))
         w.add_tensor("rope_factors_short.weight", np.array(full["short_factor"], dtype=np.float32))
+    if full.get("rope_type") == "llama3":  # as convert_hf_to_gguf's LlamaModel writes it: the factors as a tensor
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(full, head_dim))
     w.add_tokenizer_model("none")
     norms = GEMMA_NORMS if gemma else LLAMA_NORMS
     for key, p in model.state_dict().items():

@@ -34,6 +34,8 @@ static const model_case cases[] = {
     { "tiny-phi3-random", "tests/fixtures/models/tiny-phi3-random.gguf" },
     { "tiny-smollm3-random", "tests/fixtures/models/tiny-smollm3-random" },
     { "tiny-smollm3-random", "tests/fixtures/models/tiny-smollm3-random.gguf" },
+    { "tiny-llama32-random", "tests/fixtures/models/tiny-llama32-random" },
+    { "tiny-llama32-random", "tests/fixtures/models/tiny-llama32-random.gguf" },
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
