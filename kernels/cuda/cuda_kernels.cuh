@@ -107,8 +107,8 @@ int qk_rope_store(cudaStream_t st, const float *qkv, const float *bias, T *q_out
 template <typename T> int qk_swiglu(cudaStream_t st, T *h, const float *gu, int n, int F);
 // h[i][j] = gelu_tanh(gu[i][j]) * gu[i][F + j] (GeGLU).
 template <typename T> int qk_geglu(cudaStream_t st, T *h, const float *gu, int n, int F);
-// Elementwise on n floats: QK_MAP_SCALE x *= a, QK_MAP_SOFTCAP x = a tanh(x / a), QK_MAP_ADD x += a.
-enum { QK_MAP_SCALE = 0, QK_MAP_SOFTCAP = 1, QK_MAP_ADD = 2 };
+// Elementwise on n floats: QK_MAP_SOFTCAP x = a tanh(x / a), QK_MAP_ADD x += a.
+enum { QK_MAP_SOFTCAP = 1, QK_MAP_ADD = 2 };
 int qk_map(cudaStream_t st, float *x, size_t n, int op, float a);
 // x[i] += rmsnorm(y[i]) * w for n rows of D (a sandwich norm's output added
 // to the residual stream); xc[i] (x in T) too unless NULL.

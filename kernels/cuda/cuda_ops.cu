@@ -170,7 +170,7 @@ __global__ void map_kernel(float *x, size_t n, int op, float a)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float v = x[i];
-    x[i] = op == QK_MAP_SCALE ? v * a : op == QK_MAP_SOFTCAP ? a * tanhf(v / a) : v + a;
+    x[i] = op == QK_MAP_SOFTCAP ? a * tanhf(v / a) : v + a;
 }
 
 int qk_map(cudaStream_t st, float *x, size_t n, int op, float a)
