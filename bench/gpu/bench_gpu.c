@@ -1,6 +1,6 @@
 /* bench_gpu.c - the CUDA backend on real model shapes with random weights
  * (the config.json files in bench/configs), against the physical limits measured in the same
- * run: batch-1 decode time per token vs the floor (weight bytes / copy
+ * run: batch-1 decode time per token vs the floor (the weight bytes a step reads / copy
  * bandwidth), decode throughput at batch 1 to 256, and prefill of one long
  * prompt vs the bf16 GEMM roofline.  Timings are host clocks around whole
  * forward passes (each ends with a stream synchronisation and its output
@@ -240,11 +240,15 @@ int main(int argc, char **argv)
                    o.configs[c], tp, tp > 1 ? "s (tensor parallel)" : "", wbytes / 2e9, wbytes / 1e9, tp > 1 ? "s" : "",
                    q_now() - t0, be->opts.num_blocks);
             printf("| workload | quire | floor or roofline | quire / limit |\n|---|---|---|---|\n");
-            /* The floor: the weights at the copy bandwidth; split, the
-             * layers' share of each GPU, and the output projection (rank
-             * 0 gives the logits). */
+            /* The floor: the weights a step reads at the copy bandwidth -
+             * every projection and the output projection, not an untied
+             * embedding table (a step reads one row of it; before
+             * 2026-12-07 the floor counted it whole, which credited untied
+             * models with bytes no step reads); split, the layers' share
+             * of each GPU, and the output projection (rank 0 gives the
+             * logits). */
             const double split_bytes = 2.0 * (mm_params - (double)V * hp->dim) * (1.0 - 1.0 / tp);
-            const double floor_s = (wbytes - split_bytes) / (copy_tbs * 1e12);
+            const double floor_s = (2.0 * mm_params - split_bytes) / (copy_tbs * 1e12);
             for (int i = 0; i < o.n_batches; i++) {
                 const int B = o.batches[i];
                 double s = run_decode(be, V, B, o.prompt, o.gen, max_tokens, !o.logits);
@@ -254,8 +258,8 @@ int main(int argc, char **argv)
                     continue;
                 }
                 if (B == 1)
-                    printf("| decode, batch 1: ms per token | %.3f | %.3f (weights / copy bandwidth%s) | %.0f%% of the "
-                           "floor's speed |\n",
+                    printf("| decode, batch 1: ms per token | %.3f | %.3f (weights a step reads / copy bandwidth%s) | "
+                           "%.0f%% of the floor's speed |\n",
                            s * 1e3, floor_s * 1e3, tp > 1 ? ": each GPU its layers' share and the head" : "",
                            100.0 * floor_s / s);
                 printf("| decode, batch %d, context %d-%d (tok/s, sum) | %.0f | | |\n", B, o.prompt, o.prompt + o.gen,
