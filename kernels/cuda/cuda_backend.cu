@@ -85,9 +85,9 @@ typedef struct {
     size_t meta_cap;               // int32 elements
     int32_t *h_meta, *d_meta;
     uint64_t seed_ctr;
-    int gemv;                      // own kernel for projections of 1-2 tokens (use_gemv; QUIRE_CUDA_GEMV=0: not used)
+    int gemv;                      // own kernel for projections of a few tokens (use_gemv; QUIRE_CUDA_GEMV=0: not used)
     // The most tokens it takes where the tensor-core kernel could take them
-    // (QUIRE_CUDA_GEMV_TOKENS, default 2); elsewhere up to QK_GEMV_MAX.
+    // (QUIRE_CUDA_GEMV_TOKENS, default 0); elsewhere up to QK_GEMV_MAX.
     int gemv_tokens;
     // Projections of up to QK_MMA_MAX tokens the weight-streaming kernel
     // does not take go to the tensor-core kernel (QUIRE_CUDA_MMA=0: cuBLAS).
@@ -457,12 +457,15 @@ static int ensure_meta(cuda_be *be, size_t n)
 // tensor-core kernel cannot take K (small models: stories260K's 64), the
 // weight-streaming kernel keeps up to QK_GEMV_MAX.  The first does T
 // multiply-adds a weight on the CUDA cores, which bound it from about 3
-// tokens; the tensor cores stream the weights at one rate for 1-8 tokens,
-// below the first's at 1-2.  Whole 8B decode steps on the H200
-// (bench_gpu --batches 1,2,3,4,5,6,8; bench/RESULTS.md, session 5): at 3,
-// 4 and 8 tokens 4.64, 4.64 and 4.68 ms with the tensor cores, 4.66, 4.71
-// and 4.91 with cuBLAS, 4.93 and 5.51 (3 and 4) with the CUDA cores; 4.05
-// at one token.
+// tokens; the tensor cores stream the weights at one rate for 1-8 tokens.
+// Whole 8B decode steps on the H200 (bench_gpu --batches 1,2,3,4,5,6,8;
+// bench/RESULTS.md, session 5): at 3, 4 and 8 tokens 4.64, 4.64 and 4.68
+// ms with the tensor cores, 4.66, 4.71 and 4.91 with cuBLAS, 4.93 and 5.51
+// (3 and 4) with the CUDA cores.  At one token the tensor-core kernel,
+// which loads its first weights before it waits for the kernel before it,
+// leads too (H100, 2026-12-07: Llama-3.2-1B / 3.1-8B / Phi-4-mini /
+// Gemma-3-12B 1.131 / 5.433 / 3.127 / 9.116 ms a step against 1.176 /
+// 5.667 / 3.330 / 9.475 with the CUDA cores), so gemv_tokens is 0.
 static bool use_gemv(const cuda_be *be, int T, int K)
 {
     return be->gemv && qk_gemv_ok((int)be->esz, T, K) &&
@@ -1156,7 +1159,7 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     be->graphs = !(ge && *ge == '0');
     be->gemv = !(gv && *gv == '0');
     const char *gt = getenv("QUIRE_CUDA_GEMV_TOKENS"), *mm = getenv("QUIRE_CUDA_MMA");
-    be->gemv_tokens = gt && *gt ? atoi(gt) : 2;
+    be->gemv_tokens = gt && *gt ? atoi(gt) : 0;
     be->mma = !(mm && *mm == '0');
     const char *sk = getenv("QUIRE_CUDA_SKIP");
     be->skip = sk ? atoi(sk) : 0;
@@ -1175,6 +1178,8 @@ extern "C" int cuda_backend_create(const qweights *w, const qbackend_opts *opts,
     qk_pdl = !(pd && *pd == '0');
     const char *gs = getenv("QUIRE_CUDA_GEMV_SPLIT");
     qk_gemv_split = gs && *gs ? atoi(gs) : 2;
+    const char *gp = getenv("QUIRE_CUDA_GEMV_PRELOAD");
+    qk_gemv_preload = gp && *gp ? atoi(gp) : 3;
     const char *ac = getenv("QUIRE_CUDA_CLUSTER");
     qk_attn_cluster = !(ac && *ac == '0');
     const char *r1 = getenv("QUIRE_CUDA_GEMV_ROWS1");

@@ -45,6 +45,13 @@ extern int qk_pdl;
 // How the projection kernel splits K over warps (QUIRE_CUDA_GEMV_SPLIT: 0
 // never, 1 in two for middling matrices only, 2 also long rows; cuda_ops.cu).
 extern int qk_gemv_split;
+// How the weight-streaming projection kernel reads its weights
+// (QUIRE_CUDA_GEMV_PRELOAD, bits, default 3; cuda_ops.cu): 1, a warp loads
+// its first steps before it waits for the kernel before it; 2, through
+// ld_weights (no room in L1) instead of plain loads.  On the H100 at one
+// token (2026-12-07, Phi-4-mini / Gemma-3-12B shapes, ms a step): 0 3.32 /
+// 9.49, 1 3.27 / 9.29, 2 3.23 / 9.24, 3 3.19 / 9.13.
+extern int qk_gemv_preload;
 // Whether decode attention combines up to 16 splits in a thread-block
 // cluster (QUIRE_CUDA_CLUSTER=0: through global memory; cuda_attn.cu).
 extern int qk_attn_cluster;
@@ -139,6 +146,25 @@ template <> __device__ __forceinline__ __half fromf<__half>(float x) { return __
 
 // Loads n (1, 2, 4 or 8) consecutive elements as floats; p must be aligned
 // to n elements.
+// Weights: read once, never written while kernels run, so the load may be
+// placed anywhere (not volatile); no room taken in L1.
+__device__ __forceinline__ uint4 ld_weights(const uint4 *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// The 8 elements of T (2 bytes each) in u, as floats.
+template <typename T> __device__ __forceinline__ void unpack8(const uint4 &u, float *out)
+{
+    const T *h = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = tof(h[i]);
+}
+
 template <typename T, int N> __device__ __forceinline__ void load_vec(const T *p, float *out)
 {
 #pragma unroll

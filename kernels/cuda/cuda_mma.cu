@@ -1,6 +1,7 @@
 // cuda_mma.cu - projections of a few tokens on the tensor cores: y(n, N) =
-// x(n, K) W(N, K)^T + beta y for n <= QK_MMA_MAX tokens (a decode step
-// verifying drafts, a small batch), streaming the weights once.
+// x(n, K) W(N, K)^T + beta y for n <= QK_MMA_MAX tokens (a decode step of
+// one sequence, one verifying drafts, a small batch), streaming the weights
+// once.
 //
 // The weight-streaming kernel of cuda_ops.cu (qk_gemv) does n multiply-adds
 // a weight on the CUDA cores: from three tokens on the 8B shapes they, not
@@ -23,17 +24,6 @@
 #include "cuda_kernels.cuh"
 
 #define MMA_WARPS 8
-
-// Weights: read once, never written while kernels run, so the load may be
-// placed anywhere (not volatile); no room taken in L1.
-__device__ __forceinline__ uint4 ld_weights(const uint4 *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
 
 // MT: 16-row tiles a warp; J: 16-byte pieces a row a chunk (chunks of
 // 32 J elements); D: chunks in flight a warp.

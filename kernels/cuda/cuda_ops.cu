@@ -8,6 +8,8 @@
 
 int qk_pdl = 1;
 int qk_gemv_split = 2;
+int qk_gemv_preload = 3;
+#define GEMV_PRE 4 // steps of weights a warp loads before the kernel waits (qk_gemv_preload)
 
 template <typename T>
 __global__ void embed_kernel(float *x, T *xc, const T *emb, const int32_t *tok, int D, float scale)
@@ -301,7 +303,7 @@ INST(__half)
 template <typename T, int NT, int R, int S, bool SWI, bool NORM>
 __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__restrict__ h, const T *__restrict__ x,
                                                    const T *__restrict__ W, int N, int K, float beta, float eps,
-                                                   int gelu)
+                                                   int gelu, int pre)
 {
     static_assert(!SWI || R == 2, "a gate row and its up row");
     // S warps share each group of R rows, taking alternate 256-element
@@ -324,12 +326,8 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0;
-    pdl_wait();
-#pragma unroll 4
-    for (int k = (part * 32 + lane) * 8; live && k < K; k += 256 * S) {
-        float a[R][8];
-#pragma unroll
-        for (int r = 0; r < R; r++) load_vec<T, 8>(w[r] + k, a[r]);
+    // One step: the R rows' 8 weights at k (a) against every token's x.
+    auto step = [&](const float (&a)[R][8], int k) {
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             float xv[8];
@@ -342,6 +340,42 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *__restrict__ y, T *__r
 #pragma unroll
                 for (int e = 0; e < 8; e++) acc[r][t] += a[r][e] * xv[e];
         }
+    };
+    // pre: the weights of the warp's first GEMV_PRE steps (they do not
+    // depend on the kernel before this one) are loaded before waiting for
+    // it, and used after; the sums are formed in the same order either way.
+    const int k0 = (part * 32 + lane) * 8;
+    int kfrom = k0;
+    uint4 pw[GEMV_PRE][R];
+    if (pre & 1) {
+#pragma unroll
+        for (int u = 0; u < GEMV_PRE; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (live && k0 + u * 256 * S < K) pw[u][r] = ld_weights((const uint4 *)(w[r] + k0 + u * 256 * S));
+    }
+    pdl_wait();
+    if (pre & 1) {
+#pragma unroll
+        for (int u = 0; u < GEMV_PRE; u++) {
+            const int k = k0 + u * 256 * S;
+            if (!live || k >= K) break;
+            float a[R][8];
+#pragma unroll
+            for (int r = 0; r < R; r++) unpack8<T>(pw[u][r], a[r]);
+            step(a, k);
+        }
+        kfrom = k0 + GEMV_PRE * 256 * S;
+    }
+#pragma unroll 4
+    for (int k = kfrom; live && k < K; k += 256 * S) {
+        float a[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (pre & 2) unpack8<T>(ld_weights((const uint4 *)(w[r] + k)), a[r]);
+            else load_vec<T, 8>(w[r] + k, a[r]);
+        }
+        step(a, k);
     }
     float v[R][NT];
 #pragma unroll
@@ -403,7 +437,9 @@ static int gemv_rows(cudaStream_t st, float *y, T *h, const T *x, const T *W, in
     const int rows_per_block = 8 / S * (SWI ? 1 : R);
     const dim3 grid((N + rows_per_block - 1) / rows_per_block), block(256);
 #define GEMV_CASE(NT)                                                                                                  \
-    case NT: qk_launch(gemv_kernel<T, NT, R, S, SWI, NORM>, grid, block, 0, st, y, h, x, W, N, K, beta, eps, gelu); \
+    case NT:                                                                                                           \
+        qk_launch(gemv_kernel<T, NT, R, S, SWI, NORM>, grid, block, 0, st, y, h, x, W, N, K, beta, eps, gelu,          \
+                  qk_gemv_preload);                                                                                    \
         break;
     switch (n) {
         GEMV_CASE(1)
