@@ -144,8 +144,6 @@ template <> __device__ __forceinline__ float fromf<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 fromf<bf16>(float x) { return __float2bfloat16(x); }
 template <> __device__ __forceinline__ __half fromf<__half>(float x) { return __float2half(x); }
 
-// Loads n (1, 2, 4 or 8) consecutive elements as floats; p must be aligned
-// to n elements.
 // Weights: read once, never written while kernels run, so the load may be
 // placed anywhere (not volatile); no room taken in L1.
 __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
@@ -165,6 +163,8 @@ template <typename T> __device__ __forceinline__ void unpack8(const uint4 &u, fl
     for (int i = 0; i < 8; i++) out[i] = tof(h[i]);
 }
 
+// Loads n (1, 2, 4 or 8) consecutive elements as floats; p must be aligned
+// to n elements.
 template <typename T, int N> __device__ __forceinline__ void load_vec(const T *p, float *out)
 {
 #pragma unroll
@@ -172,17 +172,11 @@ template <typename T, int N> __device__ __forceinline__ void load_vec(const T *p
 }
 template <> __device__ __forceinline__ void load_vec<bf16, 8>(const bf16 *p, float *out)
 {
-    uint4 u = *(const uint4 *)p;
-    const bf16 *h = (const bf16 *)&u;
-#pragma unroll
-    for (int i = 0; i < 8; i++) out[i] = __bfloat162float(h[i]);
+    unpack8<bf16>(*(const uint4 *)p, out);
 }
 template <> __device__ __forceinline__ void load_vec<__half, 8>(const __half *p, float *out)
 {
-    uint4 u = *(const uint4 *)p;
-    const __half *h = (const __half *)&u;
-#pragma unroll
-    for (int i = 0; i < 8; i++) out[i] = __half2float(h[i]);
+    unpack8<__half>(*(const uint4 *)p, out);
 }
 template <> __device__ __forceinline__ void load_vec<bf16, 4>(const bf16 *p, float *out)
 {

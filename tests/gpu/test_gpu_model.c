@@ -221,9 +221,10 @@ static void batch_invariance(int exact)
                 same++;
                 continue;
             }
-            // In bf16 a batch of 8 takes other projection kernels than one
-            // token (the tensor cores' sums, not the weight-streaming
-            // kernel's) and other attention splits: the same up to rounding,
+            // In bf16 a batch of 8 may take other projection kernels than
+            // one token (by width and count: the weight-streaming kernel,
+            // the tensor cores, cuBLAS) and other attention splits: the
+            // same up to rounding,
             // so the two may part only at a step where the best two logits
             // were within rounding of each other in both runs.
             int i = 0;
