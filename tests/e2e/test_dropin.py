@@ -367,8 +367,13 @@ def test_request_log_and_summary(quire, tmp_path):
 
 def test_fresh_seed_without_seed(client):
     ask = lambda **kw: client.completions.create(model=NAME, prompt=PROMPT, max_tokens=16, temperature=1, **kw)
+    # stories260K's 16-token replies repeat often (one in nine is the same
+    # sentence): 100 sets of 20 draws with distinct seeds gave 14-20
+    # different replies; 200,000 sets resampled from them, fewer than 15 in
+    # 1.1% and fewer than 10 in none.  One seed for all, or a handful, gives
+    # a few.
     replies = {ask().choices[0].text for _ in range(20)}
-    assert len(replies) >= 15, replies
+    assert len(replies) >= 10, replies
     assert len({ask(seed=7).choices[0].text for _ in range(4)}) == 1
 
 
