@@ -47,8 +47,9 @@ extern int qk_pdl;
 extern int qk_gemv_split;
 // How the weight-streaming projection kernel reads its weights
 // (QUIRE_CUDA_GEMV_PRELOAD, bits, default 3; cuda_ops.cu): 1, a warp loads
-// its first steps before it waits for the kernel before it; 2, through
-// ld_weights (no room in L1) instead of plain loads.  On the H100 at one
+// its first GEMV_PRE steps (through ld_weights) before it waits for the
+// kernel before it; 2, the other steps through ld_weights (no room in L1)
+// instead of plain loads.  On the H100 at one
 // token (2026-12-07, Phi-4-mini / Gemma-3-12B shapes, ms a step): 0 3.32 /
 // 9.49, 1 3.27 / 9.29, 2 3.23 / 9.24, 3 3.19 / 9.13.
 extern int qk_gemv_preload;

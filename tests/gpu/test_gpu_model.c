@@ -224,9 +224,9 @@ static void batch_invariance(int exact)
             // In bf16 a batch of 8 may take other projection kernels than
             // one token (by width and count: the weight-streaming kernel,
             // the tensor cores, cuBLAS) and other attention splits: the
-            // same up to rounding,
-            // so the two may part only at a step where the best two logits
-            // were within rounding of each other in both runs.
+            // same up to rounding, so the two may part only at a step where
+            // the best two logits were within rounding of each other in
+            // both runs.
             int i = 0;
             while (abuf[i] == obuf[s][i]) i++;
             const float tie = 2e-3f;
